@@ -1,0 +1,27 @@
+# Two commands matter: `make demo` and `make test`. Both create the virtualenv on first use.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test bench clean
+
+$(STAMP): pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	@echo "secureml demo placeholder"
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2
+
+bench: $(STAMP)
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info out deploy

@@ -1,0 +1,80 @@
+"""Names shared by the compiler, the tenant bundle, the launcher and the shim.
+
+These are the seams of DESIGN.md ("Contracts other parts rely on"): the compiler writes them into
+each task, the admission policies key on them, the launcher and the shim read them. Change a name
+here only together with the tests on both sides.
+"""
+
+from __future__ import annotations
+
+import re
+
+# --- pod labels set on every secure step (kfp.kubernetes.add_pod_label) -------------------------
+LABEL_PREFIX = "secureml.dev/"
+LABEL_TENANT = "secureml.dev/tenant"
+LABEL_PIPELINE = "secureml.dev/pipeline"
+LABEL_STEP = "secureml.dev/step"
+LABEL_ISOLATION = "secureml.dev/isolation"  # one of ISOLATION_LEVELS
+LABEL_GPU_CLAIM = "secureml.dev/gpu-claim"  # dra backend: name of the ResourceClaimTemplate
+REQUIRED_LABELS = (LABEL_TENANT, LABEL_PIPELINE, LABEL_STEP, LABEL_ISOLATION)
+
+# Isolation levels, weakest first (DESIGN.md "Isolation model"). "none" is a step without a GPU.
+ISOLATION_LEVELS = ("timeslice", "timeslice-shim", "mig", "dedicated")
+ISOLATION_NONE = "none"
+
+# --- pod annotations (kfp.kubernetes.add_pod_annotation) ----------------------------------------
+ANNOTATION_SPIFFE_ID = "secureml.dev/spiffe-id"
+ANNOTATION_IMAGE_DIGEST = "secureml.dev/image-digest"  # "sha256:<hex>"
+ANNOTATION_GPU_REQUEST = "secureml.dev/gpu-request"  # compact JSON of the GPU request
+ANNOTATION_LIMITS = "secureml.dev/limits"  # the shim limits file, verbatim (format below)
+
+# --- the shim limits file ------------------------------------------------------------------------
+# In a cluster the MutatingAdmissionPolicy mounts the pod's own ANNOTATION_LIMITS through a
+# downward-API volume at SHIM_LIMITS_PATH; the step cannot rewrite it. Format: one `key=value` per
+# line, `#` comments; keys: `version` (1), `memory` (bytes per device), `compute` (percent 1-100),
+# `scrub_on_free` (0|1). docs/shim.md is the authority on the grammar.
+PODINFO_DIR = "/etc/secureml/podinfo"
+SHIM_LIMITS_PATH = f"{PODINFO_DIR}/limits"
+SHIM_PRELOAD_FILE = "/etc/ld.so.preload"
+
+# --- the launcher -----------------------------------------------------------------------------
+LAUNCHER_MODULE = "secureml.enforcement.launch"
+LAUNCHER_PREFIX = ("python3", "-m", LAUNCHER_MODULE, "--")
+
+ENV_PREFIX = "SECUREML_"
+ENV_TENANT = "SECUREML_TENANT"
+ENV_NAMESPACE = "SECUREML_NAMESPACE"
+ENV_PIPELINE = "SECUREML_PIPELINE"
+ENV_STEP = "SECUREML_STEP"
+ENV_ISOLATION = "SECUREML_ISOLATION"
+ENV_IMAGE = "SECUREML_IMAGE"  # the digest-pinned image reference
+ENV_GPU_REQUEST = "SECUREML_GPU_REQUEST"  # same JSON as ANNOTATION_GPU_REQUEST
+ENV_EXPECTED_SPIFFE_ID = "SECUREML_EXPECTED_SPIFFE_ID"
+ENV_IDENTITY_REQUIRED = "SECUREML_IDENTITY_REQUIRED"  # "true" | "false"
+ENV_SCRUB_BEFORE = "SECUREML_SCRUB_BEFORE"  # "true" | "false"
+ENV_SCRUB_AFTER = "SECUREML_SCRUB_AFTER"
+ENV_SCRUB_VERIFY = "SECUREML_SCRUB_VERIFY"  # off | sample | full
+ENV_SHIM_MODE = "SECUREML_SHIM"  # off | enforce
+ENV_SHIM_LIMITS_FILE = "SECUREML_SHIM_LIMITS_FILE"  # default SHIM_LIMITS_PATH
+ENV_AUDIT_DIR = "SECUREML_AUDIT_DIR"
+SPIFFE_SOCKET_ENV = "SPIFFE_ENDPOINT_SOCKET"  # the SPIFFE standard variable, "unix:///path"
+
+# Environment a step may never set: each one switches a control off or replaces the preload.
+# (Variables starting with ENV_PREFIX are the compiler's alone; a step may not set those either.)
+FORBIDDEN_ENV = (
+    "CUDA_DISABLE_CONTROL",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "CUDA_DEVICE_MEMORY_LIMIT",
+    "CUDA_DEVICE_SM_LIMIT",
+    "GPU_CORE_UTILIZATION_POLICY",
+)
+
+_LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def label_value(text: str) -> str:
+    """A Kubernetes label value for `text`: at most 63 characters, alphanumeric at both ends."""
+    value = _LABEL_VALUE_BAD.sub("-", text).strip("-_.")
+    return value[:63].rstrip("-_.")

@@ -1,0 +1,52 @@
+"""One error type for everything a person can fix.
+
+Every user-facing failure is a `SecuremlError` carrying *what* happened, *why* it is a problem and
+*how to fix* it. The CLI prints `diagnostics()` and exits without a traceback; library callers can
+catch the base class.
+"""
+
+from __future__ import annotations
+
+
+class SecuremlError(Exception):
+    """A failure a user can act on: what went wrong, why, and what to do."""
+
+    exit_code: int = 1
+
+    def __init__(self, what: str, *, why: str = "", fix: str = "", where: str = "") -> None:
+        self.what = what
+        self.why = why
+        self.fix = fix
+        self.where = where
+        super().__init__(self.diagnostics())
+
+    def diagnostics(self) -> str:
+        head = f"{self.where}: {self.what}" if self.where else self.what
+        lines = [head]
+        if self.why:
+            lines.append(f"  why: {self.why}")
+        if self.fix:
+            lines.append(f"  fix: {self.fix}")
+        return "\n".join(lines)
+
+
+class InputError(SecuremlError):
+    """A file or argument could not be used at all (unreadable, not YAML, wrong kind)."""
+
+    exit_code = 2
+
+
+class ProfileError(SecuremlError):
+    """A TenantProfile is invalid; `problems` lists every `(yaml.path, message)` found."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        listing = "\n".join(f"  {source}: {path}: {message}" for path, message in problems)
+        super().__init__(
+            f"{source}: invalid TenantProfile ({len(problems)} problem(s))\n{listing}",
+            fix="correct the fields named above; `secureml profile schema` prints every field",
+        )
+
+    def diagnostics(self) -> str:
+        return self.what + (f"\n  fix: {self.fix}" if self.fix else "")

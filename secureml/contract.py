@@ -78,3 +78,13 @@ def label_value(text: str) -> str:
     """A Kubernetes label value for `text`: at most 63 characters, alphanumeric at both ends."""
     value = _LABEL_VALUE_BAD.sub("-", text).strip("-_.")
     return value[:63].rstrip("-_.")
+
+
+def render_shim_limits(*, memory_bytes: int, compute_percent: int, scrub_on_free: bool) -> str:
+    """The shim limits file (and the ANNOTATION_LIMITS value) for one step."""
+    return (
+        "version=1\n"
+        f"memory={memory_bytes}\n"
+        f"compute={compute_percent}\n"
+        f"scrub_on_free={int(scrub_on_free)}\n"
+    )

@@ -1,0 +1,1 @@
+"""Ready-made secure KFP components (preflight, scrub, image verification, audit report)."""

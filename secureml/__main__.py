@@ -1,0 +1,3 @@
+from secureml.cli import app
+
+app()

@@ -57,6 +57,12 @@ ENV_SCRUB_VERIFY = "SECUREML_SCRUB_VERIFY"  # off | sample | full
 ENV_SHIM_MODE = "SECUREML_SHIM"  # off | enforce
 ENV_SHIM_LIMITS_FILE = "SECUREML_SHIM_LIMITS_FILE"  # default SHIM_LIMITS_PATH
 ENV_AUDIT_DIR = "SECUREML_AUDIT_DIR"
+# Launcher tuning (defaults in docs/launcher.md); the compiler need not set them.
+ENV_IDENTITY_TIMEOUT = "SECUREML_IDENTITY_TIMEOUT"  # seconds for the Workload API, default 10
+ENV_IDENTITY_DIR = "SECUREML_IDENTITY_DIR"  # parent of the step's private SVID folder
+ENV_WATCHDOG_INTERVAL = "SECUREML_WATCHDOG_INTERVAL"  # seconds between NVML polls, default 0.5
+ENV_WATCHDOG_GRACE = "SECUREML_WATCHDOG_GRACE"  # seconds from TERM to KILL, default 10
+AUDIT_LINE_PREFIX = "secureml-audit: "  # the launcher's stderr line that carries the audit record
 SPIFFE_SOCKET_ENV = "SPIFFE_ENDPOINT_SOCKET"  # the SPIFFE standard variable, "unix:///path"
 
 # Environment a step may never set: each one switches a control off or replaces the preload.

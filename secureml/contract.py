@@ -64,6 +64,10 @@ ENV_WATCHDOG_INTERVAL = "SECUREML_WATCHDOG_INTERVAL"  # seconds between NVML pol
 ENV_WATCHDOG_GRACE = "SECUREML_WATCHDOG_GRACE"  # seconds from TERM to KILL, default 10
 AUDIT_LINE_PREFIX = "secureml-audit: "  # the launcher's stderr line that carries the audit record
 SPIFFE_SOCKET_ENV = "SPIFFE_ENDPOINT_SOCKET"  # the SPIFFE standard variable, "unix:///path"
+# Exported by the launcher's identity stage to the step: PEM files in a private (0700) folder.
+ENV_SVID_CERT = "SECUREML_SVID_CERT"  # the X.509-SVID chain, leaf first
+ENV_SVID_KEY = "SECUREML_SVID_KEY"  # its PKCS#8 private key (0600)
+ENV_SVID_BUNDLE = "SECUREML_SVID_BUNDLE"  # the trust domain's CA bundle
 
 # Environment a step may never set: each one switches a control off or replaces the preload.
 # (Variables starting with ENV_PREFIX are the compiler's alone; a step may not set those either.)

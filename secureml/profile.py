@@ -1,0 +1,521 @@
+"""The TenantProfile: one YAML file per tenant, written by the platform team.
+
+The model is the documentation: field descriptions become the JSON Schema (`secureml profile
+schema`) and the CLI's messages. Loading rejects unknown fields and contradictions, and reports
+every problem with the YAML path of the field (`spec.gpu.timeSlice.maxCompute`).
+
+Python attributes are the snake_case of the YAML's camelCase names.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import string
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from secureml import contract
+from secureml.errors import InputError, ProfileError
+
+API_VERSION = "secureml.dev/v1alpha1"
+KIND = "TenantProfile"
+
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_QUANTITY = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+_UNITS = {
+    None: 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+}
+
+
+def parse_bytes(value: Any) -> int:
+    """A Kubernetes memory quantity (`16Gi`, `500M`, or a plain integer) in bytes."""
+    if isinstance(value, bool):
+        raise ValueError("expected a memory quantity such as 16Gi, not a boolean")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError("must be a positive number of bytes")
+        return value
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        raise ValueError(f"{value!r} is not a memory quantity; write e.g. 16Gi, 512Mi or 8G")
+    amount = int(match.group(1)) * _UNITS[match.group(2)]
+    if amount <= 0:
+        raise ValueError("must be a positive amount of memory")
+    return amount
+
+
+ByteSize = Annotated[
+    int,
+    BeforeValidator(parse_bytes),
+    PlainSerializer(lambda v: v, return_type=int),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "pattern": _QUANTITY.pattern},
+            ],
+            "description": "bytes, or a Kubernetes quantity such as 16Gi",
+        }
+    ),
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        use_enum_values=True,
+    )
+
+
+class Tier(str, Enum):
+    """Security tier; it sets the weakest GPU isolation a step may use."""
+
+    public = "public"
+    internal = "internal"
+    confidential = "confidential"
+    restricted = "restricted"
+
+
+# DESIGN.md "Isolation model": the weakest level each tier allows.
+TIER_MIN_ISOLATION = {
+    "public": "timeslice",
+    "internal": "timeslice-shim",
+    "confidential": "mig",
+    "restricted": "dedicated",
+}
+
+
+class Metadata(_Model):
+    name: str = Field(pattern=_DNS_LABEL, description="Tenant name (a DNS label).")
+
+
+class Owner(_Model):
+    kind: Literal["User", "Group", "ServiceAccount"] = Field(
+        "User", description="Kind of the Kubeflow profile owner."
+    )
+    name: str = Field(min_length=1, description="Owner name, e.g. alice@example.com.")
+
+
+class MigSettings(_Model):
+    allowed_profiles: list[str] = Field(
+        default_factory=list, description="MIG profiles steps may request, e.g. 1g.10gb."
+    )
+
+
+class TimeSliceSettings(_Model):
+    resource_name: str = Field(
+        "nvidia.com/gpu.shared",
+        description="Extended resource the device plugin advertises for time-sliced replicas.",
+    )
+    max_memory: ByteSize = Field(description="Most GPU memory one step may use (shim limit).")
+    max_compute: int = Field(ge=1, le=100, description="Most compute share (percent) per step.")
+    node_selector: dict[str, str] = Field(
+        default_factory=lambda: {"nvidia.com/gpu.sharing-strategy": "time-slicing"},
+        description="Node labels of time-sliced GPU nodes.",
+    )
+
+
+class Toleration(_Model):
+    key: str | None = None
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
+class WholeGpuSettings(_Model):
+    max_per_step: int = Field(1, ge=1, le=64, description="Most whole GPUs one step may request.")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels of the dedicated GPU pool."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="Tolerations for the dedicated pool's taints."
+    )
+
+
+class GpuSettings(_Model):
+    backend: Literal["device-plugin", "dra"] = Field(
+        "device-plugin", description="How GPUs reach pods: NVIDIA device plugin or DRA driver."
+    )
+    mig_strategy: Literal["mixed", "single"] = Field(
+        "mixed", description="Device plugin MIG strategy of the cluster's GPU nodes."
+    )
+    models: list[str] = Field(
+        default_factory=list, description="GPU models in the tenant's pools, e.g. A100-80GB."
+    )
+    mig: MigSettings | None = Field(None, description="MIG slices; absent: forbidden.")
+    time_slice: TimeSliceSettings | None = Field(
+        None, description="Time-sliced shares; absent: forbidden."
+    )
+    whole_gpu: WholeGpuSettings | None = Field(None, description="Whole GPUs; absent: forbidden.")
+    quota: dict[str, int] = Field(
+        default_factory=dict,
+        description="Namespace quota per extended resource, e.g. nvidia.com/mig-1g.10gb: 8.",
+    )
+
+
+class SignerIdentity(_Model):
+    issuer: str = Field(min_length=1, description="OIDC issuer of the signing certificate.")
+    subject: str | None = Field(None, description="Exact certificate identity (SAN).")
+    subject_reg_exp: str | None = Field(
+        None, description="Regular expression the certificate identity must match."
+    )
+
+    @model_validator(mode="after")
+    def _one_subject(self) -> SignerIdentity:
+        if (self.subject is None) == (self.subject_reg_exp is None):
+            raise ValueError("give exactly one of subject or subjectRegExp")
+        if self.subject_reg_exp is not None:
+            try:
+                re.compile(self.subject_reg_exp)
+            except re.error as err:
+                raise ValueError(f"subjectRegExp is not a valid regular expression: {err}")
+        return self
+
+
+class SignatureSettings(_Model):
+    required: bool = Field(True, description="Every image must carry a valid Sigstore bundle.")
+    trusted_root: str = Field(
+        "production", description="production | staging | path to a trusted_root.json."
+    )
+    identities: list[SignerIdentity] = Field(
+        default_factory=list, description="Signers trusted for this tenant's images."
+    )
+
+
+class ImageSettings(_Model):
+    allowed_registries: list[str] = Field(
+        default_factory=list,
+        description="Registry prefixes matched on whole path segments, e.g. ghcr.io/acme/.",
+    )
+    require_digest: bool = Field(True, description="Images must be pinned by @sha256 digest.")
+    signatures: SignatureSettings = Field(default_factory=SignatureSettings)
+
+
+_TEMPLATE_FIELDS = {"trustDomain", "namespace", "tenant", "pipeline", "step"}
+
+
+class IdentitySettings(_Model):
+    required: bool = Field(True, description="Steps must hold the expected SPIFFE ID.")
+    trust_domain: str = Field(
+        "cluster.local",
+        pattern=r"^[a-z0-9._-]+$",
+        description="SPIFFE trust domain of the cluster's SPIRE server.",
+    )
+    spiffe_id_template: str = Field(
+        "spiffe://{trustDomain}/ns/{namespace}/pipeline/{pipeline}/step/{step}",
+        description="SPIFFE ID per step; fields: trustDomain, namespace, tenant, pipeline, step.",
+    )
+    socket_path: str = Field(
+        "/spiffe-workload-api/spire-agent.sock",
+        pattern=r"^/",
+        description="Workload API socket inside the pod (the SPIFFE CSI driver mounts it).",
+    )
+
+    @model_validator(mode="after")
+    def _template_fields(self) -> IdentitySettings:
+        used = {name for _, name, _, _ in string.Formatter().parse(self.spiffe_id_template) if name}
+        unknown = used - _TEMPLATE_FIELDS
+        if unknown:
+            raise ValueError(
+                f"spiffeIdTemplate uses unknown field(s) {sorted(unknown)}; "
+                f"allowed: {sorted(_TEMPLATE_FIELDS)}"
+            )
+        if not {"pipeline", "step"} <= used:
+            raise ValueError("spiffeIdTemplate must contain {pipeline} and {step}: one ID per step")
+        if not self.spiffe_id_template.startswith("spiffe://"):
+            raise ValueError("spiffeIdTemplate must start with spiffe://")
+        return self
+
+
+class HardeningSettings(_Model):
+    run_as_user: int = Field(1000, ge=1, description="Non-root UID for every step.")
+    run_as_group: int = Field(1000, ge=1, description="Non-root GID for every step.")
+    read_only_root_filesystem: bool = Field(
+        True, description="Root filesystem read-only (set at admission; KFP cannot express it)."
+    )
+    scratch_mounts: list[Annotated[str, Field(pattern=r"^/")]] = Field(
+        default_factory=lambda: ["/tmp"], description="Writable emptyDir mounts for each step."
+    )
+
+
+class ScrubSettings(_Model):
+    before: bool = Field(True, description="Zero reachable GPU memory before the step runs.")
+    after: bool = Field(True, description="Zero reachable GPU memory after the step.")
+    verify: Literal["off", "sample", "full"] = Field(
+        "sample", description="Read back zeroed memory: off, a sample, or all of it."
+    )
+
+
+class RuntimeSettings(_Model):
+    allow_runtime_installs: bool = Field(
+        False, description="Allow pip installs at step start (packages_to_install)."
+    )
+    shim: Literal["off", "enforce"] = Field(
+        "enforce", description="Native quota shim on time-sliced GPUs."
+    )
+    scrub_on_free: bool = Field(True, description="The shim zeroes each block before freeing it.")
+
+
+class EgressRule(_Model):
+    cidr: str = Field(description="Destination network, e.g. 10.0.0.0/8.")
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
+        default_factory=list, description="TCP ports; empty: all ports."
+    )
+
+    @model_validator(mode="after")
+    def _valid_cidr(self) -> EgressRule:
+        try:
+            ipaddress.ip_network(self.cidr, strict=True)
+        except ValueError as err:
+            raise ValueError(f"cidr {self.cidr!r} is not a network address: {err}")
+        return self
+
+
+class NetworkSettings(_Model):
+    egress: list[EgressRule] = Field(
+        default_factory=list, description="Egress allowed beyond DNS, the KFP API and storage."
+    )
+
+
+class MonitoringSettings(_Model):
+    alerts: bool = Field(True, description="Render DCGM PrometheusRule alerts for the tenant.")
+
+
+class Spec(_Model):
+    namespace: str = Field(pattern=_DNS_LABEL, description="Kubernetes namespace of the tenant.")
+    owner: Owner
+    tier: Tier = Field(description="public | internal | confidential | restricted.")
+    gpu: GpuSettings = Field(default_factory=GpuSettings)
+    images: ImageSettings = Field(default_factory=ImageSettings)
+    identity: IdentitySettings = Field(default_factory=IdentitySettings)
+    hardening: HardeningSettings = Field(default_factory=HardeningSettings)
+    scrub: ScrubSettings = Field(default_factory=ScrubSettings)
+    runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
+    network: NetworkSettings = Field(default_factory=NetworkSettings)
+    monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
+
+
+class TenantProfile(_Model):
+    """A tenant's rules for GPU pipelines, and the source of its admission bundle."""
+
+    api_version: Literal["secureml.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["TenantProfile"]
+    metadata: Metadata
+    spec: Spec
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "<profile>") -> TenantProfile:
+        """Validate `data`; raise ProfileError listing every problem with its YAML path."""
+        if not isinstance(data, dict):
+            raise ProfileError(source, [("(document)", "expected a TenantProfile mapping")])
+        try:
+            profile = cls.model_validate(data)
+        except ValidationError as err:
+            raise ProfileError(source, [(_yaml_path(e["loc"]), e["msg"]) for e in err.errors()])
+        problems = _contradictions(profile)
+        if problems:
+            raise ProfileError(source, problems)
+        return profile
+
+    def min_isolation(self) -> str:
+        """The weakest isolation level (contract.ISOLATION_LEVELS) this tenant's tier allows."""
+        return TIER_MIN_ISOLATION[self.spec.tier]
+
+    def allows_isolation(self, level: str) -> bool:
+        order = contract.ISOLATION_LEVELS
+        return order.index(level) >= order.index(self.min_isolation())
+
+    def spiffe_id(self, pipeline: str, step: str) -> str:
+        """The SPIFFE ID a step must hold; pipeline and step as the pod labels spell them."""
+        return self.spec.identity.spiffe_id_template.format(
+            trustDomain=self.spec.identity.trust_domain,
+            namespace=self.spec.namespace,
+            tenant=self.metadata.name,
+            pipeline=contract.label_value(pipeline),
+            step=contract.label_value(step),
+        )
+
+
+def _yaml_path(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif "/" in str(part) or "." in str(part):
+            path += f"[{part!r}]" if path else str(part)
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "(document)"
+
+
+def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
+    """Rules that span fields: the tier's minimum isolation against what the GPU section offers."""
+    spec = profile.spec
+    gpu = spec.gpu
+    problems: list[tuple[str, str]] = []
+    allows = profile.allows_isolation
+    tier = spec.tier
+
+    if gpu.time_slice is not None:
+        level = "timeslice-shim" if spec.runtime.shim == "enforce" else "timeslice"
+        if not allows(level):
+            why = (
+                "runtime.shim is off, so time-sliced steps would have no limits"
+                if allows("timeslice-shim")
+                else "time-sliced GPUs share memory and faults between tenants"
+            )
+            problems.append(
+                (
+                    "spec.gpu.timeSlice",
+                    f"tier {tier} needs isolation {profile.min_isolation()} or better; {why}; "
+                    "remove timeSlice"
+                    + (" or set runtime.shim: enforce" if allows("timeslice-shim") else ""),
+                )
+            )
+    if gpu.mig is not None and gpu.mig.allowed_profiles and not allows("mig"):
+        problems.append(
+            (
+                "spec.gpu.mig",
+                f"tier {tier} needs dedicated whole GPUs; MIG slices share the PCIe link and "
+                "driver; remove mig",
+            )
+        )
+    if tier == "restricted" and gpu.whole_gpu is None:
+        problems.append(("spec.gpu.wholeGpu", "tier restricted runs only on dedicated whole GPUs; "
+                         "add wholeGpu with the dedicated pool's nodeSelector and tolerations"))
+    if gpu.whole_gpu is not None and tier in ("confidential", "restricted"):
+        if not gpu.whole_gpu.node_selector:
+            problems.append(
+                (
+                    "spec.gpu.wholeGpu.nodeSelector",
+                    f"tier {tier} needs whole GPUs on a dedicated pool; give its node labels",
+                )
+            )
+
+    allowed_mig = set(gpu.mig.allowed_profiles) if gpu.mig else set()
+    shared = gpu.time_slice.resource_name if gpu.time_slice else None
+    for resource in gpu.quota:
+        path = f"spec.gpu.quota[{resource!r}]"
+        if resource.startswith("nvidia.com/mig-"):
+            mig_profile = resource.removeprefix("nvidia.com/mig-")
+            if mig_profile not in allowed_mig:
+                problems.append(
+                    (path, f"quota on MIG profile {mig_profile} which gpu.mig.allowedProfiles "
+                     "does not allow; add it there or remove the quota")
+                )
+        elif resource == "nvidia.com/gpu":
+            single_mig = gpu.mig_strategy == "single" and allowed_mig
+            if gpu.whole_gpu is None and not single_mig:
+                problems.append((path, "quota on whole GPUs but gpu.wholeGpu is absent"))
+        elif resource == shared:
+            continue
+        elif resource.startswith("nvidia.com/"):
+            problems.append((path, f"{resource} is not a GPU resource this profile allows"))
+        if gpu.quota[resource] < 0:
+            problems.append((path, "quota must not be negative"))
+
+    if gpu.backend == "device-plugin" and gpu.mig_strategy == "single" and len(allowed_mig) > 1:
+        problems.append(
+            (
+                "spec.gpu.mig.allowedProfiles",
+                "migStrategy single exposes one MIG profile per node as nvidia.com/gpu; "
+                "steps can still choose among profiles only through node selectors, which "
+                "secureml sets per product — keep one profile or use migStrategy mixed",
+            )
+        )
+
+    strict = tier in ("confidential", "restricted")
+    images = spec.images
+    if strict and not images.require_digest:
+        problems.append(("spec.images.requireDigest", f"tier {tier} requires digest-pinned images"))
+    if strict and not images.signatures.required:
+        problems.append(
+            ("spec.images.signatures.required", f"tier {tier} requires signed images")
+        )
+    if images.signatures.required and not images.signatures.identities:
+        problems.append(
+            (
+                "spec.images.signatures.identities",
+                "signatures are required but no trusted signer is listed; add an issuer and "
+                "subject or subjectRegExp",
+            )
+        )
+    if not images.allowed_registries:
+        problems.append(
+            ("spec.images.allowedRegistries", "list at least one registry prefix, e.g. ghcr.io/acme/")
+        )
+    if strict and not spec.identity.required:
+        problems.append(("spec.identity.required", f"tier {tier} requires workload identity"))
+    if strict and not spec.hardening.read_only_root_filesystem:
+        problems.append(
+            ("spec.hardening.readOnlyRootFilesystem", f"tier {tier} requires a read-only root")
+        )
+    if strict and spec.runtime.allow_runtime_installs:
+        problems.append(
+            ("spec.runtime.allowRuntimeInstalls", f"tier {tier} forbids installs at run time")
+        )
+    if strict and not (spec.scrub.before and spec.scrub.after):
+        problems.append(("spec.scrub", f"tier {tier} requires scrubbing before and after a step"))
+    return problems
+
+
+def load_profile(path: str | Path) -> TenantProfile:
+    """Read and validate a TenantProfile YAML file."""
+    import yaml
+
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise InputError(
+            f"cannot read profile {source}",
+            why=err.strerror or str(err),
+            fix="pass the path of a TenantProfile YAML file",
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        raise InputError(
+            "profile is not valid YAML",
+            why=str(getattr(err, "problem", err)),
+            fix="fix the YAML syntax at the position shown",
+            where=where,
+        ) from None
+    return TenantProfile.from_dict(data, source=source)
+
+
+def profile_json_schema() -> dict[str, Any]:
+    """The JSON Schema of TenantProfile, for editors (`profiles/tenantprofile.schema.json`)."""
+    schema = TenantProfile.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "TenantProfile"
+    return schema

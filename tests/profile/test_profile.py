@@ -1,0 +1,188 @@
+"""TenantProfile loading: examples, unknown fields, contradictions, YAML paths, schema sync."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from secureml.cli import app
+from secureml.errors import InputError, ProfileError
+from secureml.profile import TenantProfile, load_profile, parse_bytes, profile_json_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
+runner = CliRunner()
+
+
+def team_a() -> dict:
+    return yaml.safe_load((ROOT / "profiles/team-a.yaml").read_text())
+
+
+def problems_of(data: dict) -> list[tuple[str, str]]:
+    with pytest.raises(ProfileError) as caught:
+        TenantProfile.from_dict(data, source="p.yaml")
+    return caught.value.problems
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name)
+def test_example_profiles_load(path: Path) -> None:
+    profile = load_profile(path)
+    assert profile.spec.namespace == profile.metadata.name
+
+
+def test_example_tiers_cover_the_four_kinds() -> None:
+    loaded = {p.stem: load_profile(p) for p in PROFILES}
+    assert loaded["team-a"].spec.gpu.time_slice is not None
+    assert loaded["team-a"].min_isolation() == "timeslice-shim"
+    assert loaded["team-conf"].min_isolation() == "mig"
+    assert loaded["team-restricted"].min_isolation() == "dedicated"
+    assert loaded["team-dra"].spec.gpu.backend == "dra"
+
+
+def test_fields_parse_into_python_values() -> None:
+    profile = load_profile(ROOT / "profiles/team-a.yaml")
+    assert profile.spec.gpu.time_slice.max_memory == 16 * 2**30
+    assert profile.spec.gpu.quota["nvidia.com/mig-1g.10gb"] == 8
+    assert profile.spec.images.signatures.identities[0].subject_reg_exp == r"^https://github\.com/acme/"
+    assert profile.spec.gpu.whole_gpu.tolerations[0].value == "team-a"
+
+
+def test_unknown_field_is_rejected_with_its_path() -> None:
+    data = team_a()
+    data["spec"]["gpu"]["timeSlice"]["maxMemroy"] = "8Gi"
+    assert ("spec.gpu.timeSlice.maxMemroy", "Extra inputs are not permitted") in problems_of(data)
+
+
+def test_bad_values_report_paths_with_list_indices() -> None:
+    data = team_a()
+    data["spec"]["gpu"]["timeSlice"]["maxCompute"] = 150
+    data["spec"]["network"]["egress"][0]["cidr"] = "10.0.0.1/8"
+    paths = [path for path, _ in problems_of(data)]
+    assert "spec.gpu.timeSlice.maxCompute" in paths
+    assert "spec.network.egress[0]" in paths
+
+
+def test_confidential_with_time_slice_is_a_contradiction() -> None:
+    data = team_a()
+    data["spec"]["tier"] = "confidential"
+    problems = dict(problems_of(data))
+    assert "spec.gpu.timeSlice" in problems
+    assert "mig" in problems["spec.gpu.timeSlice"]
+
+
+def test_internal_time_slice_without_shim_is_refused() -> None:
+    data = team_a()
+    data["spec"]["runtime"]["shim"] = "off"
+    problems = dict(problems_of(data))
+    assert "runtime.shim" in problems["spec.gpu.timeSlice"]
+
+
+def test_public_time_slice_without_shim_is_allowed() -> None:
+    data = team_a()
+    data["spec"]["tier"] = "public"
+    data["spec"]["runtime"]["shim"] = "off"
+    assert TenantProfile.from_dict(data).min_isolation() == "timeslice"
+
+
+def test_quota_on_a_mig_profile_that_is_not_allowed() -> None:
+    data = team_a()
+    data["spec"]["gpu"]["quota"]["nvidia.com/mig-7g.80gb"] = 1
+    problems = dict(problems_of(data))
+    assert "7g.80gb" in problems["spec.gpu.quota['nvidia.com/mig-7g.80gb']"]
+
+
+def test_restricted_needs_whole_gpus_and_no_mig() -> None:
+    data = team_a()
+    data["spec"]["tier"] = "restricted"
+    del data["spec"]["gpu"]["wholeGpu"]
+    data["spec"]["gpu"]["quota"] = {}
+    paths = [p for p, _ in problems_of(data)]
+    assert {"spec.gpu.wholeGpu", "spec.gpu.mig", "spec.gpu.timeSlice"} <= set(paths)
+
+
+def test_required_signatures_need_an_identity() -> None:
+    data = team_a()
+    data["spec"]["images"]["signatures"]["identities"] = []
+    assert "spec.images.signatures.identities" in dict(problems_of(data))
+
+
+def test_signer_needs_exactly_one_subject_form() -> None:
+    data = team_a()
+    data["spec"]["images"]["signatures"]["identities"][0]["subject"] = "x"
+    (path, message), = problems_of(data)
+    assert path == "spec.images.signatures.identities[0]"
+    assert "exactly one" in message
+
+
+def test_spiffe_template_must_name_pipeline_and_step() -> None:
+    data = team_a()
+    data["spec"]["identity"]["spiffeIdTemplate"] = "spiffe://{trustDomain}/ns/{namespace}"
+    assert "{pipeline}" in dict(problems_of(data))["spec.identity"]
+
+
+def test_root_user_is_refused() -> None:
+    data = team_a()
+    data["spec"]["hardening"]["runAsUser"] = 0
+    assert "spec.hardening.runAsUser" in dict(problems_of(data))
+
+
+def test_spiffe_id_uses_label_spelling() -> None:
+    profile = load_profile(ROOT / "profiles/team-a.yaml")
+    assert (
+        profile.spiffe_id("Fine Tune!", "train-model")
+        == "spiffe://acme.example/ns/team-a/pipeline/Fine-Tune/step/train-model"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("16Gi", 16 * 2**30), ("500M", 500 * 10**6), (1024, 1024), ("7", 7)],
+)
+def test_parse_bytes(text: object, expected: int) -> None:
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["16 GB", "-1", "Gi", True, 0, "1.5Gi"])
+def test_parse_bytes_rejects(text: object) -> None:
+    with pytest.raises(ValueError):
+        parse_bytes(text)
+
+
+def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: x\nspec: [unclosed\n")
+    with pytest.raises(InputError) as caught:
+        load_profile(bad)
+    assert f"{bad}:" in caught.value.diagnostics()
+
+
+def test_committed_schema_is_in_sync() -> None:
+    committed = json.loads((ROOT / "profiles/tenantprofile.schema.json").read_text())
+    assert committed == profile_json_schema(), "run: secureml profile schema > profiles/tenantprofile.schema.json"
+
+
+def test_validate_cli_prints_one_line_per_problem(tmp_path: Path) -> None:
+    data = team_a()
+    broken = copy.deepcopy(data)
+    broken["spec"]["tier"] = "confidential"
+    broken["spec"]["extra"] = 1
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(broken))
+    result = runner.invoke(app, ["profile", "validate", str(ROOT / "profiles/team-a.yaml"), str(path)])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert lines[0].endswith("ok (tenant team-a, tier internal)")
+    assert lines[1] == f"{path}: spec.extra: Extra inputs are not permitted"
+    assert len(lines) == 2
+
+
+def test_validate_cli_missing_file() -> None:
+    result = runner.invoke(app, ["profile", "validate", "/nonexistent.yaml"])
+    assert result.exit_code == 1
+    assert "cannot read profile /nonexistent.yaml" in result.output
+    assert "Traceback" not in result.output

@@ -1,0 +1,180 @@
+"""Who signed: the signer of a Fulcio certificate, and the identities a tenant trusts.
+
+A `TrustedIdentity` is an OIDC issuer plus either an exact subject or a regular expression over
+the subject (the certificate's SAN: an e-mail address, a URI such as a GitHub workflow, or
+Sigstore's own "other name"). Regular expressions follow cosign: `re.search`, so anchor them with
+`^` (and `$`) when the whole subject must match. The issuer always compares exactly.
+
+`IdentityPolicy` plugs the identities into sigstore-python's verifier as a verification policy
+(any identity may match); its failure names the certificate's actual signer and issuer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sigstore.errors import VerificationError
+
+from secureml.errors import SecuremlError
+
+if TYPE_CHECKING:
+    from cryptography.x509 import Certificate
+
+# Fulcio certificate extensions (https://github.com/sigstore/fulcio/blob/main/docs/oid-info.md).
+OID_ISSUER_V1 = "1.3.6.1.4.1.57264.1.1"  # raw bytes
+OID_ISSUER_V2 = "1.3.6.1.4.1.57264.1.8"  # DER UTF8String
+OID_SAN_OTHERNAME = "1.3.6.1.4.1.57264.1.7"
+
+
+@dataclass(frozen=True, slots=True)
+class Signer:
+    """The identity a signing certificate was issued to."""
+
+    subjects: tuple[str, ...]
+    issuers: tuple[str, ...]  # every issuer extension present; normally one value
+
+    @property
+    def subject(self) -> str:
+        return self.subjects[0] if self.subjects else "(no subject)"
+
+    @property
+    def issuer(self) -> str:
+        return self.issuers[0] if len(set(self.issuers)) == 1 else " / ".join(self.issuers) or "(none)"
+
+    def __str__(self) -> str:
+        return f"{self.subject} (issuer {self.issuer})"
+
+    @classmethod
+    def from_certificate(cls, cert: Certificate) -> Signer:
+        from cryptography import x509
+        from cryptography.hazmat import asn1
+
+        subjects: list[str] = []
+        try:
+            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            san = None
+        if san is not None:
+            subjects += san.get_values_for_type(x509.UniformResourceIdentifier)
+            subjects += san.get_values_for_type(x509.RFC822Name)
+            subjects += [
+                other.value.decode(errors="replace")
+                for other in san.get_values_for_type(x509.OtherName)
+                if other.type_id.dotted_string == OID_SAN_OTHERNAME
+            ]
+        issuers: list[str] = []
+        for ext in cert.extensions:
+            raw = getattr(ext.value, "value", None)
+            if not isinstance(raw, bytes):
+                continue
+            if ext.oid.dotted_string == OID_ISSUER_V1:
+                issuers.append(raw.decode(errors="replace"))
+            elif ext.oid.dotted_string == OID_ISSUER_V2:
+                try:
+                    issuers.append(asn1.decode_der(str, raw))
+                except ValueError:
+                    issuers.append("(malformed issuer extension)")
+        return cls(subjects=tuple(subjects), issuers=tuple(issuers))
+
+
+@dataclass(frozen=True, slots=True)
+class TrustedIdentity:
+    """One signer a tenant trusts: exact `subject` or `subject_regexp`, issued by `issuer`."""
+
+    issuer: str
+    subject: str | None = None
+    subject_regexp: str | None = None
+    _pattern: re.Pattern[str] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.issuer:
+            raise SecuremlError(
+                "a trusted signer identity has no OIDC issuer",
+                why="without the issuer anyone able to obtain the same subject elsewhere would pass",
+                fix="give --certificate-oidc-issuer (or `issuer:` in the profile)",
+            )
+        if (self.subject is None) == (self.subject_regexp is None):
+            raise SecuremlError(
+                "a trusted signer identity needs exactly one of subject or subject regexp",
+                why=f"got subject={self.subject!r}, regexp={self.subject_regexp!r}",
+                fix="give --certificate-identity or --certificate-identity-regexp, not both",
+            )
+        if self.subject_regexp is not None:
+            try:
+                object.__setattr__(self, "_pattern", re.compile(self.subject_regexp))
+            except re.error as err:
+                raise SecuremlError(
+                    f"signer regular expression {self.subject_regexp!r} is invalid",
+                    why=str(err),
+                    fix="correct the expression (Python `re` syntax)",
+                ) from None
+
+    def matches(self, signer: Signer) -> bool:
+        if not signer.issuers or set(signer.issuers) != {self.issuer}:
+            return False
+        if self._pattern is not None:
+            return any(self._pattern.search(subject) for subject in signer.subjects)
+        return self.subject in signer.subjects
+
+    def __str__(self) -> str:
+        who = self.subject if self.subject is not None else f"~/{self.subject_regexp}/"
+        return f"{who} (issuer {self.issuer})"
+
+
+def identities_from_profile(profile: Any) -> list[TrustedIdentity]:
+    """The `spec.images.signatures.identities` of a TenantProfile."""
+    return [
+        TrustedIdentity(issuer=ident.issuer, subject=ident.subject, subject_regexp=ident.subject_reg_exp)
+        for ident in profile.spec.images.signatures.identities
+    ]
+
+
+def identities_from_flags(
+    *, identity: str | None, identity_regexp: str | None, issuer: str | None
+) -> list[TrustedIdentity]:
+    """The identity given with cosign-style flags (`--certificate-identity[-regexp]`, `--certificate-oidc-issuer`)."""
+    if identity is None and identity_regexp is None:
+        raise SecuremlError(
+            "no trusted signer given",
+            why="a signature proves nothing unless the signer is one you trust",
+            fix="give --profile, or --certificate-identity/--certificate-identity-regexp with "
+            "--certificate-oidc-issuer",
+        )
+    if not issuer:
+        raise SecuremlError(
+            "--certificate-oidc-issuer is missing",
+            why="the subject alone can be claimed through another OIDC provider",
+            fix="add --certificate-oidc-issuer, e.g. https://token.actions.githubusercontent.com",
+        )
+    return [TrustedIdentity(issuer=issuer, subject=identity, subject_regexp=identity_regexp)]
+
+
+class IdentityPolicy:
+    """A sigstore `VerificationPolicy`: the certificate's signer must match any trusted identity."""
+
+    def __init__(self, identities: Iterable[TrustedIdentity]) -> None:
+        self.identities = list(identities)
+        self.matched: TrustedIdentity | None = None
+        self.signer: Signer | None = None
+
+    def verify(self, cert: Certificate) -> None:
+        signer = Signer.from_certificate(cert)
+        self.signer = signer
+        for identity in self.identities:
+            if identity.matches(signer):
+                self.matched = identity
+                return
+        raise SignerUntrusted(signer, self.identities)
+
+
+class SignerUntrusted(VerificationError):
+    """The signature is by someone the policy does not trust (a sigstore VerificationError)."""
+
+    def __init__(self, signer: Signer, identities: list[TrustedIdentity]) -> None:
+        self.signer = signer
+        self.identities = identities
+        trusted = "; ".join(str(i) for i in identities) or "(none configured)"
+        super().__init__(f"signed by {signer}, which matches none of the trusted identities: {trusted}")

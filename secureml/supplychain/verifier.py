@@ -1,0 +1,284 @@
+"""Verify Sigstore bundles offline with sigstore-python, and say why when they do not verify.
+
+Two bundle shapes sign a container image (both name the image by its manifest digest):
+
+* cosign v3 (`cosign sign --new-bundle-format`): a DSSE envelope holding an in-toto statement whose
+  predicate type is `https://sigstore.dev/cosign/sign/v1` and one of whose subjects has
+  `digest.sha256` equal to the image digest;
+* a message-signature bundle whose signature is over the manifest digest itself (cosign's
+  `sign-blob` of the manifest, or any client signing the digest).
+
+Blobs (a file, e.g. a TenantProfile, or a `sha256:` digest of one) verify the same way: a
+message-signature over the bytes, or a DSSE in-toto statement naming their digest as a subject.
+
+Every failure is a `SignatureError` whose `kind` is `missing`, `invalid` or `untrusted`; `rule()`
+turns it into a rule id such as `image.signature-invalid`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from secureml.errors import SecuremlError
+from secureml.images import ImageRef
+from secureml.supplychain.identity import IdentityPolicy, SignerUntrusted, TrustedIdentity
+from secureml.supplychain.trust import resolve_trusted_root, verifier_for
+
+COSIGN_SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"
+IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
+IN_TOTO_STATEMENT_TYPES = ("https://in-toto.io/Statement/v1", "https://in-toto.io/Statement/v0.1")
+
+RULE_SIGNATURE_MISSING = "image.signature-missing"
+RULE_SIGNATURE_INVALID = "image.signature-invalid"
+RULE_SIGNER_UNTRUSTED = "image.signer-untrusted"
+
+_DIGEST_RE = re.compile(r"^sha256:([0-9a-f]{64})$")
+
+FailureKind = Literal["missing", "invalid", "untrusted"]
+
+
+class SignatureError(SecuremlError):
+    """A signature that is absent, does not verify, or is by an untrusted signer."""
+
+    def __init__(self, kind: FailureKind, what: str, *, why: str = "", fix: str = "", where: str = "") -> None:
+        self.kind = kind
+        super().__init__(what, why=why, fix=fix, where=where)
+
+    def rule(self, area: str = "image") -> str:
+        """The rule id for this failure, e.g. `image.signer-untrusted` or `profile.signature-invalid`."""
+        suffix = {"missing": "signature-missing", "invalid": "signature-invalid", "untrusted": "signer-untrusted"}
+        return f"{area}.{suffix[self.kind]}"
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedSignature:
+    """A bundle that verified: who signed, and how."""
+
+    signer: str  # the certificate subject (SAN) that matched
+    issuer: str
+    kind: Literal["dsse", "message-signature"]
+    predicate_type: str | None  # DSSE only
+    trusted_identity: str  # the trusted identity it matched, as text
+
+
+def digest_hex(text: str) -> str | None:
+    """The hex of a `sha256:<64 lowercase hex>` digest, or None when `text` is not one."""
+    match = _DIGEST_RE.match(text)
+    return match.group(1) if match else None
+
+
+class SignatureVerifier:
+    """Verifies bundles against one trusted root; keep one around (the sigstore verifier is warm)."""
+
+    def __init__(self, trusted_root: str | Path = "production", *, base_dir: Path | None = None, online: bool = False) -> None:
+        self.trusted_root = resolve_trusted_root(trusted_root, base_dir=base_dir)
+        self._verifier = verifier_for(self.trusted_root, online=online)
+
+    def verify_image(
+        self,
+        image: ImageRef | str,
+        bundle: bytes,
+        identities: Sequence[TrustedIdentity],
+        *,
+        bundle_source: str = "bundle",
+    ) -> VerifiedSignature:
+        """Verify a bundle for a digest-pinned image: cosign v3 DSSE, or a signature over the digest."""
+        ref = image if isinstance(image, ImageRef) else ImageRef.parse(image)
+        if ref.digest_hex is None:
+            raise SignatureError(
+                "missing",
+                f"image {ref} is not pinned by digest",
+                why="a signature covers a manifest digest; a tag can point at other content later",
+                fix="reference the image as REPOSITORY@sha256:<digest>",
+            )
+        return self._verify(
+            ref.digest_hex,
+            None,
+            bundle,
+            identities,
+            bundle_source=bundle_source,
+            subject=f"image {ref.by_digest()}",
+            predicate_type=COSIGN_SIGN_PREDICATE,
+        )
+
+    def verify_artifact(
+        self,
+        artifact: bytes | str,
+        bundle: bytes,
+        identities: Sequence[TrustedIdentity],
+        *,
+        bundle_source: str = "bundle",
+        artifact_name: str = "artifact",
+    ) -> VerifiedSignature:
+        """Verify a blob (its bytes, or its `sha256:<hex>` digest) against a bundle."""
+        if isinstance(artifact, bytes):
+            hex_digest, raw = hashlib.sha256(artifact).hexdigest(), artifact
+        else:
+            parsed = digest_hex(artifact)
+            if parsed is None:
+                raise SecuremlError(
+                    f"{artifact!r} is not a sha256 digest",
+                    why="a digest is 'sha256:' followed by 64 lowercase hex digits",
+                    fix="pass the file itself, or its digest as sha256:<hex>",
+                )
+            hex_digest, raw = parsed, None
+        return self._verify(
+            hex_digest, raw, bundle, identities, bundle_source=bundle_source,
+            subject=f"{artifact_name} (sha256:{hex_digest})", predicate_type=None,
+        )
+
+    def _verify(
+        self,
+        hex_digest: str,
+        raw: bytes | None,
+        bundle_bytes: bytes,
+        identities: Sequence[TrustedIdentity],
+        *,
+        bundle_source: str,
+        subject: str,
+        predicate_type: str | None,
+    ) -> VerifiedSignature:
+        from sigstore.errors import Error as SigstoreError
+        from sigstore.hashes import Hashed
+        from sigstore.models import Bundle
+        from sigstore_models.common.v1 import HashAlgorithm
+
+        if not identities:
+            raise SignatureError(
+                "untrusted",
+                f"no trusted signer identities to check {subject} against",
+                why="a signature proves nothing unless its signer is one the tenant trusts",
+                fix="list identities under spec.images.signatures.identities, or pass identity flags",
+            )
+        document = _parse_bundle_json(bundle_bytes, bundle_source)
+        try:
+            bundle = Bundle.from_json(bundle_bytes)
+        except Exception as err:  # InvalidBundle, pydantic, base64: all mean "unusable bundle"
+            raise SignatureError(
+                "invalid",
+                f"{bundle_source} is not a valid Sigstore bundle",
+                why=_first_line(err),
+                fix="use the .sigstore.json bundle written by cosign/sigstore for this exact artifact",
+            ) from None
+        policy = IdentityPolicy(identities)
+        is_dsse = "dsseEnvelope" in document
+        try:
+            if is_dsse:
+                payload_type, payload = self._verifier.verify_dsse(bundle, policy)
+            else:
+                hashed = Hashed(algorithm=HashAlgorithm.SHA2_256, digest=bytes.fromhex(hex_digest))
+                self._verifier.verify_artifact(raw if raw is not None else hashed, bundle, policy)
+        except SignerUntrusted as err:
+            raise SignatureError(
+                "untrusted",
+                f"{subject}: signer is not trusted",
+                why=str(err),
+                fix="sign with a trusted identity, or (platform team) add the signer to the profile's identities",
+                where=bundle_source,
+            ) from None
+        except (SigstoreError, ValueError, TypeError, KeyError) as err:
+            raise SignatureError(
+                "invalid",
+                f"{subject}: signature does not verify",
+                why=_explain(err, document, hex_digest),
+                fix="obtain the bundle produced when this exact content was signed; re-sign if it was rebuilt",
+                where=bundle_source,
+            ) from None
+        if is_dsse:
+            found_predicate = _check_statement(payload_type, payload, hex_digest, predicate_type, subject, bundle_source)
+        else:
+            found_predicate = None
+        signer = policy.signer
+        matched = policy.matched
+        assert signer is not None and matched is not None  # the policy ran and accepted
+        return VerifiedSignature(
+            signer=_matching_subject(signer.subjects, matched),
+            issuer=matched.issuer,
+            kind="dsse" if is_dsse else "message-signature",
+            predicate_type=found_predicate,
+            trusted_identity=str(matched),
+        )
+
+
+def _matching_subject(subjects: tuple[str, ...], identity: TrustedIdentity) -> str:
+    for subject in subjects:
+        if identity.subject == subject or (identity.subject_regexp and re.search(identity.subject_regexp, subject)):
+            return subject
+    return subjects[0]
+
+
+def _parse_bundle_json(data: bytes, source: str) -> dict:
+    try:
+        document = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise SignatureError(
+            "invalid",
+            f"{source} is not JSON",
+            why=_first_line(err),
+            fix="a Sigstore bundle is the JSON file written by `cosign sign --bundle` / `sigstore sign`",
+        ) from None
+    if not isinstance(document, dict):
+        raise SignatureError("invalid", f"{source} is not a Sigstore bundle", why="the JSON is not an object")
+    return document
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0]
+
+
+def _explain(err: BaseException, document: dict, hex_digest: str) -> str:
+    message = _first_line(err)
+    if message == "Bundle message digest mismatch":
+        signed = document.get("messageSignature", {}).get("messageDigest", {}).get("digest", "")
+        try:
+            signed_hex = base64.b64decode(signed).hex()
+        except (binascii.Error, ValueError):
+            signed_hex = "(unreadable)"
+        return f"wrong digest: the bundle signs sha256:{signed_hex}, not sha256:{hex_digest}"
+    if message == "Signature is invalid for input":
+        return "bad signature: it does not verify over sha256:" + hex_digest + " (content or signature altered)"
+    return f"Sigstore verification failed: {message}"
+
+
+def _check_statement(
+    payload_type: str, payload: bytes, hex_digest: str, predicate_type: str | None, subject: str, source: str
+) -> str:
+    def fail(why: str) -> SignatureError:
+        return SignatureError(
+            "invalid",
+            f"{subject}: signed statement does not cover it",
+            why=why,
+            fix="use the bundle cosign wrote for this image digest (cosign sign --new-bundle-format)",
+            where=source,
+        )
+
+    if payload_type != IN_TOTO_PAYLOAD_TYPE:
+        raise fail(f"DSSE payload type is {payload_type!r}, expected {IN_TOTO_PAYLOAD_TYPE!r}")
+    try:
+        statement = json.loads(payload)
+    except ValueError as err:
+        raise fail(f"the in-toto statement is not JSON: {_first_line(err)}") from None
+    if not isinstance(statement, dict) or statement.get("_type") not in IN_TOTO_STATEMENT_TYPES:
+        raise fail("the DSSE payload is not an in-toto statement")
+    found_predicate = statement.get("predicateType")
+    if predicate_type is not None and found_predicate != predicate_type:
+        raise fail(f"wrong predicate type {found_predicate!r}, expected {predicate_type!r}")
+    subjects = statement.get("subject")
+    digests = [
+        s.get("digest", {}).get("sha256")
+        for s in subjects
+        if isinstance(s, dict) and isinstance(s.get("digest"), dict)
+    ] if isinstance(subjects, list) else []
+    if hex_digest not in digests:
+        listed = ", ".join(f"sha256:{d}" for d in digests if isinstance(d, str)) or "none"
+        raise fail(f"wrong digest: the statement's subjects are {listed}, not sha256:{hex_digest}")
+    return str(found_predicate)

@@ -1,0 +1,346 @@
+"""GPU requests, the MIG catalogue, and how a request becomes Kubernetes scheduling terms.
+
+A step asks for one of three things: `MIG(profile, count)`, a MIG instance; `TimeSlice(memory,
+compute)`, a share of a time-sliced GPU limited by the quota shim; `WholeGPU(count, product)`,
+whole GPUs on the tenant's dedicated pool. `placement(request, profile)` maps a request onto what
+the tenant's cluster offers:
+
+| backend / strategy      | MIG                                   | TimeSlice                   | WholeGPU              |
+|-------------------------|---------------------------------------|-----------------------------|-----------------------|
+| device-plugin, mixed    | `nvidia.com/mig-<profile>`            | profile's shared resource + | `nvidia.com/gpu` +    |
+| device-plugin, single   | `nvidia.com/gpu` + `gpu.product` of   | `gpu.sharing-strategy:      | pool selector and     |
+|                         | the MIG-suffixed product name (GFD)   | time-slicing` selector      | tolerations           |
+| dra                     | pod label `secureml.dev/gpu-claim` naming a ResourceClaimTemplate (`claim_template_name`)   |
+
+Whether a request is *allowed* is decided by `secureml.compile_rules`; this module only knows what
+exists (the catalogue) and where it lives (the mapping).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from secureml import contract
+from secureml.errors import SecuremlError
+
+if TYPE_CHECKING:
+    from secureml.profile import TenantProfile
+
+RESOURCE_GPU = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+# Node labels published by NVIDIA GPU Feature Discovery (k8s-device-plugin README, "Catalog of Labels").
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+LABEL_SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"
+SHARING_TIME_SLICING = "time-slicing"
+
+
+# --- the MIG catalogue -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """One MIG profile of one GPU model (NVIDIA MIG user guide, "Supported MIG Profiles")."""
+
+    name: str  # e.g. "1g.10gb"
+    compute_slices: int  # GPCs out of the model's compute_slices
+    memory_slices: int  # memory slices out of the model's memory_slices
+    memory_gb: int  # the "<n>gb" of the name
+    max_instances: int  # how many fit on one GPU at once
+
+
+@dataclass(frozen=True, slots=True)
+class GPUModel:
+    """A MIG-capable GPU model as tenant profiles name it (`spec.gpu.models`)."""
+
+    name: str  # e.g. "A100-80GB"
+    products: tuple[str, ...]  # GFD `nvidia.com/gpu.product` values (NVML name, spaces -> '-')
+    compute_slices: int
+    memory_slices: int
+    profiles: dict[str, MigProfile] = field(hash=False)
+
+    def profile(self, name: str) -> MigProfile | None:
+        return self.profiles.get(name)
+
+
+def _profile(name: str, compute: int, memory: int, max_instances: int) -> MigProfile:
+    memory_gb = int(re.fullmatch(r"\d+g\.(\d+)gb(?:\+me)?", name).group(1))  # type: ignore[union-attr]
+    return MigProfile(name, compute, memory, memory_gb, max_instances)
+
+
+def _seven_slice_family(eighth: int, quarter: int, half: int, full: int) -> dict[str, MigProfile]:
+    """The A100/H100/H200/B200 layout: 7 compute and 8 memory slices; the arguments are the GB of
+    the 1/8, 2/8, 4/8 and 8/8 memory profiles."""
+    rows = (
+        (f"1g.{eighth}gb", 1, 1, 7),
+        (f"1g.{eighth}gb+me", 1, 1, 1),
+        (f"1g.{quarter}gb", 1, 2, 4),
+        (f"2g.{quarter}gb", 2, 2, 3),
+        (f"3g.{half}gb", 3, 4, 2),
+        (f"4g.{half}gb", 4, 4, 1),
+        (f"7g.{full}gb", 7, 8, 1),
+    )
+    return {name: _profile(name, c, m, n) for name, c, m, n in rows}
+
+
+def _model(name: str, products: tuple[str, ...], compute: int, memory: int,
+           profiles: dict[str, MigProfile]) -> GPUModel:
+    return GPUModel(name, products, compute, memory, profiles)
+
+
+MIG_CATALOGUE: dict[str, GPUModel] = {
+    model.name: model
+    for model in (
+        _model(
+            "A30", ("NVIDIA-A30",), 4, 4,
+            {
+                name: _profile(name, c, m, n)
+                for name, c, m, n in (
+                    ("1g.6gb", 1, 1, 4),
+                    ("1g.6gb+me", 1, 1, 1),
+                    ("2g.12gb", 2, 2, 2),
+                    ("2g.12gb+me", 2, 2, 1),
+                    ("4g.24gb", 4, 4, 1),
+                )
+            },
+        ),
+        _model("A100-40GB", ("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB"), 7, 8,
+               _seven_slice_family(5, 10, 20, 40)),
+        _model("A100-80GB", ("NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe"), 7, 8,
+               _seven_slice_family(10, 20, 40, 80)),
+        _model("H100-80GB", ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"), 7, 8,
+               _seven_slice_family(10, 20, 40, 80)),
+        _model("H100-94GB", ("NVIDIA-H100-NVL",), 7, 8,
+               _seven_slice_family(12, 24, 47, 94)),
+        _model("H200-141GB", ("NVIDIA-H200", "NVIDIA-H200-NVL"), 7, 8,
+               _seven_slice_family(18, 35, 71, 141)),
+        _model("B200", ("NVIDIA-B200",), 7, 8,
+               _seven_slice_family(23, 45, 90, 180)),
+    )
+}
+
+
+def models_offering(profile_name: str, model_names: list[str]) -> list[GPUModel]:
+    """The models among `model_names` (catalogue order) that have MIG profile `profile_name`."""
+    return [
+        model
+        for name in model_names
+        if (model := MIG_CATALOGUE.get(name)) is not None and profile_name in model.profiles
+    ]
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+def memory_bytes(value: int | str, *, where: str) -> int:
+    """Bytes from an int or a Kubernetes quantity string ("16Gi", "500M")."""
+    from secureml.profile import parse_bytes
+
+    try:
+        return parse_bytes(value)
+    except ValueError as err:
+        raise SecuremlError(
+            f"memory {value!r} is not a size",
+            why=str(err),
+            fix="write e.g. memory='8Gi' or memory=8589934592",
+            where=where,
+        ) from None
+
+
+def _positive_int(value: object, what: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SecuremlError(f"{what} {value!r} must be a whole number >= 1", fix=f"set {what}=1 or more",
+                            where=where)
+    return value
+
+
+def _compact_json(data: dict[str, object]) -> str:
+    return json.dumps(data, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class MIG:
+    """`count` MIG instances of `profile` (e.g. "1g.10gb"); isolation level `mig`."""
+
+    profile: str
+    count: int = 1
+    kind: Literal["mig"] = field(default="mig", init=False)
+
+    def __post_init__(self) -> None:
+        where = f"MIG({self.profile!r})"
+        if not isinstance(self.profile, str) or not re.fullmatch(r"[1-9]g\.[0-9]+gb(\+me)?", self.profile):
+            raise SecuremlError(
+                f"{self.profile!r} is not a MIG profile name",
+                why="MIG profiles are named <compute>g.<memory>gb, e.g. 1g.10gb or 3g.40gb",
+                fix="pick one of the profiles your TenantProfile allows (spec.gpu.mig.allowedProfiles)",
+                where=where,
+            )
+        _positive_int(self.count, "count", where)
+
+    def isolation(self, profile: TenantProfile) -> str:
+        return "mig"
+
+    def to_json(self) -> str:
+        return _compact_json({"kind": "mig", "profile": self.profile, "count": self.count})
+
+
+@dataclass(frozen=True, slots=True)
+class TimeSlice:
+    """A share of a time-sliced GPU: at most `memory` (bytes or "8Gi") and `compute` percent of
+    the SMs. Isolation `timeslice-shim` when the profile arms the shim, else `timeslice`."""
+
+    memory: int | str
+    compute: int
+    kind: Literal["timeslice"] = field(default="timeslice", init=False)
+
+    def __post_init__(self) -> None:
+        where = "TimeSlice(...)"
+        object.__setattr__(self, "memory", memory_bytes(self.memory, where=where))
+        if isinstance(self.compute, bool) or not isinstance(self.compute, int) or not 1 <= self.compute <= 100:
+            raise SecuremlError(
+                f"compute {self.compute!r} is not a percentage",
+                why="compute is the share of the GPU's SMs, a whole number from 1 to 100",
+                fix="write e.g. compute=25",
+                where=where,
+            )
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory)
+
+    def isolation(self, profile: TenantProfile) -> str:
+        return "timeslice-shim" if profile.spec.runtime.shim == "enforce" else "timeslice"
+
+    def to_json(self) -> str:
+        return _compact_json({"kind": "timeslice", "memory": self.memory_bytes, "compute": self.compute})
+
+
+@dataclass(frozen=True, slots=True)
+class WholeGPU:
+    """`count` whole GPUs on the tenant's dedicated pool, optionally of one GFD `product`."""
+
+    count: int = 1
+    product: str | None = None
+    kind: Literal["whole"] = field(default="whole", init=False)
+
+    def __post_init__(self) -> None:
+        where = "WholeGPU(...)"
+        _positive_int(self.count, "count", where)
+        if self.product is not None and (
+            not isinstance(self.product, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.product)
+        ):
+            raise SecuremlError(
+                f"product {self.product!r} is not a GPU product name",
+                why="the product is matched against the node label nvidia.com/gpu.product",
+                fix="use the label value, e.g. product='NVIDIA-H100-80GB-HBM3', or leave it out",
+                where=where,
+            )
+
+    def isolation(self, profile: TenantProfile) -> str:
+        return "dedicated"
+
+    def to_json(self) -> str:
+        return _compact_json({"kind": "whole", "count": self.count, "product": self.product})
+
+
+GPURequest = MIG | TimeSlice | WholeGPU
+
+
+# --- mapping -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """What the compiler writes into a task for one (already checked) GPU request."""
+
+    isolation: str
+    accelerator_type: str | None = None  # extended resource name; None on the dra backend
+    accelerator_count: int = 0
+    node_selector: dict[str, str] = field(default_factory=dict)
+    node_affinity: list[dict[str, object]] = field(default_factory=list)  # required matchExpressions
+    tolerations: list[dict[str, object]] = field(default_factory=list)
+    pod_labels: dict[str, str] = field(default_factory=dict)
+
+
+def mig_resource_name(profile_name: str) -> str:
+    """The extended resource the device plugin's `mixed` strategy advertises for a MIG profile."""
+    return f"{MIG_RESOURCE_PREFIX}{profile_name}"
+
+
+def mig_product_names(profile_name: str, model_names: list[str]) -> list[str]:
+    """GFD's `nvidia.com/gpu.product` values under the `single` strategy: `<product>-MIG-<profile>`."""
+    return [
+        f"{product}-MIG-{profile_name}"
+        for model in models_offering(profile_name, model_names)
+        for product in model.products
+    ]
+
+
+def _product_terms(values: list[str]) -> tuple[dict[str, str], list[dict[str, object]]]:
+    """One product: a node selector; several: a required node affinity `In` (a selector holds one)."""
+    if len(values) == 1:
+        return {LABEL_GPU_PRODUCT: values[0]}, []
+    return {}, [{"key": LABEL_GPU_PRODUCT, "operator": "In", "values": values}]
+
+
+def claim_template_name(request: GPURequest) -> str:
+    """Name of the ResourceClaimTemplate the tenant bundle renders for `request` (dra backend).
+
+    `secureml-mig-1g-10gb`, `secureml-mig-1g-10gb-x2`, `secureml-timeslice`, `secureml-gpu-2`,
+    `secureml-gpu-1-nvidia-h100-80gb-hbm3`: DNS-1123 names, one per distinct request shape.
+    Time-slice limits are enforced by the shim, not the claim, so every share uses one template.
+    """
+    if isinstance(request, MIG):
+        name = "secureml-mig-" + re.sub(r"[^a-z0-9]+", "-", request.profile.lower()).strip("-")
+        return name if request.count == 1 else f"{name}-x{request.count}"
+    if isinstance(request, TimeSlice):
+        return "secureml-timeslice"
+    name = f"secureml-gpu-{request.count}"
+    if request.product:
+        name += "-" + re.sub(r"[^a-z0-9]+", "-", request.product.lower()).strip("-")
+    return name[:253].rstrip("-")
+
+
+def placement(request: GPURequest | None, profile: TenantProfile) -> Placement:
+    """Scheduling terms for `request` on `profile`'s cluster. The request must already have passed
+    `compile_rules` (allowed kind, profile and limits); `None` is a step without a GPU."""
+    if request is None:
+        return Placement(isolation=contract.ISOLATION_NONE)
+    gpu = profile.spec.gpu
+    isolation = request.isolation(profile)
+    if gpu.backend == "dra":
+        return Placement(isolation=isolation, pod_labels={contract.LABEL_GPU_CLAIM: claim_template_name(request)})
+    if isinstance(request, MIG):
+        if gpu.mig_strategy == "mixed":
+            return Placement(isolation, mig_resource_name(request.profile), request.count)
+        selector, affinity = _product_terms(mig_product_names(request.profile, list(gpu.models)))
+        return Placement(isolation, RESOURCE_GPU, request.count, selector, affinity)
+    if isinstance(request, TimeSlice):
+        time_slice = gpu.time_slice
+        selector = {LABEL_SHARING_STRATEGY: SHARING_TIME_SLICING, **dict(time_slice.node_selector or {})}
+        return Placement(isolation, time_slice.resource_name, 1, selector)
+    whole = gpu.whole_gpu
+    selector = dict(whole.node_selector or {})
+    if request.product:
+        selector[LABEL_GPU_PRODUCT] = request.product
+    return Placement(isolation, RESOURCE_GPU, request.count, selector, [],
+                     [toleration.model_dump(exclude_none=True) for toleration in whole.tolerations])
+
+
+def allowed_accelerators(profile: TenantProfile) -> set[str]:
+    """Extended resource names a task of `profile` may carry (empty on the dra backend)."""
+    gpu = profile.spec.gpu
+    if gpu.backend == "dra":
+        return set()
+    names: set[str] = set()
+    if gpu.mig is not None:
+        if gpu.mig_strategy == "mixed":
+            names.update(mig_resource_name(name) for name in gpu.mig.allowed_profiles)
+        else:
+            names.add(RESOURCE_GPU)
+    if gpu.time_slice is not None:
+        names.add(gpu.time_slice.resource_name)
+    if gpu.whole_gpu is not None:
+        names.add(RESOURCE_GPU)
+    return names

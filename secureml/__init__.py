@@ -1,5 +1,34 @@
-"""secureml: Kubeflow Pipelines that are safe to run on GPUs shared between tenants."""
+"""secureml: Kubeflow Pipelines that are safe to run on GPUs shared between tenants.
+
+The public API is loaded on first use (module `__getattr__`), so `import secureml` (the CLI, the
+launcher) does not pay for importing kfp.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+__all__ = ["MIG", "TimeSlice", "WholeGPU", "secure_component"]
+
+_LAZY = {
+    "MIG": "secureml.gpu",
+    "TimeSlice": "secureml.gpu",
+    "WholeGPU": "secureml.gpu",
+    "secure_component": "secureml.decorator",
+}
+
+if TYPE_CHECKING:
+    from secureml.decorator import secure_component
+    from secureml.gpu import MIG, TimeSlice, WholeGPU
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'secureml' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

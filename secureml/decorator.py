@@ -1,0 +1,127 @@
+"""`@secure_component`: `@dsl.component` plus the settings a secure step carries.
+
+The decorator builds an ordinary KFP component (lightweight, `target_image` or container component)
+and attaches a `SecureSettings` value to its component spec. Nothing else changes at decoration
+time: the component still runs under `kfp.local` as written. `secureml compile` reads the settings
+back (`settings_of`) and turns them, with the tenant profile, into what the task carries in the
+cluster (GPU placement, launcher prefix, labels, environment).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from secureml.errors import SecuremlError
+from secureml.gpu import MIG, GPURequest, TimeSlice, WholeGPU
+
+_SETTINGS_ATTR = "_secureml_settings"
+
+
+@dataclass(frozen=True, slots=True)
+class SecureSettings:
+    """Per-step settings of a secure component; the profile decides whether they are allowed."""
+
+    gpu: GPURequest | None = None
+    timeout_seconds: int | None = None  # the pod's activeDeadlineSeconds
+    scratch_mounts: tuple[str, ...] = ()  # writable emptyDir paths beyond the profile's
+
+
+def settings_of(component_spec: object) -> SecureSettings | None:
+    """The settings `@secure_component` attached to a component spec, or None for a plain one."""
+    return getattr(component_spec, _SETTINGS_ATTR, None)
+
+
+def _check_settings(gpu: object, timeout: object, scratch: object, where: str) -> SecureSettings:
+    if gpu is not None and not isinstance(gpu, (MIG, TimeSlice, WholeGPU)):
+        raise SecuremlError(
+            f"gpu={gpu!r} is not a GPU request",
+            fix="use gpu=MIG('1g.10gb'), gpu=TimeSlice(memory='8Gi', compute=25) or gpu=WholeGPU(1)",
+            where=where,
+        )
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
+        raise SecuremlError(f"timeout={timeout!r} must be a whole number of seconds >= 1", where=where)
+    if isinstance(scratch, str) or not all(isinstance(p, str) and p.startswith("/") for p in scratch):  # type: ignore[attr-defined]
+        raise SecuremlError(
+            f"scratch={scratch!r} must be a list of absolute paths",
+            fix="write e.g. scratch=['/workspace']",
+            where=where,
+        )
+    return SecureSettings(gpu=gpu, timeout_seconds=timeout, scratch_mounts=tuple(scratch))  # type: ignore[arg-type]
+
+
+def _returns_container_spec(func: Callable[..., Any]) -> bool:
+    from kfp import dsl
+
+    annotation = inspect.signature(func).return_annotation
+    return annotation is dsl.ContainerSpec or annotation == "dsl.ContainerSpec"
+
+
+def secure_component(
+    func: Callable[..., Any] | Any | None = None,
+    *,
+    image: str | None = None,
+    gpu: GPURequest | None = None,
+    timeout: int | None = None,
+    scratch: list[str] | tuple[str, ...] = (),
+    **component_kwargs: Any,
+) -> Any:
+    """Make a KFP component that `secureml compile` turns into a secure step.
+
+    `image` is the digest-pinned image the step runs in (`base_image` of `@dsl.component`); `gpu`
+    one of `MIG`, `TimeSlice`, `WholeGPU`; `timeout` seconds before the pod is stopped; `scratch`
+    extra writable paths. Every other keyword goes to `kfp.dsl.component` unchanged, except that
+    `install_kfp_package` defaults to False: secure images are prebuilt and install nothing.
+
+    Works on a Python function (lightweight or `target_image` component), on a function returning
+    `dsl.ContainerSpec` (container component; its image comes from the ContainerSpec), and on an
+    existing component object (e.g. from `kfp.components.load_component_from_file`), which is
+    copied so the original stays as it was.
+    """
+
+    def wrap(target: Any) -> Any:
+        from kfp import dsl
+        from kfp.dsl import base_component
+
+        where = f"@secure_component on {getattr(target, '__name__', None) or getattr(target, 'name', target)!r}"
+        settings = _check_settings(gpu, timeout, scratch, where)
+        if isinstance(target, base_component.BaseComponent):
+            if image is not None or component_kwargs:
+                raise SecuremlError(
+                    "image= and @dsl.component keywords do not apply to an existing component",
+                    why="the component was already built with its own image and command",
+                    fix="pass only gpu=, timeout= and scratch=, or set the image with "
+                    "task.set_container_image(...) in the pipeline",
+                    where=where,
+                )
+            component = copy.deepcopy(target)
+        elif callable(target) and _returns_container_spec(target):
+            if image is not None or component_kwargs:
+                raise SecuremlError(
+                    "image= and @dsl.component keywords do not apply to a container component",
+                    why="a container component names its image in the dsl.ContainerSpec it returns",
+                    fix="put the digest-pinned image in dsl.ContainerSpec(image=...)",
+                    where=where,
+                )
+            component = dsl.container_component(target)
+        elif callable(target):
+            if image is not None and component_kwargs.get("base_image") not in (None, image):
+                raise SecuremlError("give either image= or base_image=, not both", where=where)
+            kwargs = {"install_kfp_package": False, **component_kwargs}
+            if image is not None:
+                kwargs["base_image"] = image
+            try:
+                component = dsl.component(target, **kwargs)
+            except TypeError as err:
+                raise SecuremlError(str(err), fix="check the keywords against kfp.dsl.component",
+                                    where=where) from None
+        else:
+            raise SecuremlError(f"cannot make a component from {target!r}",
+                                fix="decorate a function or pass a KFP component", where=where)
+        setattr(component.component_spec, _SETTINGS_ATTR, settings)
+        return component
+
+    return wrap if func is None else wrap(func)

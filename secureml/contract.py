@@ -36,6 +36,21 @@ ANNOTATION_LIMITS = "secureml.dev/limits"  # the shim limits file, verbatim (for
 PODINFO_DIR = "/etc/secureml/podinfo"
 SHIM_LIMITS_PATH = f"{PODINFO_DIR}/limits"
 SHIM_PRELOAD_FILE = "/etc/ld.so.preload"
+# Where hardened images install the shim; the MutatingAdmissionPolicy writes this path into
+# SHIM_PRELOAD_FILE (read-only, from ANNOTATION_SHIM_PRELOAD through a downward-API subPath mount).
+SHIM_LIBRARY_PATH = "/usr/local/lib/secureml/libsecureml_shim.so"
+ANNOTATION_SHIM_PRELOAD = "secureml.dev/shim-preload"  # set (overwritten) by the admission policy
+
+# --- KFP / Argo pods --------------------------------------------------------------------------
+# The container that runs the step's own command in a KFP executor pod (Argo's "main"); the
+# admission policy gives it the DRA claim. KFP's and Argo's own images, admitted by the image policy
+# without a tenant signature (repositories, any tag or digest).
+KFP_MAIN_CONTAINER = "main"
+KFP_SYSTEM_IMAGES = (
+    "ghcr.io/kubeflow/kfp-driver",
+    "ghcr.io/kubeflow/kfp-launcher",
+    "quay.io/argoproj/argoexec",
+)
 
 # --- the launcher -----------------------------------------------------------------------------
 LAUNCHER_MODULE = "secureml.enforcement.launch"

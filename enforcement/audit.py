@@ -1,0 +1,94 @@
+"""The audit record: one JSON document per step run, written to a folder and to stderr.
+
+docs/audit.md is the schema. The launcher builds the record; this module writes it (atomically, a
+file name unique per run) and reads records back for reports (`load_audit_records`) and for logs
+that only kept stderr (`records_from_log`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, TextIO
+
+from secureml import contract
+from secureml.errors import SecuremlError
+
+AUDIT_SCHEMA = "secureml.dev/audit/v1"
+AUDIT_SUFFIX = ".audit.json"
+
+
+class AuditError(SecuremlError):
+    """The audit record could not be written or read."""
+
+
+def audit_file_name(record: dict[str, Any]) -> str:
+    """`<pipeline>.<step>.<started_at>.<run_id>.audit.json`, safe as a file name, unique per run."""
+    parts = [
+        contract.label_value(str(record.get("pipeline") or "pipeline")) or "pipeline",
+        contract.label_value(str(record.get("step") or "step")) or "step",
+        contract.label_value(str(record["started_at"]).replace(":", "")),
+        str(record["run_id"]),
+    ]
+    return ".".join(parts) + AUDIT_SUFFIX
+
+
+def write_audit_record(record: dict[str, Any], audit_dir: Path) -> Path:
+    """Write `record` into `audit_dir` (created if needed) atomically; return the file's path."""
+    try:
+        audit_dir.mkdir(parents=True, exist_ok=True)
+        target = audit_dir / audit_file_name(record)
+        fd, tmp = tempfile.mkstemp(dir=audit_dir, prefix=".audit-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(record, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+        os.replace(tmp, target)
+    except OSError as err:
+        raise AuditError(
+            f"cannot write the audit record into {audit_dir}: {err.strerror or err}",
+            why="every step must leave an audit record",
+            fix=f"make {contract.ENV_AUDIT_DIR} a writable folder (an emptyDir or output volume)",
+            where=contract.ENV_AUDIT_DIR,
+        ) from None
+    return target
+
+
+def emit_audit_line(record: dict[str, Any], stream: TextIO) -> None:
+    """Print the record as one grep-able line: `secureml-audit: {...}`."""
+    stream.write(contract.AUDIT_LINE_PREFIX + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+    stream.flush()
+
+
+def records_from_log(text: str) -> list[dict[str, Any]]:
+    """The audit records carried by `secureml-audit:` lines of a step's log, in order."""
+    records = []
+    for line in text.splitlines():
+        _, found, payload = line.partition(contract.AUDIT_LINE_PREFIX)
+        if found and payload.startswith("{"):
+            records.append(json.loads(payload))
+    return records
+
+
+def load_audit_records(audit_dir: str | Path) -> list[dict[str, Any]]:
+    """Every audit record in `audit_dir` (recursively), oldest first; `[]` when there is none.
+
+    Raises `AuditError` naming the file when a record is not valid JSON or not a record.
+    """
+    root = Path(audit_dir)
+    if not root.is_dir():
+        return []
+    records = []
+    for path in sorted(root.rglob(f"*{AUDIT_SUFFIX}")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise AuditError(f"cannot read audit record: {err}", where=str(path)) from None
+        if not isinstance(record, dict) or record.get("schema") != AUDIT_SCHEMA:
+            raise AuditError(
+                f"not a secureml audit record (schema must be {AUDIT_SCHEMA!r})", where=str(path)
+            )
+        records.append(record)
+    records.sort(key=lambda item: (str(item.get("started_at", "")), str(item.get("run_id", ""))))
+    return records

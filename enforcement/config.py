@@ -1,0 +1,275 @@
+"""The launcher's configuration: read once from `SECUREML_*` variables, checked, then immutable.
+
+The compiler (secureml/compiler) writes these variables into every secure task; in a cluster the
+step's code cannot change them before the launcher reads them. Nothing else configures the launcher.
+Every name lives in `secureml.contract`; docs/launcher.md lists them with their defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from secureml import contract
+from secureml.errors import SecuremlError
+
+ScrubVerify = Literal["off", "sample", "full"]
+ShimMode = Literal["off", "enforce"]
+SCRUB_VERIFY_MODES: tuple[ScrubVerify, ...] = ("off", "sample", "full")
+SHIM_MODES: tuple[ShimMode, ...] = ("off", "enforce")
+
+# the SDK's MIG profile names (secureml.gpu.MIG): `<compute>g.<memory>gb`, `+me` for media engines
+MIG_PROFILE = re.compile(r"[1-9]g\.(?P<memory>[0-9]+)gb(\+me)?")
+DEFAULT_IDENTITY_TIMEOUT_S = 10.0
+DEFAULT_WATCHDOG_INTERVAL_S = 0.5
+DEFAULT_WATCHDOG_GRACE_S = 10.0
+
+
+class ConfigError(SecuremlError):
+    """A `SECUREML_*` variable is missing, malformed or contradicts another."""
+
+
+# --- the GPU request (SECUREML_GPU_REQUEST, same JSON as the secureml.dev/gpu-request annotation) ---
+
+
+@dataclass(frozen=True)
+class MigRequest:
+    """`{"kind":"mig","profile":"1g.10gb","count":1}`: MIG instances of one profile."""
+
+    profile: str
+    count: int = 1
+
+    @property
+    def memory_gb(self) -> int:
+        """The memory a profile name promises, in GB: `1g.10gb` -> 10."""
+        match = MIG_PROFILE.fullmatch(self.profile)
+        assert match is not None, self.profile  # parse_gpu_request checked it
+        return int(match.group("memory"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "mig", "profile": self.profile, "count": self.count}
+
+
+@dataclass(frozen=True)
+class TimeSliceRequest:
+    """`{"kind":"timeslice","memory":<bytes>,"compute":<percent>}`: a share of one GPU."""
+
+    memory: int
+    compute: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "timeslice", "memory": self.memory, "compute": self.compute}
+
+
+@dataclass(frozen=True)
+class WholeRequest:
+    """`{"kind":"whole","count":N,"product":"NVIDIA-H100-80GB-HBM3"|null}`: dedicated GPUs."""
+
+    count: int
+    product: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "whole", "count": self.count, "product": self.product}
+
+
+GpuRequest = MigRequest | TimeSliceRequest | WholeRequest
+
+
+def _positive_int(data: Mapping[str, Any], key: str, where: str, *, upper: int | None = None) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"GPU request field {key!r} must be a positive integer, got {value!r}",
+            where=where,
+            fix="recompile the pipeline with `secureml compile`; do not edit the request by hand",
+        )
+    if upper is not None and value > upper:
+        raise ConfigError(f"GPU request field {key!r} must be at most {upper}, got {value}", where=where)
+    return value
+
+
+def parse_gpu_request(text: str, *, where: str = contract.ENV_GPU_REQUEST) -> GpuRequest:
+    """Parse the compiler's GPU request JSON; raise `ConfigError` naming the field that is wrong."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"GPU request is not JSON: {err}", where=where) from None
+    if not isinstance(data, dict):
+        raise ConfigError("GPU request must be a JSON object", where=where)
+    kind = data.get("kind")
+    allowed: dict[str, set[str]] = {
+        "mig": {"kind", "profile", "count"},
+        "timeslice": {"kind", "memory", "compute"},
+        "whole": {"kind", "count", "product"},
+    }
+    if kind not in allowed:
+        raise ConfigError(
+            f"GPU request kind must be one of {sorted(allowed)}, got {kind!r}", where=where
+        )
+    unknown = sorted(set(data) - allowed[kind])
+    if unknown:
+        raise ConfigError(f"GPU request of kind {kind!r} has unknown field(s) {unknown}", where=where)
+    if kind == "mig":
+        profile = data.get("profile")
+        if not isinstance(profile, str) or not MIG_PROFILE.fullmatch(profile):
+            raise ConfigError(
+                f"MIG profile must look like '1g.10gb', got {profile!r}", where=where
+            )
+        return MigRequest(profile=profile, count=_positive_int(data, "count", where) if "count" in data else 1)
+    if kind == "timeslice":
+        return TimeSliceRequest(
+            memory=_positive_int(data, "memory", where),
+            compute=_positive_int(data, "compute", where, upper=100),
+        )
+    product = data.get("product")
+    if product is not None and (not isinstance(product, str) or not product):
+        raise ConfigError(f"GPU product must be a non-empty string or null, got {product!r}", where=where)
+    return WholeRequest(count=_positive_int(data, "count", where), product=product)
+
+
+# --- the launcher configuration -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LauncherConfig:
+    """Everything the launcher's stages need, from the environment of the launcher process."""
+
+    tenant: str
+    namespace: str
+    pipeline: str
+    step: str
+    image: str
+    isolation: str
+    gpu_request: GpuRequest | None
+    expected_spiffe_id: str
+    identity_required: bool
+    spiffe_socket: str
+    identity_timeout_s: float
+    identity_dir: Path | None
+    scrub_before: bool
+    scrub_after: bool
+    scrub_verify: ScrubVerify
+    shim_mode: ShimMode
+    shim_limits_file: Path
+    watchdog_interval_s: float
+    watchdog_grace_s: float
+    audit_dir: Path | None
+
+    @property
+    def uses_gpu(self) -> bool:
+        """GPU stages run only for a step with a GPU request and an isolation other than "none"."""
+        return self.gpu_request is not None and self.isolation != contract.ISOLATION_NONE
+
+    @property
+    def shim_required(self) -> bool:
+        """The shim is required on a time-sliced GPU when the profile enforces it."""
+        return isinstance(self.gpu_request, TimeSliceRequest) and (
+            self.shim_mode == "enforce" or self.isolation == "timeslice-shim"
+        )
+
+    @property
+    def image_digest(self) -> str:
+        """`sha256:<hex>` from a digest-pinned image reference, or "" when it is not pinned."""
+        _, _, digest = self.image.partition("@")
+        return digest
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}", where=name)
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    value = env.get(name) or default
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}", where=name)
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ConfigError(f"{name} must be a positive number of seconds, got {raw!r}", where=name)
+    return value
+
+
+def load_config(env: Mapping[str, str] | None = None) -> LauncherConfig:
+    """Read and check the launcher's configuration; raise `ConfigError` on the first problem."""
+    env = os.environ if env is None else env
+    isolation = env.get(contract.ENV_ISOLATION) or ""
+    known = (*contract.ISOLATION_LEVELS, contract.ISOLATION_NONE)
+    raw_request = env.get(contract.ENV_GPU_REQUEST) or ""
+    if isolation and isolation not in known:
+        raise ConfigError(
+            f"{contract.ENV_ISOLATION} must be one of {', '.join(known)}, got {isolation!r}",
+            where=contract.ENV_ISOLATION,
+        )
+    gpu_request = parse_gpu_request(raw_request) if raw_request else None
+    if not isolation:
+        isolation = contract.ISOLATION_NONE if gpu_request is None else ""
+    if not isolation:
+        raise ConfigError(
+            f"{contract.ENV_GPU_REQUEST} is set but {contract.ENV_ISOLATION} is not",
+            why="the isolation level decides which GPU checks are required",
+            fix="recompile the pipeline with `secureml compile`",
+            where=contract.ENV_ISOLATION,
+        )
+    if isolation != contract.ISOLATION_NONE and gpu_request is None:
+        raise ConfigError(
+            f"{contract.ENV_ISOLATION}={isolation} but {contract.ENV_GPU_REQUEST} is not set",
+            why="without the request the launcher cannot check that the GPU is the one asked for",
+            fix="recompile the pipeline with `secureml compile`",
+            where=contract.ENV_GPU_REQUEST,
+        )
+    identity_required = _flag(env, contract.ENV_IDENTITY_REQUIRED, False)
+    expected_spiffe_id = env.get(contract.ENV_EXPECTED_SPIFFE_ID) or ""
+    if identity_required and not expected_spiffe_id:
+        raise ConfigError(
+            f"{contract.ENV_IDENTITY_REQUIRED}=true but {contract.ENV_EXPECTED_SPIFFE_ID} is empty",
+            why="an identity cannot be checked without the SPIFFE ID it must equal",
+            fix="recompile the pipeline with `secureml compile`",
+            where=contract.ENV_EXPECTED_SPIFFE_ID,
+        )
+    shim_mode = _choice(env, contract.ENV_SHIM_MODE, SHIM_MODES, "off")
+    identity_dir = env.get(contract.ENV_IDENTITY_DIR)
+    audit_dir = env.get(contract.ENV_AUDIT_DIR)
+    return LauncherConfig(
+        tenant=env.get(contract.ENV_TENANT, ""),
+        namespace=env.get(contract.ENV_NAMESPACE, ""),
+        pipeline=env.get(contract.ENV_PIPELINE, ""),
+        step=env.get(contract.ENV_STEP, ""),
+        image=env.get(contract.ENV_IMAGE, ""),
+        isolation=isolation,
+        gpu_request=gpu_request,
+        expected_spiffe_id=expected_spiffe_id,
+        identity_required=identity_required,
+        spiffe_socket=env.get(contract.SPIFFE_SOCKET_ENV, ""),
+        identity_timeout_s=_seconds(env, contract.ENV_IDENTITY_TIMEOUT, DEFAULT_IDENTITY_TIMEOUT_S),
+        identity_dir=Path(identity_dir) if identity_dir else None,
+        scrub_before=_flag(env, contract.ENV_SCRUB_BEFORE, False),
+        scrub_after=_flag(env, contract.ENV_SCRUB_AFTER, False),
+        scrub_verify=_choice(env, contract.ENV_SCRUB_VERIFY, SCRUB_VERIFY_MODES, "off"),  # type: ignore[arg-type]
+        shim_mode=shim_mode,  # type: ignore[arg-type]
+        shim_limits_file=Path(env.get(contract.ENV_SHIM_LIMITS_FILE) or contract.SHIM_LIMITS_PATH),
+        watchdog_interval_s=_seconds(env, contract.ENV_WATCHDOG_INTERVAL, DEFAULT_WATCHDOG_INTERVAL_S),
+        watchdog_grace_s=_seconds(env, contract.ENV_WATCHDOG_GRACE, DEFAULT_WATCHDOG_GRACE_S),
+        audit_dir=Path(audit_dir) if audit_dir else None,
+    )

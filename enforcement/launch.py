@@ -1,0 +1,389 @@
+"""The in-pod launcher: `python3 -m secureml.enforcement.launch -- <command...>`.
+
+Stages, in order, each timed and recorded: config, identity, preflight, scrub-before, shim, run
+(with the watchdog beside it), scrub-after, audit. A required control that fails stops the step
+with that stage's exit code (`ExitCode`); an optional one that fails is warned about and recorded.
+A step without a GPU skips the GPU stages and says so in its record. docs/launcher.md is the
+reference for every variable, exit code and rule.
+
+Start-up stays cheap: grpc/spiffe (identity), pynvml (preflight, watchdog) and the shim helper are
+imported only by the stage that needs them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+from secureml import contract
+from secureml.errors import SecuremlError
+
+from .audit import AUDIT_SCHEMA, AuditError, audit_file_name, emit_audit_line, write_audit_record
+from .config import LauncherConfig, TimeSliceRequest, load_config
+
+LOG_PREFIX = "secureml-launch: "
+FORWARDED_SIGNALS = (
+    signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+)
+
+
+class ExitCode(IntEnum):
+    """The launcher's own exit codes; any other code is the step's own."""
+
+    USAGE = 64
+    CONFIG = 70
+    IDENTITY = 71
+    PREFLIGHT = 72
+    SCRUB_BEFORE = 73
+    SHIM = 74
+    WATCHDOG = 75
+    SCRUB_AFTER = 76
+    AUDIT = 77
+    NOT_EXECUTABLE = 126
+    NOT_FOUND = 127
+
+
+def _log(message: str) -> None:
+    sys.stderr.write("".join(LOG_PREFIX + line + "\n" for line in message.splitlines()))
+    sys.stderr.flush()
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class StepRun:
+    """One run of the launcher: the stages done so far, the first failure, the record."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self.run_id = uuid.uuid4().hex[:12]
+        self.started_at = _now()
+        self.started = time.perf_counter()
+        self.stages: list[dict[str, Any]] = []
+        self.exit_code: int | None = None  # the first failed stage's code
+        self.child_exit_code: int | None = None
+        self.child_env = dict(os.environ)
+        self.record: dict[str, Any] = {}
+        self.pending_signal: int | None = None
+        self.child: subprocess.Popen[bytes] | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.exit_code is not None or self.pending_signal is not None
+
+    def skip(self, name: str, reason: str) -> None:
+        self.stages.append({"name": name, "status": "skipped", "reason": reason, "seconds": 0.0})
+
+    def stage(
+        self, name: str, code: ExitCode, required: bool, action: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        """Run one stage, time it, record it; a failure of a required stage sets the exit code."""
+        started = time.perf_counter()
+        entry: dict[str, Any] = {"name": name, "required": required}
+        try:
+            detail = action()
+        except SecuremlError as err:
+            entry["status"] = "failed" if required else "warning"
+            entry["error"] = err.diagnostics()
+            detail = None
+            verdict = "failed" if required else "failed (optional, continuing)"
+            _log(f"stage {name} {verdict}:\n{err.diagnostics()}")
+            if required and self.exit_code is None:
+                self.exit_code = int(code)
+        else:
+            entry["status"] = "ok"
+            entry["detail"] = detail
+        entry["seconds"] = round(time.perf_counter() - started, 6)
+        self.stages.append(entry)
+        return detail
+
+    # --- signals ---------------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        for signum in FORWARDED_SIGNALS:
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self.child is not None and self.child.returncode is None:
+            try:
+                os.killpg(self.child.pid, signum)
+            except ProcessLookupError:
+                pass
+        elif self.pending_signal is None:
+            self.pending_signal = signum  # no child yet: stop before starting it
+
+
+# --- stages ---------------------------------------------------------------------------------------
+
+
+def identity_stage(run: StepRun, config: LauncherConfig) -> None:
+    required = config.identity_required
+    if not config.expected_spiffe_id:
+        run.skip("identity", "no expected SPIFFE ID for this step")
+        return
+    if not config.spiffe_socket and not required:
+        run.skip("identity", f"optional and {contract.SPIFFE_SOCKET_ENV} is not set")
+        return
+
+    def check() -> dict[str, Any]:
+        if not config.spiffe_socket:
+            raise SecuremlError(
+                f"{contract.SPIFFE_SOCKET_ENV} is not set; cannot prove the identity "
+                f"{config.expected_spiffe_id}",
+                why="the profile requires every step to hold its SPIFFE identity",
+                fix="mount the SPIFFE Workload API socket (the tenant bundle's mutating policy adds "
+                "it in a cluster; `secureml run --dev-identity` locally)",
+                where=contract.SPIFFE_SOCKET_ENV,
+            )
+        from .identity import fetch_and_check_identity
+
+        parent = config.identity_dir
+        if parent is not None:
+            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        out_dir = Path(tempfile.mkdtemp(prefix="secureml-svid-", dir=parent))
+        result = fetch_and_check_identity(
+            config.expected_spiffe_id, config.spiffe_socket, out_dir, config.identity_timeout_s
+        )
+        run.child_env.update(result.env)
+        run.record["spiffe_id"] = result.spiffe_id
+        return result.to_record()
+
+    run.stage("identity", ExitCode.IDENTITY, required, check)
+
+
+def preflight_stage(run: StepRun, config: LauncherConfig) -> None:
+    from .preflight import run_preflight
+
+    assert config.gpu_request is not None
+    gpu = run.stage(
+        "preflight", ExitCode.PREFLIGHT, True,
+        lambda: run_preflight(config.gpu_request, isolation=config.isolation),  # type: ignore[arg-type]
+    )
+    if gpu is not None:
+        run.record["gpu"] = gpu
+
+
+def scrub_stage(run: StepRun, config: LauncherConfig, name: str, code: ExitCode) -> None:
+    from .scrub import scrub_devices
+
+    run.stage(name, code, True, lambda: scrub_devices(config.scrub_verify))
+
+
+def shim_stage(run: StepRun, config: LauncherConfig) -> None:
+    from .shim_stage import arm_shim
+
+    def arm() -> dict[str, Any]:
+        armed = arm_shim(config)
+        run.child_env.update(armed.child_env)
+        run.record["limits"] = armed.limits
+        run.record["shim_counters_file"] = str(armed.counters_path)
+        return armed.to_record()
+
+    run.stage("shim", ExitCode.SHIM, True, arm)
+
+
+def run_child(run: StepRun, config: LauncherConfig) -> None:
+    """Start the command, watch it, wait for it; record its exit code and the watchdog's findings."""
+    started = time.perf_counter()
+    entry: dict[str, Any] = {"name": "run", "required": True}
+    try:
+        run.child = subprocess.Popen(run.command, env=run.child_env, start_new_session=True)
+    except (FileNotFoundError, PermissionError) as err:
+        missing = isinstance(err, FileNotFoundError)
+        run.child_exit_code = int(ExitCode.NOT_FOUND if missing else ExitCode.NOT_EXECUTABLE)
+        entry.update(status="failed", error=f"cannot start {run.command[0]!r}: {err.strerror}")
+        _log(entry["error"])
+    else:
+        watchdog = None
+        if config.uses_gpu:
+            from .watchdog import Watchdog
+
+            limit = config.gpu_request.memory if isinstance(config.gpu_request, TimeSliceRequest) else None
+            watchdog = Watchdog(
+                run.child, limit_bytes=limit,
+                interval_s=config.watchdog_interval_s, grace_s=config.watchdog_grace_s,
+            )
+            watchdog.start()
+        returncode = run.child.wait()
+        run.child_exit_code = returncode if returncode >= 0 else 128 - returncode
+        entry.update(status="ok" if returncode == 0 else "failed", exit_code=run.child_exit_code)
+        if returncode < 0:
+            entry["signal"] = signal.Signals(-returncode).name
+        if watchdog is not None:
+            watchdog.stop()
+            run.record["peak_gpu_memory_bytes"] = watchdog.peak_bytes
+            run.record["violations"] = watchdog.violations
+            entry["watchdog"] = {
+                "limit_bytes": watchdog.limit_bytes, "samples": watchdog.samples,
+                "peak_bytes": watchdog.peak_bytes, "error": watchdog.error,
+            }
+            if watchdog.violations:
+                _log(
+                    f"watchdog: the step used {watchdog.violations[0]['used_bytes']} bytes of GPU "
+                    f"memory, over its limit of {watchdog.limit_bytes}; it was stopped"
+                )
+                if run.exit_code is None:
+                    run.exit_code = int(ExitCode.WATCHDOG)
+    entry["seconds"] = round(time.perf_counter() - started, 6)
+    run.stages.append(entry)
+
+
+def shim_counters_stage(run: StepRun) -> None:
+    """Fold the shim's counters (what the step allocated through it) into the record."""
+    path = run.record.get("shim_counters_file")
+    if path is None:
+        return
+    from .shim_stage import read_shim_counters
+
+    run.record["shim_counters"] = read_shim_counters(Path(path))
+
+
+# --- the whole step ---------------------------------------------------------------------------------
+
+
+def _base_record(run: StepRun, config: LauncherConfig | None) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "schema": AUDIT_SCHEMA,
+        "run_id": run.run_id,
+        "host": socket.gethostname(),
+        "command": run.command[:1],
+    }
+    if config is not None:
+        record.update(
+            tenant=config.tenant, namespace=config.namespace, pipeline=config.pipeline,
+            step=config.step, image=config.image, image_digest=config.image_digest,
+            isolation=config.isolation, expected_spiffe_id=config.expected_spiffe_id,
+            gpu_request=config.gpu_request.to_json() if config.gpu_request else None,
+            controls={
+                "identity_required": config.identity_required,
+                "scrub_before": config.scrub_before,
+                "scrub_after": config.scrub_after,
+                "scrub_verify": config.scrub_verify,
+                "shim": config.shim_mode,
+            },
+        )
+    return record
+
+
+def execute(command: list[str]) -> int:
+    """Run every stage for `command`; return the launcher's exit code."""
+    run = StepRun(command)
+    run.install_signal_handlers()
+    config: LauncherConfig | None = None
+
+    def read_config() -> dict[str, Any]:
+        nonlocal config
+        config = load_config()
+        return {"isolation": config.isolation, "uses_gpu": config.uses_gpu}
+
+    run.stage("config", ExitCode.CONFIG, True, read_config)
+    if config is not None:
+        _stages(run, config)
+    return _finish(run, config)
+
+
+def _stages(run: StepRun, config: LauncherConfig) -> None:
+    gpu_reason = "no GPU for this step (isolation none)"
+    pre_run: list[tuple[str, Callable[[], None] | None, str]] = [
+        ("identity", lambda: identity_stage(run, config), ""),
+        ("preflight", (lambda: preflight_stage(run, config)) if config.uses_gpu else None, gpu_reason),
+        (
+            "scrub-before",
+            (lambda: scrub_stage(run, config, "scrub-before", ExitCode.SCRUB_BEFORE))
+            if config.uses_gpu and config.scrub_before else None,
+            gpu_reason if not config.uses_gpu else "not required by the profile",
+        ),
+        (
+            "shim",
+            (lambda: shim_stage(run, config)) if config.uses_gpu and config.shim_required else None,
+            gpu_reason if not config.uses_gpu else (
+                "off in the profile" if isinstance(config.gpu_request, TimeSliceRequest)
+                else "not a shared GPU"
+            ),
+        ),
+    ]
+    for name, action, reason in pre_run:
+        if run.failed:
+            run.skip(name, "an earlier stage failed" if run.exit_code else "launcher was signalled")
+        elif action is None:
+            run.skip(name, reason)
+        else:
+            action()
+    if run.failed:
+        run.skip("run", "an earlier stage failed" if run.exit_code else "launcher was signalled")
+        return
+    run_child(run, config)
+    shim_counters_stage(run)
+    if not config.uses_gpu:
+        run.skip("scrub-after", gpu_reason)
+    elif not config.scrub_after:
+        run.skip("scrub-after", "not required by the profile")
+    else:
+        scrub_stage(run, config, "scrub-after", ExitCode.SCRUB_AFTER)
+
+
+def _finish(run: StepRun, config: LauncherConfig | None) -> int:
+    """Decide the exit code, write the audit record; an audit failure is the last that can fail."""
+    if run.exit_code is not None:
+        exit_code = run.exit_code
+    elif run.pending_signal is not None:
+        exit_code = 128 + run.pending_signal
+    else:
+        exit_code = run.child_exit_code if run.child_exit_code is not None else 0
+    record = _base_record(run, config) | run.record
+    record.update(
+        stages=run.stages,
+        child_exit_code=run.child_exit_code,
+        exit_code=exit_code,
+        started_at=run.started_at,
+        ended_at=_now(),
+        seconds=round(time.perf_counter() - run.started, 6),
+    )
+    record.setdefault("violations", [])
+    audit_dir = config.audit_dir if config is not None else _audit_dir_fallback()
+    if audit_dir is None:
+        record["audit_file"] = None
+    else:
+        record["audit_file"] = str(audit_dir / audit_file_name(record))
+        try:
+            write_audit_record(record, audit_dir)
+        except AuditError as err:
+            _log(f"stage audit failed:\n{err.diagnostics()}")
+            record["audit_file"] = None
+            record["audit_error"] = err.diagnostics()
+            if run.exit_code is None and run.pending_signal is None:
+                record["exit_code"] = exit_code = int(ExitCode.AUDIT)
+    emit_audit_line(record, sys.stderr)
+    return exit_code
+
+
+def _audit_dir_fallback() -> Path | None:
+    """The audit folder when the configuration itself failed to load (still worth a record)."""
+    raw = os.environ.get(contract.ENV_AUDIT_DIR)
+    return Path(raw) if raw else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "--":
+        args = args[1:]
+    if not args:
+        _log(f"usage: python3 -m {contract.LAUNCHER_MODULE} -- <command> [args...]")
+        return int(ExitCode.USAGE)
+    return execute(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

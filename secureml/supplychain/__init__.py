@@ -5,7 +5,6 @@ Modules (each imports sigstore itself; import them only where verification happe
 - `trust`     trusted roots (`production`, `staging`, a file), loaded offline; cached verifiers
 - `identity`  signers and trusted identities (exact subject or regexp, plus issuer)
 - `verifier`  `SignatureVerifier.verify_image` / `.verify_artifact`, failures with reasons
-- `bundles`   where a step's bundle comes from: `--bundles DIR` files or the registry
 - `registry`  fetching bundles over OCI (referrers API, `sha256-<hex>` tag fallback) with oras
 - `compile`   `verify_images_for_compile`: per-step results for `secureml compile`
 - `profiles`  signed TenantProfiles (`--require-signed-profile`, `secureml profile verify`)

@@ -1,0 +1,155 @@
+"""Image signature checks for `secureml compile`.
+
+The compiler calls `verify_images_for_compile(steps, profile, bundles_dir, fetch)` once per
+pipeline, with `(task name, image reference)` pairs, when the profile requires signatures or the
+user passed `--bundles`. It gets one `ImageVerification` per step, in order: either who signed the
+image (subject and issuer, for the compliance report) or a violation with a rule id:
+
+- `image.signature-missing`   no bundle for the image digest (not in DIR, not in the registry), or
+                              the image is not pinned by digest;
+- `image.signature-invalid`   a bundle exists but does not verify (bad signature, wrong digest,
+                              wrong predicate type, bundle not from the trusted root's instance);
+- `image.signer-untrusted`    it verifies, but the signer is none of the profile's identities.
+
+A step's bundle is `DIR/sha256-<hex>.sigstore.json`; with `fetch=True` and no such file, the
+bundles attached to the image in its registry (OCI referrers API, `sha256-<hex>` tag fallback).
+Each distinct image digest is verified once; steps sharing an image share the result.
+Configuration problems (a trusted root that cannot be loaded) raise `SecuremlError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from secureml.errors import SecuremlError
+from secureml.images import ImageRef
+from secureml.supplychain.identity import TrustedIdentity, identities_from_profile
+from secureml.supplychain.verifier import SignatureError, SignatureVerifier, VerifiedSignature
+
+
+@dataclass(frozen=True, slots=True)
+class ImageVerification:
+    """The signature check of one step's image."""
+
+    step: str
+    image: str
+    verified: bool
+    signer: str | None = None  # certificate subject, e.g. a GitHub workflow URI
+    issuer: str | None = None  # OIDC issuer
+    kind: str | None = None  # "dsse" (cosign v3) or "message-signature"
+    bundle: str | None = None  # where the bundle that decided came from
+    rule: str | None = None  # set when not verified
+    message: str | None = None  # what went wrong, and why
+    fix: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: value for key, value in asdict(self).items() if value is not None}
+
+
+def bundle_filename(digest_hex: str) -> str:
+    """The file name a bundle for image digest `sha256:<digest_hex>` has in a `--bundles` folder."""
+    return f"sha256-{digest_hex}.sigstore.json"
+
+
+def verify_images_for_compile(
+    steps: Sequence[tuple[str, str]],
+    profile: Any,
+    bundles_dir: Path | None,
+    fetch: bool = False,
+    *,
+    profile_dir: Path | None = None,
+    verifier: SignatureVerifier | None = None,
+) -> list[ImageVerification]:
+    """Verify every step's image against the profile's trusted identities (see module docstring).
+
+    `profile_dir` resolves a relative `spec.images.signatures.trustedRoot`; `verifier` lets a caller
+    reuse a warm verifier (it must use the profile's trusted root).
+    """
+    signatures = profile.spec.images.signatures
+    verifier = verifier or SignatureVerifier(signatures.trusted_root, base_dir=profile_dir)
+    identities = identities_from_profile(profile)
+    decided: dict[str, ImageVerification] = {}
+    results: list[ImageVerification] = []
+    for step, image in steps:
+        try:
+            ref = ImageRef.parse(image)
+        except SecuremlError as err:
+            results.append(_failed(step, image, SignatureError("missing", err.what, why=err.why, fix=err.fix), None))
+            continue
+        key = ref.by_digest() if ref.pinned else str(ref)
+        if key not in decided:
+            decided[key] = _verify_one(ref, verifier, identities, bundles_dir, fetch)
+        outcome = decided[key]
+        results.append(
+            ImageVerification(**{**outcome.to_dict(), "step": step, "image": image, "verified": outcome.verified})
+        )
+    return results
+
+
+def _verify_one(
+    ref: ImageRef,
+    verifier: SignatureVerifier,
+    identities: list[TrustedIdentity],
+    bundles_dir: Path | None,
+    fetch: bool,
+) -> ImageVerification:
+    if ref.digest_hex is None:
+        return _failed("", str(ref), SignatureError(
+            "missing", f"image {ref} is not pinned by digest",
+            why="signatures are over a manifest digest; a tag can be moved to other content",
+            fix="reference the image as REPOSITORY@sha256:<digest>",
+        ), None)
+    try:
+        candidates = _candidate_bundles(ref, bundles_dir, fetch)
+    except SignatureError as err:
+        return _failed("", str(ref), err, None)
+    failures: list[tuple[SignatureError, str]] = []
+    for content, source in candidates:
+        try:
+            signed = verifier.verify_image(ref, content, identities, bundle_source=source)
+        except SignatureError as err:
+            failures.append((err, source))
+            continue
+        return _passed(str(ref), signed, source)
+    # Prefer the failure that says most: an untrusted signer over an unusable bundle.
+    failures.sort(key=lambda item: {"untrusted": 0, "invalid": 1, "missing": 2}[item[0].kind])
+    return _failed("", str(ref), *failures[0])
+
+
+def _candidate_bundles(ref: ImageRef, bundles_dir: Path | None, fetch: bool) -> list[tuple[bytes, str]]:
+    assert ref.digest_hex is not None
+    looked: list[str] = []
+    if bundles_dir is not None:
+        path = Path(bundles_dir) / bundle_filename(ref.digest_hex)
+        if path.is_file():
+            return [(path.read_bytes(), str(path))]
+        looked.append(str(path))
+    if fetch:
+        from secureml.supplychain.registry import fetch_bundles
+
+        return [(bundle.content, bundle.source) for bundle in fetch_bundles(ref)]
+    raise SignatureError(
+        "missing",
+        f"no Sigstore bundle for image {ref.by_digest()}",
+        why=f"looked for {', '.join(looked)}" if looked else "no --bundles folder was given and fetching is off",
+        fix=f"put the bundle at DIR/{bundle_filename(ref.digest_hex)} and pass --bundles DIR, "
+        "or pass --fetch-bundles to read it from the registry",
+    )
+
+
+def _passed(image: str, signed: VerifiedSignature, source: str) -> ImageVerification:
+    return ImageVerification(
+        step="", image=image, verified=True, signer=signed.signer, issuer=signed.issuer,
+        kind=signed.kind, bundle=source,
+    )
+
+
+def _failed(step: str, image: str, err: SignatureError, source: str | None) -> ImageVerification:
+    message = err.what + (f": {err.why}" if err.why else "")
+    return ImageVerification(
+        step=step, image=image, verified=False, bundle=source, rule=err.rule("image"),
+        message=message, fix=err.fix or None,
+    )

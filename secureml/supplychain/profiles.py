@@ -1,0 +1,62 @@
+"""Signed TenantProfiles: the profile file's exact bytes, signed like any blob with Sigstore.
+
+A platform team signs the profile it publishes (`cosign sign-blob --bundle team-a.yaml.sigstore.json
+team-a.yaml`, or `sigstore sign`). `secureml profile verify` and `secureml compile
+--require-signed-profile` check those bytes against the bundle and a signer identity given on the
+command line (never taken from the profile itself, which is what is being checked), so a profile
+loosened locally after signing no longer verifies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from secureml.errors import InputError
+from secureml.supplychain.identity import TrustedIdentity
+from secureml.supplychain.verifier import SignatureError, SignatureVerifier, VerifiedSignature
+
+
+def default_profile_bundle(profile_path: Path) -> Path:
+    """Where a profile's bundle lives unless given: beside it, `<profile file>.sigstore.json`."""
+    return profile_path.with_name(profile_path.name + ".sigstore.json")
+
+
+def verify_signed_profile(
+    profile_path: Path,
+    bundle_path: Path | None,
+    identities: Sequence[TrustedIdentity],
+    trusted_root: str | Path = "production",
+    *,
+    verifier: SignatureVerifier | None = None,
+) -> VerifiedSignature:
+    """Verify the profile file's bytes; raise SignatureError (rule prefix `profile`) on any failure."""
+    bundle_path = bundle_path or default_profile_bundle(profile_path)
+    try:
+        content = profile_path.read_bytes()
+    except OSError as err:
+        raise InputError(f"cannot read profile {profile_path}", why=err.strerror or str(err),
+                         fix="check the path") from None
+    try:
+        bundle = bundle_path.read_bytes()
+    except OSError:
+        raise SignatureError(
+            "missing",
+            f"profile {profile_path} has no signature bundle at {bundle_path}",
+            why="a signed profile is required, so an unsigned or locally edited one is refused",
+            fix="fetch the profile together with its .sigstore.json bundle from the platform team, "
+            "or pass --profile-bundle",
+        ) from None
+    verifier = verifier or SignatureVerifier(trusted_root)
+    try:
+        return verifier.verify_artifact(
+            content, bundle, identities, bundle_source=str(bundle_path), artifact_name=f"profile {profile_path}"
+        )
+    except SignatureError as err:
+        if err.kind == "invalid":
+            raise SignatureError(
+                "invalid", err.what,
+                why=err.why + " — the profile may have been changed after it was signed",
+                fix="use the profile exactly as the platform team published it", where=err.where,
+            ) from None
+        raise

@@ -1,1 +1,56 @@
-"""Ready-made secure KFP components (preflight, scrub, image verification, audit report)."""
+"""Ready-made secure KFP components: GPU preflight, standalone scrub, image verification, audit report.
+
+Each factory builds the component for the step image you give (digest-pinned, from your tenant's
+registry, carrying kfp and secureml); `secureml compile` then secures it like any other step:
+
+    from secureml.components import audit_report_op, gpu_scrub_op
+    from secureml import MIG
+
+    scrub = gpu_scrub_op(image=RUNTIME, gpu=MIG("1g.10gb"))
+    report = audit_report_op(image=RUNTIME)
+
+docs/components.md describes inputs and outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from secureml.gpu import GPURequest
+
+
+def _build(function: Any, image: str, gpu: GPURequest | None) -> Any:
+    from secureml.decorator import secure_component
+
+    return secure_component(function, image=image, gpu=gpu)
+
+
+def gpu_preflight_op(*, image: str, gpu: GPURequest) -> Any:
+    """A step that checks its GPUs against `gpu` through NVML and writes the findings (`report`)."""
+    from secureml.components.steps import gpu_preflight
+
+    return _build(gpu_preflight, image, gpu)
+
+
+def gpu_scrub_op(*, image: str, gpu: GPURequest) -> Any:
+    """A step that zeroes and verifies the memory of the GPUs it is given (input `verify`)."""
+    from secureml.components.steps import gpu_scrub
+
+    return _build(gpu_scrub, image, gpu)
+
+
+def verify_image_op(*, image: str) -> Any:
+    """A step that verifies another image's Sigstore bundle offline (`secureml.supplychain`)."""
+    from secureml.components.steps import verify_image
+
+    return _build(verify_image, image, None)
+
+
+def audit_report_op(*, image: str) -> Any:
+    """A step that renders a run's audit records as Markdown and HTML report artifacts."""
+    from secureml.components.steps import audit_report
+
+    return _build(audit_report, image, None)
+
+
+__all__ = ["audit_report_op", "gpu_preflight_op", "gpu_scrub_op", "verify_image_op"]

@@ -144,14 +144,14 @@ def verify_bundle(
     # The protocol: a digest argument starts with sha256:, has the right length and is not a file.
     if _DIGEST_ARG.match(file_or_digest) and not Path(file_or_digest).exists():
         artifact: bytes | str = file_or_digest.lower()
-        name = file_or_digest
+        name = "artifact"
     else:
         artifact = _read(Path(file_or_digest), "artifact")
         name = file_or_digest
     signed = verifier.verify_artifact(
         artifact, _read(bundle, "bundle"), identities, bundle_source=str(bundle), artifact_name=name
     )
-    typer.echo(f"verified: {name} {_describe(signed)}")
+    typer.echo(f"verified: {file_or_digest} {_describe(signed)}")
 
 
 @profile_app.command("verify")

@@ -15,12 +15,9 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from enum import IntEnum
 from pathlib import Path
@@ -68,7 +65,7 @@ class StepRun:
 
     def __init__(self, command: list[str]) -> None:
         self.command = command
-        self.run_id = uuid.uuid4().hex[:12]
+        self.run_id = os.urandom(6).hex()
         self.started_at = _now()
         self.started = time.perf_counter()
         self.stages: list[dict[str, Any]] = []
@@ -147,6 +144,8 @@ def identity_stage(run: StepRun, config: LauncherConfig) -> None:
                 "it in a cluster; `secureml run --dev-identity` locally)",
                 where=contract.SPIFFE_SOCKET_ENV,
             )
+        import tempfile
+
         from .identity import fetch_and_check_identity
 
         parent = config.identity_dir
@@ -257,7 +256,7 @@ def _base_record(run: StepRun, config: LauncherConfig | None) -> dict[str, Any]:
     record: dict[str, Any] = {
         "schema": AUDIT_SCHEMA,
         "run_id": run.run_id,
-        "host": socket.gethostname(),
+        "host": os.uname().nodename,
         "command": run.command[:1],
     }
     if config is not None:

@@ -94,6 +94,11 @@ FORBIDDEN_ENV = (
     "CUDA_DEVICE_MEMORY_LIMIT",
     "CUDA_DEVICE_SM_LIMIT",
     "GPU_CORE_UTILIZATION_POLICY",
+    # Read by the NVIDIA container runtime: set in the pod spec, they hand a container GPUs (or MIG
+    # configuration rights) that the device plugin never allocated to it.
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES",
 )
 
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -1,0 +1,458 @@
+"""`secureml compile`: a KFP pipeline plus a TenantProfile in, a checked, secured pipeline YAML out.
+
+The compiler re-traces the user's pipeline function through kfp's own `GraphComponent`, with a thin
+wrapper that runs after the function has created its tasks and before kfp builds the pipeline
+spec. For each container task the wrapper
+
+1. reads what the task will do (image, command, environment, accelerator, kfp.kubernetes settings)
+   and checks it against the profile (`secureml.compile_rules`), collecting every violation;
+2. when nothing is wrong, writes the tenant's controls into the task with kfp's own API:
+   `set_accelerator_type/limit`, `set_env_variable`, and `kfp.kubernetes` (node selector and
+   affinity, tolerations, pod labels and annotations, security context, emptyDir scratch
+   mounts, timeout); and puts the launcher prefix before the task's command.
+
+kfp then builds and writes the YAML as usual; no IR is written by hand. Nested pipelines are
+re-traced the same way (found through the names their parent's function uses). After the build,
+each task's pod is previewed (`secureml.preview`) and checked against the tenant's admission rules,
+and images are checked for signatures through `secureml.supplychain` when asked to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import tempfile
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from secureml import contract, gpu
+from secureml.compile_rules import TaskView, Violation, check_task
+from secureml.decorator import settings_of
+from secureml.errors import SecuremlError
+
+if TYPE_CHECKING:
+    from kfp.dsl.graph_component import GraphComponent
+    from kfp.dsl.pipeline_task import PipelineTask
+
+    from secureml.profile import TenantProfile
+
+# Signature checks: (task, image) pairs in, one result per pair out (see secureml.supplychain.compile).
+ImageVerifier = Callable[[Sequence[tuple[str, str]]], Sequence[Any]]
+
+
+class CompileError(SecuremlError):
+    """The pipeline breaks the tenant's rules; `violations` lists every one (task, rule, what, fix)."""
+
+    def __init__(self, pipeline: str, violations: list[Violation]) -> None:
+        self.violations = violations
+        lines = [f"  {v.task}: [{v.rule}] {v.what}\n      fix: {v.fix}" for v in violations]
+        super().__init__(
+            f"pipeline {pipeline!r} breaks {len(violations)} rule(s) of the tenant profile\n" + "\n".join(lines),
+            fix="fix each task as shown; docs/rules.md explains every rule id",
+        )
+
+    def diagnostics(self) -> str:
+        return self.what + f"\n  fix: {self.fix}"
+
+
+@dataclass
+class StepReport:
+    """What the compiler decided for one task: the row of the compliance table."""
+
+    task: str
+    step: str  # the secureml.dev/step label (nested pipeline steps carry their pipeline's name)
+    kind: str  # "secure" (@secure_component), "plain" (profile defaults), "importer"
+    image: str = ""
+    isolation: str = contract.ISOLATION_NONE
+    gpu_request: dict[str, Any] | None = None
+    resources: str = ""  # e.g. "nvidia.com/mig-1g.10gb x1", or "claim secureml-mig-1g-10gb"
+    scheduling: list[str] = field(default_factory=list)  # node selectors / affinity / tolerations
+    spiffe_id: str | None = None
+    controls: list[str] = field(default_factory=list)
+    signature: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class CompiledPipeline:
+    """The result of a successful compile."""
+
+    name: str
+    yaml_text: str
+    profile: str
+    steps: list[StepReport]
+    admission_checked: bool = False
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.name,
+            "profile": self.profile,
+            "result": "compliant",
+            "admissionChecked": self.admission_checked,
+            "steps": [step.to_dict() for step in self.steps],
+            "violations": [],
+        }
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_text(self.yaml_text, encoding="utf-8")
+
+
+@dataclass
+class _Context:
+    profile: TenantProfile
+    pipeline: str
+    violations: list[Violation] = field(default_factory=list)
+    steps: list[StepReport] = field(default_factory=list)
+    images: list[tuple[str, str]] = field(default_factory=list)  # (task, image) for signatures
+    secured_graphs: dict[int, GraphComponent] = field(default_factory=dict)
+    failed_graphs: set[int] = field(default_factory=set)  # nested pipelines with violations reported
+
+
+class _Abort(Exception):
+    """Stop kfp's build: violations were found, the spec will not be written."""
+
+
+def compile_pipeline(
+    pipeline: GraphComponent,
+    profile: TenantProfile,
+    *,
+    image_verifier: ImageVerifier | None = None,
+    check_admission: bool = True,
+) -> CompiledPipeline:
+    """Check and secure `pipeline` (a `@dsl.pipeline` object) for `profile`.
+
+    Raise `CompileError` with every violation, or return the compiled YAML and the per-step report.
+    `image_verifier` (e.g. a closure over `secureml.supplychain.compile.verify_images_for_compile`)
+    checks the images' signatures; without it, signatures are not looked at.
+    """
+    from kfp.dsl.graph_component import GraphComponent
+
+    if not isinstance(pipeline, GraphComponent):
+        raise SecuremlError(
+            f"{pipeline!r} is not a pipeline",
+            why="secureml compiles pipelines made with @dsl.pipeline",
+            fix="decorate the pipeline function with @dsl.pipeline",
+        )
+    ctx = _Context(profile=profile, pipeline=pipeline.name)
+    try:
+        secured = _secure_graph(pipeline, ctx, step_prefix="")
+    except _Abort:
+        secured = None
+    if image_verifier is not None and ctx.images:
+        _apply_signatures(ctx, image_verifier(ctx.images))
+    if ctx.violations or secured is None:
+        raise CompileError(pipeline.name, ctx.violations)
+    yaml_text = _write_yaml(secured)
+    admission_checked = False
+    if check_admission:
+        admission_checked = _check_admission(yaml_text, profile, ctx)
+        if ctx.violations:
+            raise CompileError(pipeline.name, ctx.violations)
+    return CompiledPipeline(pipeline.name, yaml_text, profile.metadata.name, ctx.steps, admission_checked)
+
+
+def _write_yaml(component: GraphComponent) -> str:
+    from kfp import compiler
+
+    with tempfile.TemporaryDirectory(prefix="secureml-compile-") as tmp:
+        path = Path(tmp) / "pipeline.yaml"
+        compiler.Compiler().compile(component, str(path))
+        return path.read_text(encoding="utf-8")
+
+
+# --- re-tracing ---------------------------------------------------------------------------------
+
+
+def _referenced_graphs(func: Callable[..., Any]) -> list[GraphComponent]:
+    """GraphComponents a pipeline function can reach by name: its globals, closure, and attributes
+    of modules it names (`other_module.inner_pipeline`). These are the nested pipelines it may call."""
+    from kfp.dsl.graph_component import GraphComponent
+
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return []
+    names: set[str] = set()
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        names.update(current.co_names)
+        stack.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
+    found: dict[int, GraphComponent] = {}
+    scope = getattr(func, "__globals__", {})
+    values = [scope[name] for name in sorted(names) if name in scope]
+    values += [cell.cell_contents for cell in (func.__closure__ or ()) if _cell_filled(cell)]
+    for value in list(values):
+        if isinstance(value, types.ModuleType):
+            values.extend(getattr(value, name) for name in sorted(names) if hasattr(value, name))
+    for value in values:
+        if isinstance(value, GraphComponent):
+            found.setdefault(id(value.component_spec), value)
+    return list(found.values())
+
+
+def _cell_filled(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:
+        return False
+    return True
+
+
+def _secure_graph(component: GraphComponent, ctx: _Context, step_prefix: str) -> GraphComponent:
+    """A new GraphComponent: `component`'s function traced again with every task secured."""
+    from kfp.dsl import pipeline_context, structures
+    from kfp.dsl.graph_component import GraphComponent
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    func = component.pipeline_func
+    for inner in _referenced_graphs(func):
+        key = id(inner.component_spec)
+        if inner is component or key in ctx.secured_graphs or key in ctx.failed_graphs:
+            continue
+        try:
+            ctx.secured_graphs[key] = _secure_graph(inner, ctx, f"{inner.name}.")
+        except _Abort:
+            ctx.failed_graphs.add(key)
+
+    @functools.wraps(func)
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        outputs = func(*args, **kwargs)
+        dsl_pipeline = pipeline_context.Pipeline.get_default_pipeline()
+        for name, task in dsl_pipeline.tasks.items():
+            _secure_task(name, task, ctx, step_prefix)
+        if ctx.violations:
+            raise _Abort
+        return outputs
+
+    spec = dataclasses.replace(
+        component.component_spec,
+        implementation=structures.Implementation(),
+        platform_spec=pipeline_spec_pb2.PlatformSpec(),
+    )
+    display_name = component.pipeline_spec.pipeline_info.display_name or None
+    return GraphComponent(spec, traced, display_name=display_name, pipeline_config=component.pipeline_config)
+
+
+# --- one task -----------------------------------------------------------------------------------
+
+
+def _secure_task(name: str, task: PipelineTask, ctx: _Context, step_prefix: str) -> None:
+    step = contract.label_value(f"{step_prefix}{name}")
+    if task.pipeline_spec is not None:
+        secured = ctx.secured_graphs.get(id(task.component_spec))
+        if id(task.component_spec) in ctx.failed_graphs:
+            return
+        if secured is None:
+            ctx.violations.append(Violation(
+                name, "pipeline.nested-unresolved",
+                f"nested pipeline {task.component_spec.name!r} is not reachable by name from the "
+                "pipeline function, so its steps cannot be secured",
+                "define or import the nested pipeline at module level and call it by that name",
+            ))
+            return
+        task.component_spec = secured.component_spec
+        task.pipeline_spec = secured.pipeline_spec
+        return
+    if task.container_spec is None:  # importer: runs inside KFP's own driver, no user code
+        ctx.steps.append(StepReport(task=name, step=step, kind="importer"))
+        return
+    view = _view(name, task)
+    found = check_task(view, ctx.profile)
+    if found:
+        ctx.violations.extend(found)
+        return
+    ctx.images.append((name, view.image))
+    ctx.steps.append(_apply(task, view, step, ctx))
+
+
+def _view(name: str, task: PipelineTask) -> TaskView:
+    container = task.container_spec
+    resources = container.resources
+    k8s = task.platform_config.get("kubernetes", {})
+    env_names: list[str] = []
+    for secret in k8s.get("secretAsEnv", []):
+        env_names += [item.get("envVar", "") for item in secret.get("keyToEnv", [])]
+    for config_map in k8s.get("configMapAsEnv", []):
+        env_names += [item.get("envVar", "") for item in config_map.get("keyToEnv", [])]
+    env_names += [item.get("name", "") for item in k8s.get("fieldPathAsEnv", [])]
+    metadata = k8s.get("podMetadata", {})
+    return TaskView(
+        name=name,
+        image=container.image or "",
+        command=tuple(container.command or ()),
+        args=tuple(container.args or ()),
+        env=dict(container.env or {}),
+        accelerator_type=resources.accelerator_type if resources is not None else None,
+        settings=settings_of(task.component_spec),
+        k8s_env_names=tuple(env_names),
+        k8s_labels=dict(metadata.get("labels", {})),
+        k8s_annotations=dict(metadata.get("annotations", {})),
+    )
+
+
+def _scratch_volume(path: str) -> str:
+    return contract.label_value("scratch" + path.replace("/", "-")).lower()[:63] or "scratch"
+
+
+def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> StepReport:
+    """Write the tenant's controls into `task` (already checked)."""
+    from kfp import kubernetes
+    from kfp.dsl import structures
+
+    from secureml.images import ImageRef
+
+    profile = ctx.profile
+    spec = profile.spec
+    settings = view.settings
+    request = settings.gpu if settings else None
+    placed = gpu.placement(request, profile)
+    report = StepReport(task=view.name, step=step, kind="secure" if settings else "plain",
+                        image=view.image, isolation=placed.isolation)
+
+    if placed.accelerator_type:
+        task.set_accelerator_type(placed.accelerator_type)
+        task.set_accelerator_limit(placed.accelerator_count)
+        report.resources = f"{placed.accelerator_type} x{placed.accelerator_count}"
+    for key, value in placed.node_selector.items():
+        kubernetes.add_node_selector(task, key, value)
+        report.scheduling.append(f"{key}={value}")
+    if placed.node_affinity:
+        kubernetes.add_node_affinity(task, match_expressions=placed.node_affinity)
+        report.scheduling += [f"{e['key']} in ({', '.join(e['values'])})" for e in placed.node_affinity]  # type: ignore[arg-type]
+    for toleration in placed.tolerations:
+        kubernetes.add_toleration(task, **toleration)
+        report.scheduling.append("tolerates " + ":".join(str(toleration.get(k, "")) for k in ("key", "value", "effect")))
+
+    labels = {
+        contract.LABEL_TENANT: contract.label_value(profile.metadata.name),
+        contract.LABEL_PIPELINE: contract.label_value(ctx.pipeline),
+        contract.LABEL_STEP: step,
+        contract.LABEL_ISOLATION: placed.isolation,
+        **placed.pod_labels,
+    }
+    if contract.LABEL_GPU_CLAIM in placed.pod_labels:
+        report.resources = f"claim {placed.pod_labels[contract.LABEL_GPU_CLAIM]}"
+    for key, value in labels.items():
+        kubernetes.add_pod_label(task, key, value)
+
+    ref = ImageRef.parse(view.image)
+    spiffe_id = profile.spiffe_id(ctx.pipeline, step)
+    annotations = {contract.ANNOTATION_SPIFFE_ID: spiffe_id}
+    if ref.digest:
+        annotations[contract.ANNOTATION_IMAGE_DIGEST] = ref.digest
+    shim_on = isinstance(request, gpu.TimeSlice) and spec.runtime.shim == "enforce"
+    if request is not None:
+        annotations[contract.ANNOTATION_GPU_REQUEST] = request.to_json()
+        report.gpu_request = json.loads(request.to_json())
+    if shim_on:
+        annotations[contract.ANNOTATION_LIMITS] = contract.render_shim_limits(
+            memory_bytes=request.memory_bytes, compute_percent=request.compute,  # type: ignore[union-attr]
+            scrub_on_free=spec.runtime.scrub_on_free,
+        )
+    for key, value in annotations.items():
+        kubernetes.add_pod_annotation(task, key, value)
+
+    hardening = spec.hardening
+    kubernetes.set_security_context(task, run_as_user=hardening.run_as_user,
+                                    run_as_group=hardening.run_as_group, run_as_non_root=True)
+    scratch = list(dict.fromkeys([*hardening.scratch_mounts, *(settings.scratch_mounts if settings else ())]))
+    for path in scratch:
+        kubernetes.empty_dir_mount(task, volume_name=_scratch_volume(path), mount_path=path)
+    if settings and settings.timeout_seconds:
+        kubernetes.set_timeout(task, settings.timeout_seconds)
+
+    has_gpu = request is not None
+    identity = spec.identity
+    env = {
+        contract.ENV_TENANT: profile.metadata.name,
+        contract.ENV_NAMESPACE: spec.namespace,
+        contract.ENV_PIPELINE: ctx.pipeline,
+        contract.ENV_STEP: step,
+        contract.ENV_ISOLATION: placed.isolation,
+        contract.ENV_IMAGE: view.image,
+        contract.ENV_IDENTITY_REQUIRED: _flag(identity.required),
+        contract.ENV_EXPECTED_SPIFFE_ID: spiffe_id,
+        contract.ENV_SCRUB_BEFORE: _flag(has_gpu and spec.scrub.before),
+        contract.ENV_SCRUB_AFTER: _flag(has_gpu and spec.scrub.after),
+        contract.ENV_SCRUB_VERIFY: spec.scrub.verify if has_gpu else "off",
+        contract.ENV_SHIM_MODE: "enforce" if shim_on else "off",
+    }
+    if request is not None:
+        env[contract.ENV_GPU_REQUEST] = request.to_json()
+    if shim_on:
+        env[contract.ENV_SHIM_LIMITS_FILE] = contract.SHIM_LIMITS_PATH
+    if identity.required:
+        env[contract.SPIFFE_SOCKET_ENV] = f"unix://{identity.socket_path}"
+    for key, value in env.items():
+        task.set_env_variable(key, value)
+
+    task.container_spec.command = [*contract.LAUNCHER_PREFIX, *view.command]
+    if task.container_spec.resources is None:
+        task.container_spec.resources = structures.ResourceSpec()
+
+    report.spiffe_id = spiffe_id if identity.required else None
+    report.controls = _controls(profile, has_gpu, shim_on, scratch)
+    return report
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _controls(profile: TenantProfile, has_gpu: bool, shim_on: bool, scratch: list[str]) -> list[str]:
+    spec = profile.spec
+    controls = ["launcher", f"uid {spec.hardening.run_as_user}"]
+    if spec.identity.required:
+        controls.append("identity")
+    if spec.hardening.read_only_root_filesystem:
+        controls.append("read-only root")
+    if scratch:
+        controls.append("scratch " + ",".join(scratch))
+    if has_gpu and spec.scrub.before:
+        controls.append("scrub before")
+    if has_gpu and spec.scrub.after:
+        controls.append("scrub after")
+    if shim_on:
+        controls.append("shim")
+    return controls
+
+
+# --- checks after the build ----------------------------------------------------------------------
+
+
+def _apply_signatures(ctx: _Context, results: Sequence[Any]) -> None:
+    by_task = {step.task: step for step in ctx.steps}
+    for result in results:
+        if result.verified:
+            if result.step in by_task:
+                by_task[result.step].signature = {"signer": result.signer, "issuer": result.issuer}
+        else:
+            ctx.violations.append(Violation(result.step, result.rule or "image.signature-invalid",
+                                            result.message or "image signature check failed",
+                                            result.fix or "sign the image"))
+
+
+def _check_admission(yaml_text: str, profile: TenantProfile, ctx: _Context) -> bool:
+    """Evaluate the tenant's admission rules on every previewed pod; False when the rule engine
+    or the bundle's mutations are not available in this installation."""
+    import yaml
+
+    from secureml.preview import preview_pods
+
+    try:
+        from secureml.rules import evaluate, rules_for_profile  # type: ignore[attr-defined]
+    except ImportError:
+        return False
+    pods = preview_pods(list(yaml.safe_load_all(yaml_text)), profile)
+    rules = rules_for_profile(profile)
+    for task, pod in pods.items():
+        for violation in evaluate(pod, rules):
+            ctx.violations.append(Violation(task, violation.rule_id, violation.message,
+                                            "see docs/admission-rules.md for this rule"))
+    return True

@@ -1,0 +1,87 @@
+"""`secureml run FILE --profile PROFILE --local`: run a pipeline here, under the launcher."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from secureml.cli import app, run_cli
+from secureml.errors import InputError
+
+
+def _arguments(pairs: list[str]) -> dict[str, Any]:
+    """`NAME=VALUE` pipeline arguments; VALUE is read as JSON when it parses, else as text."""
+    arguments: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name:
+            raise InputError(f"--arg {pair!r} is not NAME=VALUE", fix="write e.g. --arg epochs=3")
+        try:
+            arguments[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            arguments[name] = raw
+    return arguments
+
+
+@app.command("run")
+@run_cli
+def run(
+    file: Annotated[Path, typer.Argument(help="Python file that defines the pipeline.")],
+    profile: Annotated[Path, typer.Option("--profile", help="TenantProfile YAML to compile against.")],
+    local: Annotated[bool, typer.Option("--local", help="Run on this machine with kfp.local.")] = False,
+    pipeline: Annotated[
+        Optional[str], typer.Option("--pipeline", help="Pipeline to run when FILE defines several.")
+    ] = None,
+    output_dir: Annotated[
+        Optional[Path],
+        typer.Option("--output-dir", help="Folder for the run's files (default secureml-runs/<file>-<time>)."),
+    ] = None,
+    dev_identity: Annotated[
+        bool,
+        typer.Option(
+            "--dev-identity",
+            help="Serve a local SPIFFE Workload API (throwaway CA) issuing each step its profile ID.",
+        ),
+    ] = False,
+    simulate_gpu: Annotated[
+        bool,
+        typer.Option(
+            "--simulate-gpu",
+            help="Run the GPU stages against the fake CUDA driver and NVML (labelled SIMULATED).",
+        ),
+    ] = False,
+    args: Annotated[
+        list[str], typer.Option("--arg", help="Pipeline argument NAME=VALUE (repeatable).")
+    ] = [],  # noqa: B006 (typer reads the default)
+) -> None:
+    """Compile the pipeline against the profile and run it locally, every step under the launcher."""
+    from secureml.components.audit_report import render_text
+    from secureml.localrun import RunLayout, default_output_dir, run_pipeline_file
+
+    if not local:
+        raise InputError(
+            "only local runs are supported: add --local",
+            why="to run in a cluster, compile with `secureml compile` and submit the YAML to KFP",
+        )
+    layout = RunLayout(output_dir or default_output_dir(file))
+    result = run_pipeline_file(
+        file,
+        profile,
+        layout,
+        pipeline_name=pipeline,
+        arguments=_arguments(args),
+        dev_identity=dev_identity,
+        simulate_gpu=simulate_gpu,
+    )
+    typer.echo("")
+    typer.echo(f"secureml audit summary: pipeline {result.pipeline}")
+    if result.simulated_gpu:
+        typer.echo("GPU: SIMULATED (fake libcuda.so.1 / libnvidia-ml.so.1, no real device)")
+    typer.echo(render_text(result.records, simulated_gpu=result.simulated_gpu))
+    typer.echo(f"\nrun files: {layout.root} (audit records in {layout.audit_dir})")
+    if not result.succeeded:
+        typer.echo(f"error: the pipeline failed: {result.failure}", err=True)
+        raise typer.Exit(1)

@@ -1,0 +1,383 @@
+"""`secureml run --local`: run a pipeline on this machine with the same runtime checks as a cluster.
+
+The pipeline is compiled exactly as `secureml compile` does it (same rules, same launcher prefix,
+same `SECUREML_*` variables), and that compiled pipeline is what runs, through
+`kfp.local.SubprocessRunner(use_venv=False)`.
+
+kfp.local passes a task's own environment (`task.set_env_variable`, the container `env` of the
+compiled spec) to its subprocess, but ignores the kubernetes platform spec. In a cluster, what the
+platform spec and the tenant bundle's admission policies add (the SPIFFE socket volume, the shim
+limits through the downward API, writable folders for audit and SVIDs) reaches the launcher as
+mounts; locally, `LocalOverlay` adds the equivalent per step to the container `env` of the compiled
+spec before kfp.local sees it. docs/local-run.md describes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import tempfile
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from secureml import contract
+from secureml.errors import InputError, SecuremlError
+
+AUDIT_SUBDIR = "audit"
+IDENTITY_SUBDIR = "identity"
+PODINFO_SUBDIR = "podinfo"
+ROOT_SUBDIR = "pipeline-root"
+COMPILED_FILE = "pipeline.yaml"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # kfp.local colours task names in its messages
+
+
+@dataclass
+class LocalStep:
+    """One executor of the compiled pipeline, with what the cluster would know about it."""
+
+    executor: str
+    tasks: list[str]
+    container: dict[str, Any]
+    annotations: dict[str, str]
+
+    @property
+    def name(self) -> str:
+        return ", ".join(self.tasks) or self.executor
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {item["name"]: str(item.get("value", "")) for item in self.container.get("env", [])}
+
+    @property
+    def under_launcher(self) -> bool:
+        command = [*self.container.get("command", [])]
+        return command[: len(contract.LAUNCHER_PREFIX)] == list(contract.LAUNCHER_PREFIX)
+
+    @property
+    def gpu_request(self) -> dict[str, Any] | None:
+        raw = self.env.get(contract.ENV_GPU_REQUEST)
+        return json.loads(raw) if raw else None
+
+    @property
+    def identity_required(self) -> bool:
+        return self.env.get(contract.ENV_IDENTITY_REQUIRED, "").lower() == "true"
+
+    def set_env(self, values: Mapping[str, str]) -> None:
+        """Set (or replace) variables in the step's container env of the compiled spec."""
+        env = [item for item in self.container.get("env", []) if item["name"] not in values]
+        env += [{"name": name, "value": value} for name, value in values.items()]
+        self.container["env"] = env
+
+
+@dataclass
+class LocalPipeline:
+    """The two documents of a compiled pipeline file: the pipeline spec and the platform spec."""
+
+    spec: dict[str, Any]
+    platform: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_text(cls, text: str, *, source: str) -> LocalPipeline:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc]
+        if not documents or "deploymentSpec" not in documents[0]:
+            raise InputError(f"{source} is not a compiled KFP pipeline", where=source)
+        return cls(spec=documents[0], platform=documents[1] if len(documents) > 1 else {})
+
+    @property
+    def name(self) -> str:
+        return str(self.spec.get("pipelineInfo", {}).get("name", "pipeline"))
+
+    def steps(self) -> list[LocalStep]:
+        executors = self.spec["deploymentSpec"]["executors"]
+        tasks_of: dict[str, list[str]] = {}
+        components = self.spec.get("components", {})
+        dags = [self.spec.get("root", {})] + [c for c in components.values() if "dag" in c]
+        for dag in dags:
+            for task_name, task in dag.get("dag", {}).get("tasks", {}).items():
+                component = components.get(task.get("componentRef", {}).get("name", ""), {})
+                label = component.get("executorLabel")
+                if label:
+                    tasks_of.setdefault(label, []).append(task_name)
+        k8s = self.platform.get("platforms", {}).get("kubernetes", {})
+        k8s_executors = k8s.get("deploymentSpec", {}).get("executors", {})
+        return [
+            LocalStep(
+                executor=label,
+                tasks=sorted(tasks_of.get(label, [])),
+                container=executor["container"],
+                annotations=dict(
+                    k8s_executors.get(label, {}).get("podMetadata", {}).get("annotations", {})
+                ),
+            )
+            for label, executor in sorted(executors.items())
+            if "container" in executor
+        ]
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.spec, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Where one local run keeps its files."""
+
+    root: Path
+
+    @property
+    def audit_dir(self) -> Path:
+        return self.root / AUDIT_SUBDIR
+
+    @property
+    def identity_dir(self) -> Path:
+        return self.root / IDENTITY_SUBDIR
+
+    @property
+    def pipeline_root(self) -> Path:
+        return self.root / ROOT_SUBDIR
+
+    @property
+    def compiled(self) -> Path:
+        return self.root / COMPILED_FILE
+
+    def limits_file(self, executor: str) -> Path:
+        return self.root / PODINFO_SUBDIR / contract.label_value(executor) / "limits"
+
+
+@dataclass
+class RunResult:
+    """What a local run did: its records, whether the pipeline finished, where the files are."""
+
+    pipeline: str
+    layout: RunLayout
+    succeeded: bool
+    failure: str
+    records: list[dict[str, Any]]
+    simulated_gpu: bool
+    steps: list[LocalStep]
+
+
+def default_output_dir(pipeline_file: Path) -> Path:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("secureml-runs") / f"{pipeline_file.stem}-{stamp}"
+
+
+def check_before_running(
+    steps: list[LocalStep], *, dev_identity: bool, simulate_gpu: bool, has_gpu: bool
+) -> None:
+    """Refuse a run that would fail on a missing local capability, before any step starts."""
+    needs_identity = [s.name for s in steps if s.identity_required]
+    if needs_identity and not dev_identity:
+        raise SecuremlError(
+            f"the profile requires a SPIFFE identity for step(s) {', '.join(needs_identity)}, "
+            "and this local run has no Workload API",
+            why="the launcher fails closed when a required identity cannot be proved",
+            fix="add --dev-identity: a local Workload API with a throwaway CA issues each step "
+            "the ID the profile's template gives it",
+        )
+    gpu_steps = [f"{s.name} ({describe(s.gpu_request)})" for s in steps if s.gpu_request]
+    if gpu_steps and not simulate_gpu and not has_gpu:
+        raise SecuremlError(
+            f"step(s) {', '.join(gpu_steps)} need a GPU, and this machine has none",
+            why="the launcher's GPU stages (preflight, scrub, shim, watchdog) need a CUDA driver",
+            fix="add --simulate-gpu to run the GPU stages against the fake CUDA driver and NVML "
+            "(clearly labelled as simulated), or run on a machine with a GPU",
+        )
+    outside = [s.name for s in steps if not s.under_launcher]
+    if outside:
+        raise SecuremlError(
+            f"step(s) {', '.join(outside)} do not start under the secureml launcher",
+            why="a local run exists to exercise the same runtime checks as the cluster",
+            fix="compile the pipeline with `secureml compile` (it adds the launcher to every step)",
+        )
+
+
+def describe(request: dict[str, Any] | None) -> str:
+    from secureml.components.audit_report import describe_gpu
+
+    return describe_gpu(request)
+
+
+def machine_has_gpu() -> bool:
+    """Whether NVML starts here and sees at least one device."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return False
+    try:
+        return int(pynvml.nvmlDeviceGetCount()) > 0
+    except Exception:
+        return False
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def apply_local_overlay(
+    steps: list[LocalStep],
+    layout: RunLayout,
+    *,
+    spiffe_endpoint: str | None,
+    gpu_env: Mapping[str, Mapping[str, str]] | None = None,
+) -> None:
+    """Give each step, through its env, what a cluster would mount for it (see module docstring)."""
+    for step in steps:
+        values = {
+            contract.ENV_AUDIT_DIR: str(layout.audit_dir.resolve()),
+            contract.ENV_IDENTITY_DIR: str(layout.identity_dir.resolve()),
+        }
+        if spiffe_endpoint is not None:
+            values[contract.SPIFFE_SOCKET_ENV] = spiffe_endpoint
+        limits = step.annotations.get(contract.ANNOTATION_LIMITS)
+        if limits is not None:
+            path = layout.limits_file(step.executor)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists():
+                path.chmod(0o644)
+            path.write_text(limits)
+            path.chmod(0o444)  # read-only, like the downward-API volume
+            values[contract.ENV_SHIM_LIMITS_FILE] = str(path.resolve())
+        if gpu_env is not None:
+            values.update(gpu_env.get(step.executor, {}))
+        step.set_env(values)
+
+
+def identity_by_step(profile: Any) -> Any:
+    """The dev Workload API's registration: pipeline and step of the caller -> the profile's ID."""
+
+    def identity(workload: Any) -> str | None:
+        pipeline = workload.env.get(contract.ENV_PIPELINE)
+        step = workload.env.get(contract.ENV_STEP)
+        if not pipeline or not step:
+            return None
+        return profile.spiffe_id(pipeline, step)
+
+    return identity
+
+
+@contextlib.contextmanager
+def dev_workload_api(profile: Any, enabled: bool) -> Iterator[Any]:
+    """A `DevWorkloadAPI` on a short socket path (unix paths are limited), or None."""
+    if not enabled:
+        yield None
+        return
+    from secureml.devidentity import DevWorkloadAPI
+
+    with tempfile.TemporaryDirectory(prefix="secureml-spiffe-") as folder:
+        api = DevWorkloadAPI(
+            Path(folder) / "agent.sock",
+            spiffe_id=identity_by_step(profile),
+            trust_domain=profile.spec.identity.trust_domain,
+        )
+        with api:
+            yield api
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """Set variables in this process (the steps inherit them) for the duration of the run."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run_compiled(
+    compiled: LocalPipeline,
+    profile: Any,
+    layout: RunLayout,
+    *,
+    arguments: Mapping[str, Any] | None = None,
+    dev_identity: bool = False,
+    simulate_gpu: bool = False,
+) -> RunResult:
+    """Run a compiled pipeline with kfp.local, the launcher active in every step."""
+    from kfp import components, local
+
+    from secureml.enforcement.audit import load_audit_records
+
+    steps = compiled.steps()
+    has_gpu = False if simulate_gpu else machine_has_gpu()
+    check_before_running(steps, dev_identity=dev_identity, simulate_gpu=simulate_gpu, has_gpu=has_gpu)
+    layout.root.mkdir(parents=True, exist_ok=True)
+    layout.audit_dir.mkdir(exist_ok=True)
+    layout.identity_dir.mkdir(mode=0o700, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        api = stack.enter_context(dev_workload_api(profile, dev_identity))
+        process_env: dict[str, str] = {}
+        gpu_env = None
+        if simulate_gpu and any(s.gpu_request for s in steps):
+            from secureml.localgpu import simulated_gpus
+
+            simulation = stack.enter_context(simulated_gpus(steps, layout.root / "fakegpu"))
+            process_env.update(simulation.process_env)
+            gpu_env = simulation.step_env
+        apply_local_overlay(steps, layout, spiffe_endpoint=api.endpoint if api else None, gpu_env=gpu_env)
+        layout.compiled.write_text(compiled.to_yaml())
+        stack.enter_context(_environment(process_env))
+        local.init(
+            runner=local.SubprocessRunner(use_venv=False),
+            pipeline_root=str(layout.pipeline_root.resolve()),
+            raise_on_error=True,
+        )
+        pipeline = components.load_component_from_text(layout.compiled.read_text())
+        failure = ""
+        with warnings.catch_warnings():
+            # Images are not pulled locally: the steps run in this Python environment.
+            warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+            try:
+                pipeline(**dict(arguments or {}))
+            except RuntimeError as err:
+                failure = _ANSI.sub("", str(err))
+    return RunResult(
+        pipeline=compiled.name,
+        layout=layout,
+        succeeded=not failure,
+        failure=failure,
+        records=load_audit_records(layout.audit_dir),
+        simulated_gpu=simulate_gpu,
+        steps=steps,
+    )
+
+
+def run_pipeline(
+    pipeline: Any,
+    profile: Any,
+    layout: RunLayout,
+    *,
+    arguments: Mapping[str, Any] | None = None,
+    dev_identity: bool = False,
+    simulate_gpu: bool = False,
+) -> RunResult:
+    """Compile `pipeline` (a `@dsl.pipeline`) for `profile` as `secureml compile` does, then run it.
+
+    Image signatures are not checked here: a local run pulls no image, the steps run in this Python
+    environment. `secureml compile` checks them before a pipeline goes to a cluster.
+    """
+    from secureml.compiler import compile_pipeline
+
+    compiled = compile_pipeline(pipeline, profile, check_admission=False)
+    return run_compiled(
+        LocalPipeline.from_text(compiled.yaml_text, source=f"pipeline {compiled.name}"),
+        profile,
+        layout,
+        arguments=arguments,
+        dev_identity=dev_identity,
+        simulate_gpu=simulate_gpu,
+    )
+

@@ -1,0 +1,50 @@
+"""Small pipelines for the local-run tests (CPU only; GPU steps are covered with the fake driver)."""
+
+from kfp import dsl
+
+from secureml import MIG, secure_component
+
+IMAGE = "ghcr.io/acme/ml-images/prep@sha256:" + "1" * 64
+
+
+@secure_component(image=IMAGE)
+def make_numbers(count: int, numbers: dsl.Output[dsl.Dataset]) -> None:
+    import os
+
+    with open(numbers.path, "w") as handle:
+        handle.write("\n".join(str(i) for i in range(count)))
+    # the launcher exported the SVID it checked; the step can read its own certificate
+    with open(os.environ["SECUREML_SVID_CERT"]) as cert:
+        assert cert.read().startswith("-----BEGIN CERTIFICATE-----")
+
+
+@dsl.component(base_image=IMAGE, install_kfp_package=False)
+def total(numbers: dsl.Input[dsl.Dataset]) -> int:
+    with open(numbers.path) as handle:
+        return sum(int(line) for line in handle)
+
+
+@secure_component(image=IMAGE)
+def fail_on_purpose(value: int) -> None:
+    raise SystemExit(value)
+
+
+@secure_component(image=IMAGE, gpu=MIG("1g.10gb"))
+def on_mig(value: int) -> int:
+    return value
+
+
+@dsl.pipeline(name="numbers")
+def numbers(count: int = 5) -> int:
+    made = make_numbers(count=count)
+    return total(numbers=made.outputs["numbers"]).output
+
+
+@dsl.pipeline(name="breaks")
+def breaks(code: int = 3) -> None:
+    fail_on_purpose(value=code)
+
+
+@dsl.pipeline(name="needs-gpu")
+def needs_gpu() -> None:
+    on_mig(value=1)

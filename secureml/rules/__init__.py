@@ -1,0 +1,59 @@
+"""The admission rule catalogue: each rule defined once, enforced in the cluster and offline.
+
+A `Rule` is a small value: a stable `id`, a static `message`, a CEL `expression` over `object`
+(the Pod) that is true when the pod is allowed, a `message_expression` that names the offending
+container, and `applies_to` (`level:baseline`, `level:restricted`, `profile:<tenant>`). The
+tenant bundle renders each rule into one `validations[]` entry of the ValidatingAdmissionPolicy
+(`expression`, `messageExpression`, `message`); `secureml check-pod` and the compiler evaluate the
+same text here through the real CEL engine. The CEL is written in the subset both the API server
+and the Python engine accept (docs/admission-rules.md).
+
+Public API::
+
+    rules_for_level(level: str) -> list[Rule]
+        The Pod Security Standards of Kubernetes 1.36: "baseline" or "restricted" (ids `pss.*`).
+    rules_for_profile(profile: TenantProfile) -> list[Rule]
+        Restricted plus secureml's rules for that tenant (ids `secureml.*`), the profile's values
+        baked in as CEL literals: no policy parameters needed.
+    profile_rules(profile: TenantProfile) -> list[Rule]
+        Only the `secureml.*` rules of that tenant.
+    evaluate(obj: dict, rules: Iterable[Rule]) -> list[Violation]
+        The violations of a Pod (a dict as the API server sees it); empty means allowed. Each
+        expression is compiled once per process; a rule that errors denies (fail closed).
+    Rule, Violation(rule_id, message), LEVELS
+
+Importing this package imports the CEL engine; import it inside CLI commands.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from secureml.rules.engine import evaluate
+from secureml.rules.model import LEVELS, Rule, Violation
+from secureml.rules.pss import rules_for_level
+
+if TYPE_CHECKING:
+    from secureml.profile import TenantProfile
+
+__all__ = [
+    "LEVELS",
+    "Rule",
+    "Violation",
+    "evaluate",
+    "profile_rules",
+    "rules_for_level",
+    "rules_for_profile",
+]
+
+
+def profile_rules(profile: TenantProfile) -> list[Rule]:
+    """secureml's own rules for `profile` (ids `secureml.*`)."""
+    from secureml.rules.tenant import profile_rules as build
+
+    return build(profile)
+
+
+def rules_for_profile(profile: TenantProfile) -> list[Rule]:
+    """Everything a pod of this tenant must pass: Pod Security restricted, then secureml's rules."""
+    return [*rules_for_level("restricted"), *profile_rules(profile)]

@@ -1,0 +1,143 @@
+"""Building blocks for rule expressions: CEL text that both the API server and `cel` accept.
+
+Every helper returns CEL source. The subset used here is the one both engines share: field access
+guarded by `has()`, `in`, `==`, `startsWith`/`endsWith`/`matches`, `size`, `string()`, the macros
+`all`/`exists`/`filter`/`map`, list literals and `+`, and the ternary operator. No `?.`, no
+`optional`, no Kubernetes library functions (`join`, `split`, `quantity`, `find`...) that the Python
+engine lacks. Container lists are never concatenated: `containers` and `ephemeralContainers` have
+different element types in the API server's type checker, so each list is visited on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# Order as the API server's pod-security visitor walks them (init, regular, ephemeral).
+CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+SPEC = "object.spec"
+
+
+def quote(text: str) -> str:
+    """`text` as a single-quoted CEL string literal."""
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n")
+    return f"'{escaped}'"
+
+
+def string_list(items: Iterable[str]) -> str:
+    """A CEL list literal of strings."""
+    return "[" + ", ".join(quote(item) for item in items) + "]"
+
+
+def has_path(root: str, *fields: str) -> str:
+    """`has()` for every step of `root.f1.f2...`, so that no step reads an absent field."""
+    checks = []
+    path = root
+    for field in fields:
+        path = f"{path}.{field}"
+        checks.append(f"has({path})")
+    return "(" + " && ".join(checks) + ")"
+
+
+def field(root: str, *fields: str) -> str:
+    return ".".join((root, *fields))
+
+
+def is_true(root: str, *fields: str) -> str:
+    """The field is present and `true`."""
+    return f"({has_path(root, *fields)} && {field(root, *fields)} == true)"
+
+
+def every_container(predicate: str, var: str = "c") -> str:
+    """`predicate` (over `var`) holds for every container, init container and ephemeral container."""
+    parts = [
+        f"(!has({SPEC}.{lst}) || {SPEC}.{lst}.all({var}, {predicate}))" for lst in CONTAINER_LISTS
+    ]
+    return "(" + " && ".join(parts) + ")"
+
+
+def offending_containers(predicate: str, var: str = "c") -> str:
+    """A CEL list of the names of the containers for which `predicate` is false."""
+    parts = [
+        f"(has({SPEC}.{lst}) ? {SPEC}.{lst}.filter({var}, !({predicate})).map({var}, {var}.name) : [])"
+        for lst in CONTAINER_LISTS
+    ]
+    return "(" + " + ".join(parts) + ")"
+
+
+def name_first(names: str, noun: str, tail: str, otherwise: str) -> str:
+    """A message naming the first offender of the CEL list `names` (and how many more).
+
+    `otherwise` is the message (CEL string expression) when the list is empty, e.g. when only a
+    pod-level field is at fault.
+    """
+    return (
+        f"size({names}) == 0 ? {otherwise} : "
+        f"{quote(noun + ' ')} + '\"' + {names}[0] + '\"' + "
+        f"(size({names}) > 1 ? ' (and ' + string(size({names}) - 1) + ' more)' : '') + "
+        f"{quote(' ' + tail)}"
+    )
+
+
+def container_rule_message(predicate: str, tail: str, pod_message: str | None = None) -> str:
+    """messageExpression for a per-container rule: names the first offending container."""
+    otherwise = quote(pod_message if pod_message is not None else f"a container {tail}")
+    return name_first(offending_containers(predicate), "container", tail, otherwise)
+
+
+def int_range_regex(low: int, high: int) -> str:
+    """A regular expression (RE2 and Rust `regex` alike) for the decimal integers low..high.
+
+    No leading zeros, no sign. CEL cannot parse numbers out of a string with the functions both
+    engines share, so a bound on a number inside an annotation is checked as a pattern.
+    """
+    if not 0 <= low <= high:
+        raise ValueError(f"bad range {low}..{high}")
+    return "(?:" + "|".join(_range_alternatives(low, high)) + ")"
+
+
+def _range_alternatives(low: int, high: int) -> list[str]:
+    """Alternatives covering [low, high], split into runs of equal digit count."""
+    alternatives: list[str] = []
+    start = low
+    while start <= high:
+        width = len(str(start))
+        end = min(high, 10**width - 1)
+        alternatives.extend(_same_width(str(start), str(end)))
+        start = end + 1
+    return alternatives
+
+
+def _same_width(lo: str, hi: str) -> list[str]:
+    """Patterns for the integers lo..hi that have the same number of digits."""
+    if len(lo) == 1:
+        return [f"[{lo}-{hi}]" if lo != hi else lo]
+    if lo == hi:
+        return [lo]
+    if lo[0] == hi[0]:
+        return [lo[0] + rest for rest in _same_width_tail(lo[1:], hi[1:])]
+    out = [lo[0] + rest for rest in _same_width_tail(lo[1:], "9" * (len(lo) - 1))]
+    first, last = int(lo[0]) + 1, int(hi[0]) - 1
+    if first <= last:
+        digit = f"[{first}-{last}]" if first != last else str(first)
+        out.append(f"{digit}[0-9]{{{len(lo) - 1}}}")
+    out.extend(hi[0] + rest for rest in _same_width_tail("0" * (len(hi) - 1), hi[1:]))
+    return out
+
+
+def _same_width_tail(lo: str, hi: str) -> list[str]:
+    """Like `_same_width` but leading zeros are allowed (inner digits of a longer number)."""
+    if lo == hi:
+        return [lo]
+    if len(lo) == 1:
+        return [f"[{lo}-{hi}]"]
+    if lo[0] == hi[0]:
+        return [lo[0] + rest for rest in _same_width_tail(lo[1:], hi[1:])]
+    if lo[1:] == "0" * (len(lo) - 1) and hi[1:] == "9" * (len(hi) - 1):
+        return [f"[{lo[0]}-{hi[0]}][0-9]{{{len(lo) - 1}}}"]
+    out = [lo[0] + rest for rest in _same_width_tail(lo[1:], "9" * (len(lo) - 1))]
+    first, last = int(lo[0]) + 1, int(hi[0]) - 1
+    if first <= last:
+        digit = f"[{first}-{last}]" if first != last else str(first)
+        out.append(f"{digit}[0-9]{{{len(lo) - 1}}}")
+    out.extend(hi[0] + rest for rest in _same_width_tail("0" * (len(hi) - 1), hi[1:]))
+    return out

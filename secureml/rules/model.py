@@ -1,0 +1,35 @@
+"""The two small values of the rule catalogue: a `Rule` and the `Violation` it reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LEVEL_BASELINE = "baseline"
+LEVEL_RESTRICTED = "restricted"
+LEVELS = (LEVEL_BASELINE, LEVEL_RESTRICTED)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One admission rule, written once and used by the ValidatingAdmissionPolicy and offline.
+
+    `expression` is CEL over `object` (the Pod) that is true when the pod is allowed, exactly as a
+    ValidatingAdmissionPolicy `validations[].expression`; `message_expression` is its
+    `messageExpression` (a CEL string naming the offending container); `message` the static
+    fallback. `applies_to` names where the rule is in force: `level:baseline`, `level:restricted`
+    or `profile:<tenant>`.
+    """
+
+    id: str
+    message: str
+    expression: str
+    message_expression: str
+    applies_to: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A rule a pod fails: the rule's id and the message for this pod."""
+
+    rule_id: str
+    message: str

@@ -1,0 +1,416 @@
+"""secureml's own admission rules for one tenant, with the profile's values baked in as literals.
+
+The rules need no policy parameters: the ValidatingAdmissionPolicy of a tenant's bundle and the
+offline engine evaluate the very same text. What CEL cannot check (the numbers inside the GPU
+request JSON against those in the limits annotation, image signatures) is named in
+docs/admission-rules.md together with the control that covers it instead.
+"""
+
+from __future__ import annotations
+
+from secureml import contract
+from secureml.profile import TenantProfile
+from secureml.rules._cel import (
+    CONTAINER_LISTS,
+    SPEC,
+    container_rule_message,
+    every_container,
+    has_path,
+    int_range_regex,
+    quote,
+    string_list,
+)
+from secureml.rules.model import Rule
+
+NVIDIA_PREFIX = "nvidia.com/"
+MIG_PREFIX = "nvidia.com/mig-"
+WHOLE_GPU = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+_LABELS = "object.metadata.labels"
+_ANNOTATIONS = "object.metadata.annotations"
+_ISOLATION = f"{_LABELS}[{quote(contract.LABEL_ISOLATION)}]"
+
+
+def _label_is(value: str) -> str:
+    key = quote(contract.LABEL_ISOLATION)
+    return f"(has({_LABELS}) && {key} in {_LABELS} && {_ISOLATION} == {quote(value)})"
+
+
+def _label_in(values: list[str]) -> str:
+    key = quote(contract.LABEL_ISOLATION)
+    return f"(has({_LABELS}) && {key} in {_LABELS} && {_ISOLATION} in {string_list(values)})"
+
+
+def _annotation(name: str) -> str:
+    return f"{_ANNOTATIONS}[{quote(name)}]"
+
+
+def _has_annotation(name: str) -> str:
+    return f"(has({_ANNOTATIONS}) && {quote(name)} in {_ANNOTATIONS})"
+
+
+def _resource_keys_all(key_ok: str, var: str = "c") -> str:
+    """Every resource name a container limits or requests satisfies `key_ok` (over `k`)."""
+    return (
+        f"(!has({var}.resources) || ("
+        f"(!has({var}.resources.limits) || {var}.resources.limits.all(k, {key_ok})) && "
+        f"(!has({var}.resources.requests) || {var}.resources.requests.all(k, {key_ok}))))"
+    )
+
+
+def _any_container_requests(key_match: str) -> str:
+    """Some container limits or requests a resource whose name satisfies `key_match` (over `k`)."""
+    one = (
+        "(has(c.resources) && ("
+        f"(has(c.resources.limits) && c.resources.limits.exists(k, {key_match})) || "
+        f"(has(c.resources.requests) && c.resources.requests.exists(k, {key_match}))))"
+    )
+    parts = [f"(has({SPEC}.{lst}) && {SPEC}.{lst}.exists(c, {one}))" for lst in CONTAINER_LISTS]
+    return "(" + " || ".join(parts) + ")"
+
+
+class _Catalogue:
+    """Builds the rules of one profile; each method returns the rules of one concern."""
+
+    def __init__(self, profile: TenantProfile) -> None:
+        self.profile = profile
+        self.spec = profile.spec
+        self.gpu = profile.spec.gpu
+        self.applies_to = (f"profile:{profile.metadata.name}",)
+
+    def rule(self, rule_id: str, message: str, expression: str, message_expression: str) -> Rule:
+        return Rule(rule_id, message, expression, message_expression, self.applies_to)
+
+    def container_rule(self, rule_id: str, message: str, predicate: str) -> Rule:
+        return self.rule(
+            rule_id, message, every_container(predicate), container_rule_message(predicate, message)
+        )
+
+    # --- labels and isolation ------------------------------------------------------------------
+    def labels(self) -> list[Rule]:
+        required = string_list(contract.REQUIRED_LABELS)
+        tenant = self.profile.metadata.name
+        present = f"{required}.all(l, l in {_LABELS} && {_LABELS}[l] != '')"
+        tenant_ok = f"{_LABELS}[{quote(contract.LABEL_TENANT)}] == {quote(tenant)}"
+        missing = f"{required}.filter(l, !(has({_LABELS}) && l in {_LABELS} && {_LABELS}[l] != ''))"
+        return [
+            self.rule(
+                "secureml.requiredLabels",
+                f"pod must carry the labels {', '.join(contract.REQUIRED_LABELS)} "
+                f"with {contract.LABEL_TENANT}={tenant}",
+                f"has({_LABELS}) && {present} && {tenant_ok}",
+                f"size({missing}) > 0 ? 'pod is missing the label ' + {missing}[0] : "
+                f"'pod label {contract.LABEL_TENANT} must be {tenant}, not ' + "
+                f"{_LABELS}[{quote(contract.LABEL_TENANT)}]",
+            )
+        ]
+
+    def isolation(self) -> list[Rule]:
+        allowed = [lvl for lvl in contract.ISOLATION_LEVELS if self.profile.allows_isolation(lvl)]
+        allowed.append(contract.ISOLATION_NONE)
+        key = quote(contract.LABEL_ISOLATION)
+        return [
+            self.rule(
+                "secureml.isolationLevel",
+                f"tier {self.spec.tier} "
+                f"allows isolation {', '.join(allowed)} only",
+                _label_in(allowed),
+                f"'pod isolation ' + ((has({_LABELS}) && {key} in {_LABELS}) ? {_ISOLATION} : '(none set)')"
+                f" + ' is weaker than this tenant allows ({', '.join(allowed)})'",
+            )
+        ]
+
+    def gpu_matches_label(self) -> list[Rule]:
+        """The isolation label tells the truth about the GPU the pod asks for."""
+        checks: list[str] = []
+        timeslice_level = "timeslice-shim" if self.spec.runtime.shim == "enforce" else "timeslice"
+        if self.gpu.time_slice is not None and self.gpu.backend == "device-plugin":
+            shared = quote(self.gpu.time_slice.resource_name)
+            checks.append(f"(!{_any_container_requests(f'k == {shared}')} || {_label_is(timeslice_level)})")
+        checks.append(f"(!{_any_container_requests(f'k.startsWith({quote(MIG_PREFIX)})')} || {_label_is('mig')})")
+        whole_levels = ["dedicated"]
+        if self.gpu.mig_strategy == "single" and self.gpu.mig is not None:
+            whole_levels.append("mig")
+        checks.append(f"(!{_any_container_requests(f'k == {quote(WHOLE_GPU)}')} || {_label_in(whole_levels)})")
+        gpu_free = (
+            f"(!{_any_container_requests(f'k.startsWith({quote(NVIDIA_PREFIX)})')} && "
+            f"(!has({SPEC}.resourceClaims) || size({SPEC}.resourceClaims) == 0))"
+        )
+        checks.append(f"(!{_label_is(contract.ISOLATION_NONE)} || {gpu_free})")
+        return [
+            self.rule(
+                "secureml.isolationMatchesGpu",
+                f"pod label {contract.LABEL_ISOLATION} must match the GPU it requests "
+                f"(time-sliced: {timeslice_level}, MIG: mig, whole GPU: {'/'.join(whole_levels)}, "
+                "no GPU: none)",
+                " && ".join(checks),
+                quote(
+                    f"pod label {contract.LABEL_ISOLATION} does not match the GPU resources it "
+                    "requests"
+                ),
+            )
+        ]
+
+    # --- GPU resources ---------------------------------------------------------------------------
+    def gpu_resources(self) -> list[Rule]:
+        gpu = self.gpu
+        names: list[str] = []
+        if gpu.backend == "device-plugin":
+            if gpu.whole_gpu is not None or (gpu.mig_strategy == "single" and gpu.mig is not None):
+                names.append(WHOLE_GPU)
+            if gpu.time_slice is not None:
+                names.append(gpu.time_slice.resource_name)
+        key_ok = (
+            f"!k.startsWith({quote(NVIDIA_PREFIX)}) || k.startsWith({quote(MIG_PREFIX)}) || "
+            f"k in {string_list(names)}"
+        )
+        if names:
+            allowed_text = ", ".join(names)
+        elif gpu.backend == "dra":
+            allowed_text = "none (this tenant's GPUs come from DRA claims)"
+        else:
+            allowed_text = "none besides the allowed MIG profiles"
+        rules = [
+            self.container_rule(
+                "secureml.gpuResourceName",
+                f"must request no GPU resource but {allowed_text}",
+                _resource_keys_all(key_ok),
+            )
+        ]
+        mig_names: list[str] = []
+        if gpu.backend == "device-plugin" and gpu.mig is not None and gpu.mig_strategy == "mixed":
+            mig_names = [f"{MIG_PREFIX}{p}" for p in gpu.mig.allowed_profiles]
+        mig_ok = f"!k.startsWith({quote(MIG_PREFIX)}) || k in {string_list(mig_names)}"
+        allowed_mig = ", ".join(mig_names) if mig_names else "none"
+        rules.append(
+            self.container_rule(
+                "secureml.migProfile",
+                f"must request no MIG profile but {allowed_mig}",
+                _resource_keys_all(mig_ok),
+            )
+        )
+        if gpu.backend == "device-plugin" and gpu.whole_gpu is not None:
+            counts = string_list(str(n) for n in range(1, gpu.whole_gpu.max_per_step + 1))
+            count_ok = f"!(k == {quote(WHOLE_GPU)}) || string(c.resources.limits[k]) in {counts}"
+            predicate = (
+                f"(!{has_path('c', 'resources', 'limits')} || c.resources.limits.all(k, {count_ok}))"
+            )
+            rules.append(
+                self.container_rule(
+                    "secureml.wholeGpuCount",
+                    f"must request at most {gpu.whole_gpu.max_per_step} whole GPU(s) "
+                    f"({WHOLE_GPU} limit 1..{gpu.whole_gpu.max_per_step})",
+                    predicate,
+                )
+            )
+            if gpu.whole_gpu.node_selector:
+                selector = " && ".join(
+                    f"({quote(k)} in {SPEC}.nodeSelector && {SPEC}.nodeSelector[{quote(k)}] == {quote(v)})"
+                    for k, v in sorted(gpu.whole_gpu.node_selector.items())
+                )
+                wanted = ", ".join(f"{k}={v}" for k, v in sorted(gpu.whole_gpu.node_selector.items()))
+                rules.append(
+                    self.rule(
+                        "secureml.dedicatedPool",
+                        f"a pod with whole GPUs must select the tenant's dedicated pool ({wanted})",
+                        f"!{_any_container_requests(f'k == {quote(WHOLE_GPU)}')} || "
+                        f"(has({SPEC}.nodeSelector) && {selector})",
+                        quote(f"pod requests whole GPUs but does not select the dedicated pool ({wanted})"),
+                    )
+                )
+        if gpu.backend == "device-plugin" and gpu.mig is not None and gpu.mig_strategy == "single":
+            products = " || ".join(
+                f"{SPEC}.nodeSelector[{quote(GPU_PRODUCT_LABEL)}].endsWith({quote('-MIG-' + p)})"
+                for p in gpu.mig.allowed_profiles
+            ) or "false"
+            rules.append(
+                self.rule(
+                    "secureml.migProfile.single",
+                    "a MIG pod (strategy single) must select a GPU product with an allowed MIG profile",
+                    f"!({_label_is('mig')} && {_any_container_requests(f'k == {quote(WHOLE_GPU)}')}) || "
+                    f"(has({SPEC}.nodeSelector) && {quote(GPU_PRODUCT_LABEL)} in {SPEC}.nodeSelector && ({products}))",
+                    quote(f"MIG pod must select {GPU_PRODUCT_LABEL} ending in -MIG-<allowed profile>"),
+                )
+            )
+        return rules
+
+    def claims(self) -> list[Rule]:
+        claims = f"{SPEC}.resourceClaims"
+        if self.gpu.backend == "device-plugin":
+            return [
+                self.rule(
+                    "secureml.resourceClaims",
+                    "pod must not use DRA resource claims: this tenant's GPUs come from the device plugin",
+                    f"!has({claims}) || size({claims}) == 0",
+                    quote("pod must not set spec.resourceClaims (device-plugin tenant)"),
+                )
+            ]
+        label = quote(contract.LABEL_GPU_CLAIM)
+        template_ok = (
+            f"has(rc.resourceClaimTemplateName) && !has(rc.resourceClaimName) && "
+            f"has({_LABELS}) && {label} in {_LABELS} && rc.resourceClaimTemplateName == {_LABELS}[{label}]"
+        )
+        return [
+            self.rule(
+                "secureml.resourceClaims",
+                f"each resource claim must come from the ResourceClaimTemplate named by the pod label "
+                f"{contract.LABEL_GPU_CLAIM} (no shared, pre-created claims)",
+                f"!has({claims}) || {claims}.all(rc, {template_ok})",
+                f"'resource claim \"' + {claims}.filter(rc, !({template_ok}))[0].name + "
+                f"'\" must use resourceClaimTemplateName equal to label {contract.LABEL_GPU_CLAIM}'",
+            )
+        ]
+
+    def shim_limits(self) -> list[Rule]:
+        """Time-sliced pods carry the shim limits (and a matching request) within the profile."""
+        ts = self.gpu.time_slice
+        if ts is None or self.spec.runtime.shim != "enforce":
+            return []
+        memory = int_range_regex(1, ts.max_memory)
+        compute = int_range_regex(1, ts.max_compute)
+        scrub = "1" if self.spec.runtime.scrub_on_free else "[01]"
+        limits_re = f"^version=1\\nmemory={memory}\\ncompute={compute}\\nscrub_on_free={scrub}\\n$"
+        # The request is JSON; CEL cannot parse it, so each member is matched on its own, in any
+        # order, with the bounds as number patterns.
+        request_patterns = [
+            '^\\{.*\\}$',
+            '"kind"\\s*:\\s*"timeslice"\\s*[,}]',
+            f'"memory"\\s*:\\s*{memory}\\s*[,}}]',
+            f'"compute"\\s*:\\s*{compute}\\s*[,}}]',
+        ]
+        time_sliced = _label_is("timeslice-shim")
+        if self.gpu.backend == "device-plugin":
+            shared = quote(ts.resource_name)
+            time_sliced = f"({time_sliced} || {_any_container_requests(f'k == {shared}')})"
+        limits_ok = (
+            f"{_has_annotation(contract.ANNOTATION_LIMITS)} && "
+            f"{_annotation(contract.ANNOTATION_LIMITS)}.matches({quote(limits_re)})"
+        )
+        request_ok = f"{_has_annotation(contract.ANNOTATION_GPU_REQUEST)} && " + " && ".join(
+            f"{_annotation(contract.ANNOTATION_GPU_REQUEST)}.matches({quote(pattern)})"
+            for pattern in request_patterns
+        )
+        bounds = f"memory <= {ts.max_memory} bytes, compute <= {ts.max_compute}%"
+        return [
+            self.rule(
+                "secureml.shimLimits",
+                f"a time-sliced pod must carry the shim limits annotation {contract.ANNOTATION_LIMITS} "
+                f"({bounds}, scrub_on_free={'1' if self.spec.runtime.scrub_on_free else '0|1'})",
+                f"!{time_sliced} || ({limits_ok})",
+                f"!{_has_annotation(contract.ANNOTATION_LIMITS)} ? "
+                f"{quote('time-sliced pod has no ' + contract.ANNOTATION_LIMITS + ' annotation')} : "
+                f"{quote('annotation ' + contract.ANNOTATION_LIMITS + ' is malformed or exceeds ' + bounds)}",
+            ),
+            self.rule(
+                "secureml.gpuRequest",
+                f"a time-sliced pod must carry {contract.ANNOTATION_GPU_REQUEST} "
+                f'{{"kind":"timeslice",...}} within the profile ({bounds})',
+                f"!{time_sliced} || ({request_ok})",
+                f"!{_has_annotation(contract.ANNOTATION_GPU_REQUEST)} ? "
+                f"{quote('time-sliced pod has no ' + contract.ANNOTATION_GPU_REQUEST + ' annotation')} : "
+                f"{quote('annotation ' + contract.ANNOTATION_GPU_REQUEST + ' is not a time-slice request within ' + bounds)}",
+            ),
+        ]
+
+    # --- containers ------------------------------------------------------------------------------
+    def hardening(self) -> list[Rule]:
+        rules: list[Rule] = []
+        if self.spec.hardening.read_only_root_filesystem:
+            rules.append(
+                self.container_rule(
+                    "secureml.readOnlyRootFilesystem",
+                    "must set securityContext.readOnlyRootFilesystem=true",
+                    f"({has_path('c', 'securityContext', 'readOnlyRootFilesystem')} && "
+                    "c.securityContext.readOnlyRootFilesystem == true)",
+                )
+            )
+        pod_sc = f"{SPEC}.securityContext"
+        pod_non_root = f"({has_path(SPEC, 'securityContext', 'runAsNonRoot')} && {pod_sc}.runAsNonRoot == true)"
+        pod_root_uid = f"({has_path(SPEC, 'securityContext', 'runAsUser')} && {pod_sc}.runAsUser == 0)"
+        non_root = (
+            f"({has_path('c', 'securityContext', 'runAsNonRoot')} ? c.securityContext.runAsNonRoot == true : {pod_non_root}) && "
+            f"!({has_path('c', 'securityContext', 'runAsUser')} && c.securityContext.runAsUser == 0)"
+        )
+        rules.append(
+            self.rule(
+                "secureml.runAsNonRoot",
+                "must run as non-root (runAsNonRoot=true, runAsUser not 0), user namespace or not",
+                f"!{pod_root_uid} && {every_container(non_root)}",
+                container_rule_message(
+                    non_root,
+                    "must run as non-root (runAsNonRoot=true, runAsUser not 0)",
+                    "pod must not set securityContext.runAsUser=0",
+                ),
+            )
+        )
+        return rules
+
+    def images(self) -> list[Rule]:
+        images = self.spec.images
+        prefixes = [p if p.endswith("/") else p + "/" for p in images.allowed_registries]
+        system = contract.KFP_SYSTEM_IMAGES
+        system_ok = " || ".join(
+            f"c.image == {quote(repo)} || c.image.startsWith({quote(repo + ':')}) || "
+            f"c.image.startsWith({quote(repo + '@')})"
+            for repo in system
+        )
+        tenant_ok = " || ".join(f"c.image.startsWith({quote(p)})" for p in prefixes) or "false"
+        rules = [
+            self.container_rule(
+                "secureml.imageRegistry",
+                f"must use an image from {', '.join(prefixes)} (or KFP's own "
+                f"{', '.join(system)})",
+                f"(has(c.image) && ({tenant_ok} || {system_ok}))",
+            )
+        ]
+        if images.require_digest:
+            rules.append(
+                self.container_rule(
+                    "secureml.imageDigest",
+                    "must pin its image by digest (IMAGE@sha256:<64 hex>)",
+                    "(has(c.image) && (c.image.matches('@sha256:[0-9a-f]{64}$') || "
+                    f"{system_ok}))",
+                )
+            )
+        return rules
+
+    def environment(self) -> list[Rule]:
+        forbidden = string_list(contract.FORBIDDEN_ENV)
+        env_ok = f"(!has(c.env) || c.env.all(e, !(e.name in {forbidden})))"
+        env_from_ok = (
+            "(!has(c.envFrom) || c.envFrom.all(s, has(s.prefix) && s.prefix != '' && "
+            f"!{forbidden}.exists(f, f.startsWith(s.prefix))))"
+        )
+        return [
+            self.container_rule(
+                "secureml.forbiddenEnv",
+                f"must not set {', '.join(contract.FORBIDDEN_ENV)} (they switch controls off or "
+                "replace the shim preload)",
+                env_ok,
+            ),
+            self.container_rule(
+                "secureml.envFrom",
+                "must not import environment from a ConfigMap or Secret without a prefix that "
+                "keeps it clear of the forbidden variables",
+                env_from_ok,
+            ),
+        ]
+
+    def all(self) -> list[Rule]:
+        return [
+            *self.labels(),
+            *self.isolation(),
+            *self.gpu_matches_label(),
+            *self.gpu_resources(),
+            *self.claims(),
+            *self.shim_limits(),
+            *self.hardening(),
+            *self.images(),
+            *self.environment(),
+        ]
+
+
+def profile_rules(profile: TenantProfile) -> list[Rule]:
+    """secureml's rules for `profile` (without the Pod Security Standards)."""
+    return _Catalogue(profile).all()

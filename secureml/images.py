@@ -155,25 +155,31 @@ class ImageRef:
         return text
 
 
-def _allowed_segments(entry: str) -> list[str]:
-    """An allowed-registry entry as path segments: normalised host first, then repository parts."""
-    stripped = entry.strip().rstrip("/")
-    segments = stripped.split("/") if stripped else []
-    if not segments or any(not part for part in segments) or not _looks_like_registry(segments[0]):
-        raise SecuremlError(
-            f"allowed registry entry {entry!r} does not start with a registry host",
-            why="entries are registry prefixes such as 'ghcr.io/acme/'; without a host the "
-            "meaning is ambiguous (Docker Hub user or official image?)",
-            fix="write the host explicitly, e.g. 'docker.io/acme/' or 'docker.io/library/'",
-            where="spec.images.allowedRegistries",
+def allowed_registry_problem(entry: str) -> str | None:
+    """Why `entry` cannot be an allowed-registry prefix, or None when it can (for profile validation)."""
+    segments = entry.strip().rstrip("/").split("/")
+    if any(not part for part in segments) or not _looks_like_registry(segments[0]):
+        return (
+            f"{entry!r} does not start with a registry host; write it explicitly, "
+            "e.g. 'docker.io/acme/' or 'ghcr.io/acme/'"
         )
     if not _REGISTRY_RE.match(segments[0]):
+        return f"{entry!r} has an invalid registry host {segments[0]!r}"
+    return None
+
+
+def _allowed_segments(entry: str) -> list[str]:
+    """An allowed-registry entry as path segments: normalised host first, then repository parts."""
+    problem = allowed_registry_problem(entry)
+    if problem is not None:
         raise SecuremlError(
-            f"allowed registry entry {entry!r} has an invalid host {segments[0]!r}",
-            why="a registry is a host name or [IPv6] address with an optional :port",
-            fix="write the host as it appears in image references, e.g. 'ghcr.io'",
+            f"allowed registry entry {problem}",
+            why="entries are registry prefixes such as 'ghcr.io/acme/'; without a valid host the "
+            "meaning is ambiguous (Docker Hub user or official image?)",
+            fix="correct the entry in the profile",
             where="spec.images.allowedRegistries",
         )
+    segments = entry.strip().rstrip("/").split("/")
     return [_normalise_registry(segments[0]), *segments[1:]]
 
 

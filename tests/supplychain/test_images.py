@@ -130,3 +130,12 @@ def test_registry_allowed_rejects_ambiguous_entries(entry):
     with pytest.raises(SecuremlError) as err:
         registry_allowed(ImageRef.parse("ghcr.io/acme/x"), [entry])
     assert err.value.where == "spec.images.allowedRegistries"
+
+
+def test_allowed_registry_problem_for_profile_validation():
+    from secureml.images import allowed_registry_problem
+
+    assert allowed_registry_problem("ghcr.io/acme/") is None
+    assert allowed_registry_problem("localhost:5000") is None
+    assert "registry host" in allowed_registry_problem("acme/")
+    assert "invalid registry host" in allowed_registry_problem("-x.io/acme")

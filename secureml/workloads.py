@@ -55,7 +55,11 @@ def read_pods(paths: Iterable[str], stdin: TextIO | None = None) -> list[PodObje
     for path in paths:
         found = list(pods_in_text(_read(path, stdin), source=path))
         if not found:
-            raise InputError(f"{path}: no Pod or workload with a pod template", fix=_FIX)
+            raise InputError(
+                f"{path}: no Pod or workload with a pod template",
+                why="check-pod judges the pods that objects create; other kinds are skipped",
+                fix=_FIX,
+            )
         pods.extend(found)
     return pods
 
@@ -85,12 +89,10 @@ def pods_in_document(document: Any, *, source: str, doc_index: int) -> Iterator[
         for number, item in enumerate(items):
             yield from pods_in_document(item, source=f"{source}: items[{number}]", doc_index=doc_index)
         return
+    if not isinstance(kind, str) or not kind:
+        raise InputError(f"{where}: the object has no kind", fix=_FIX)
     if kind not in TEMPLATE_PATHS:
-        raise InputError(
-            f"{where}: kind {kind!r} has no pod template",
-            why="check-pod judges the pods an object creates",
-            fix=_FIX,
-        )
+        return  # a Service, ConfigMap, ... beside the workloads: it creates no pod
     metadata = document.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise InputError(f"{where}: metadata is not a mapping", fix="fix the object's metadata")

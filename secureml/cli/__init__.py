@@ -50,4 +50,5 @@ def run_cli(fn: Callable[P, R]) -> Callable[P, R]:
 # Command modules register themselves on `app` / `profile_app` when imported.
 from secureml.cli import profile as _profile  # noqa: E402,F401
 from secureml.cli import verify as _verify  # noqa: E402,F401
+from secureml.cli import check_pod as _check_pod  # noqa: E402,F401
 from secureml.cli import run as _run  # noqa: E402,F401

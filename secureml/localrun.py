@@ -381,3 +381,29 @@ def run_pipeline(
         simulate_gpu=simulate_gpu,
     )
 
+
+def run_pipeline_file(
+    file: Path,
+    profile_path: Path,
+    layout: RunLayout,
+    *,
+    pipeline_name: str | None = None,
+    arguments: Mapping[str, Any] | None = None,
+    dev_identity: bool = False,
+    simulate_gpu: bool = False,
+) -> RunResult:
+    """`secureml run FILE --profile PROFILE --local`: load, compile and run one pipeline."""
+    from secureml.pipeline_loader import load_pipeline
+    from secureml.profile import load_profile
+
+    profile = load_profile(profile_path)
+    pipeline = load_pipeline(file, pipeline_name)
+    return run_pipeline(
+        pipeline,
+        profile,
+        layout,
+        arguments=arguments,
+        dev_identity=dev_identity,
+        simulate_gpu=simulate_gpu,
+    )
+

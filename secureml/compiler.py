@@ -169,7 +169,7 @@ def _write_yaml(component: GraphComponent) -> str:
 # --- re-tracing ---------------------------------------------------------------------------------
 
 
-def _referenced_graphs(func: Callable[..., Any]) -> list[GraphComponent]:
+def referenced_graphs(func: Callable[..., Any]) -> list[GraphComponent]:
     """GraphComponents a pipeline function can reach by name: its globals, closure, and attributes
     of modules it names (`other_module.inner_pipeline`). These are the nested pipelines it may call."""
     from kfp.dsl.graph_component import GraphComponent
@@ -211,7 +211,7 @@ def _secure_graph(component: GraphComponent, ctx: _Context, step_prefix: str) ->
     from kfp.pipeline_spec import pipeline_spec_pb2
 
     func = component.pipeline_func
-    for inner in _referenced_graphs(func):
+    for inner in referenced_graphs(func):
         key = id(inner.component_spec)
         if inner is component or key in ctx.secured_graphs or key in ctx.failed_graphs:
             continue

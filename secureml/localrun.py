@@ -371,7 +371,7 @@ def run_pipeline(
     """
     from secureml.compiler import compile_pipeline
 
-    compiled = compile_pipeline(pipeline, profile, check_admission=False)
+    compiled = compile_pipeline(pipeline, profile)
     return run_compiled(
         LocalPipeline.from_text(compiled.yaml_text, source=f"pipeline {compiled.name}"),
         profile,

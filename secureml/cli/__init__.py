@@ -53,3 +53,4 @@ from secureml.cli import verify as _verify  # noqa: E402,F401
 from secureml.cli import check_pod as _check_pod  # noqa: E402,F401
 from secureml.cli import run as _run  # noqa: E402,F401
 from secureml.cli import compile as _compile  # noqa: E402,F401
+from secureml.cli import bundle as _bundle  # noqa: E402,F401

@@ -1,0 +1,189 @@
+"""Image signature policy: Sigstore policy-controller `ClusterImagePolicy` or Kyverno
+`ImageValidatingPolicy`.
+
+Which registries and whether digests are pinned is the ValidatingAdmissionPolicy's job; this
+object checks the Sigstore signature of every image from the tenant's registries against the
+profile's signer identities (keyless, Fulcio certificate + Rekor entry, Sigstore bundle format).
+KFP's and Argo's own images (contract.KFP_SYSTEM_IMAGES) are admitted without a tenant signature.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from secureml import contract
+from secureml.bundle.common import BundleOptions, Manifest, cluster_name, namespace_selector, tenant_labels
+from secureml.errors import SecuremlError
+from secureml.profile import TenantProfile
+
+PUBLIC_GOOD = {"fulcio": "https://fulcio.sigstore.dev", "rekor": "https://rekor.sigstore.dev"}
+STAGING = {"fulcio": "https://fulcio.sigstage.dev", "rekor": "https://rekor.sigstage.dev"}
+STAGING_TUF_MIRROR = "https://tuf-repo-cdn.sigstage.dev"
+# The policy-controller TrustRoot the platform team creates for the staging instance.
+STAGING_TRUST_ROOT = "sigstore-staging"
+
+
+def registry_globs(profile: TenantProfile) -> list[str]:
+    """Globs for the tenant's registries; entries match whole path segments (secureml.images)."""
+    return sorted({entry.rstrip("/") + "/**" for entry in profile.spec.images.allowed_registries})
+
+
+def system_image_globs() -> list[str]:
+    """KFP/Argo repositories, any tag or digest."""
+    return sorted(f"{repository}*" for repository in contract.KFP_SYSTEM_IMAGES)
+
+
+def _identities(profile: TenantProfile) -> list[Manifest]:
+    signatures = profile.spec.images.signatures
+    if not signatures.identities:
+        raise SecuremlError(
+            "image signatures are required but no signer identity is trusted",
+            why="an image policy without identities would admit any signer, or none",
+            fix="add spec.images.signatures.identities (issuer + subject or subjectRegExp)",
+            where=f"profile {profile.metadata.name}",
+        )
+    identities = []
+    for identity in signatures.identities:
+        entry: Manifest = {"issuer": identity.issuer}
+        if identity.subject is not None:
+            entry["subject"] = identity.subject
+        else:
+            entry["subjectRegExp"] = identity.subject_reg_exp
+        identities.append(entry)
+    return identities
+
+
+def _policy_controller_authority(profile: TenantProfile) -> Manifest:
+    root = profile.spec.images.signatures.trusted_root
+    keyless: Manifest = {"identities": _identities(profile)}
+    ctlog: Manifest = {}
+    if root == "production":
+        keyless["url"] = PUBLIC_GOOD["fulcio"]
+        ctlog["url"] = PUBLIC_GOOD["rekor"]
+    else:
+        # A TrustRoot object the platform team creates (policy.sigstore.dev TrustRoot).
+        trust_root = STAGING_TRUST_ROOT if root == "staging" else cluster_name(profile, "trust-root")
+        urls = STAGING if root == "staging" else None
+        keyless["trustRootRef"] = trust_root
+        ctlog["trustRootRef"] = trust_root
+        if urls:
+            keyless["url"] = urls["fulcio"]
+            ctlog["url"] = urls["rekor"]
+    return {"name": "tenant-signers", "keyless": keyless, "ctlog": ctlog, "signatureFormat": "bundle"}
+
+
+def render_cluster_image_policies(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
+    signatures = profile.spec.images.signatures
+    policies = []
+    globs = registry_globs(profile)
+    if globs:
+        authority = (
+            _policy_controller_authority(profile)
+            if signatures.required
+            else {"name": "unsigned-allowed", "static": {"action": "pass"}}
+        )
+        policies.append(
+            {
+                "apiVersion": "policy.sigstore.dev/v1beta1",
+                "kind": "ClusterImagePolicy",
+                "metadata": {"name": cluster_name(profile, "images"), "labels": tenant_labels(profile)},
+                "spec": {
+                    "mode": "enforce",
+                    "images": [{"glob": glob} for glob in globs],
+                    # Cluster-wide object: only this tenant's step pods are held to its signers.
+                    "match": [
+                        {
+                            "group": "",
+                            "version": "v1",
+                            "resource": "pods",
+                            "selector": {"matchLabels": {contract.LABEL_TENANT: profile.metadata.name}},
+                        }
+                    ],
+                    "authorities": [authority],
+                },
+            }
+        )
+    policies.append(
+        {
+            "apiVersion": "policy.sigstore.dev/v1beta1",
+            "kind": "ClusterImagePolicy",
+            "metadata": {"name": cluster_name(profile, "kfp-system-images"), "labels": tenant_labels(profile)},
+            "spec": {
+                "mode": "enforce",
+                "images": [{"glob": glob} for glob in system_image_globs()],
+                "authorities": [{"name": "kfp-system", "static": {"action": "pass"}}],
+            },
+        }
+    )
+    return policies
+
+
+def _kyverno_cosign(profile: TenantProfile) -> Manifest:
+    root = profile.spec.images.signatures.trusted_root
+    cosign: Manifest = {"keyless": {"identities": _identities(profile)}}
+    if root == "production":
+        cosign["ctlog"] = {"url": PUBLIC_GOOD["rekor"]}
+    elif root == "staging":
+        cosign["ctlog"] = {"url": STAGING["rekor"]}
+        cosign["tuf"] = {"mirror": STAGING_TUF_MIRROR}
+    else:
+        path = Path(root)
+        try:
+            cosign["trustedRoot"] = {"value": path.read_text()}
+        except OSError as err:
+            raise SecuremlError(
+                f"cannot read the trusted root {root}",
+                why=str(err),
+                fix="give spec.images.signatures.trustedRoot as a readable trusted_root.json path",
+                where=f"profile {profile.metadata.name}",
+            ) from None
+    return cosign
+
+
+def render_image_validating_policy(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
+    globs = registry_globs(profile)
+    if not globs or not profile.spec.images.signatures.required:
+        return []
+    images_expression = (
+        "object.spec.containers.map(c, c.image) + "
+        "(has(object.spec.initContainers) ? object.spec.initContainers.map(c, c.image) : [])"
+    )
+    return [
+        {
+            "apiVersion": "policies.kyverno.io/v1",
+            "kind": "ImageValidatingPolicy",
+            "metadata": {"name": cluster_name(profile, "images"), "labels": tenant_labels(profile)},
+            "spec": {
+                "validationActions": ["Deny"],
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "namespaceSelector": namespace_selector(profile),
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE", "UPDATE"],
+                            "resources": ["pods"],
+                        }
+                    ],
+                },
+                "matchImageReferences": [{"glob": glob} for glob in globs],
+                "images": [{"name": "all", "expression": images_expression}],
+                "attestors": [{"name": "tenant", "cosign": _kyverno_cosign(profile)}],
+                "validationConfigurations": {"required": True, "verifyDigest": True, "mutateDigest": False},
+                "validations": [
+                    {
+                        "expression": "images.all.map(image, verifyImageSignatures(image, [attestors.tenant])).all(n, n > 0)",
+                        "message": "every image from the tenant's registries must carry a Sigstore "
+                        "signature by one of the tenant's signer identities",
+                    }
+                ],
+            },
+        }
+    ]
+
+
+def render(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
+    if options.image_policy == "kyverno":
+        return render_image_validating_policy(profile, options)
+    return render_cluster_image_policies(profile, options)

@@ -1,0 +1,153 @@
+/* The few CUDA driver API types, constants and prototypes that the shim and the fake driver use.
+ *
+ * Declared here so that both build where no CUDA toolkit is installed. Where the toolkit is present,
+ * tests/shim/test_header_drift.py compiles both with SECUREML_REAL_CUDA_H defined: this file then
+ * includes the toolkit's own cuda.h and every definition in the shim and the fake is checked against
+ * the real prototypes (a changed signature is a compile error).
+ */
+#ifndef SECUREML_CUDA_API_H
+#define SECUREML_CUDA_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef SECUREML_REAL_CUDA_H
+/* Internal mode declares the legacy (_v1) and per-thread (_ptsz) entry points as well. */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#undef cuMemAlloc
+#undef cuMemFree
+#undef cuMemGetInfo
+#else
+
+typedef uint64_t cuuint64_t;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUarray_st *CUarray;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUctxCreateParams_st CUctxCreateParams;
+typedef struct CUlaunchAttribute_st CUlaunchAttribute;
+typedef struct CUuuid_st { char bytes[16]; } CUuuid;
+
+typedef enum cudaError_enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_DEINITIALIZED = 4,
+    CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_ECC_UNCORRECTABLE = 214,
+    CUDA_ERROR_OPERATING_SYSTEM = 304,
+    CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+    CUDA_ERROR_NOT_PERMITTED = 800,
+    CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_SYSTEM_DRIVER_MISMATCH = 803,
+    CUDA_ERROR_UNKNOWN = 999
+} CUresult;
+
+typedef enum CUdevice_attribute_enum {
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+} CUdevice_attribute;
+
+typedef enum CUarray_format_enum {
+    CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
+    CU_AD_FORMAT_UNSIGNED_INT16 = 0x02,
+    CU_AD_FORMAT_UNSIGNED_INT32 = 0x03,
+    CU_AD_FORMAT_SIGNED_INT8 = 0x08,
+    CU_AD_FORMAT_SIGNED_INT16 = 0x09,
+    CU_AD_FORMAT_SIGNED_INT32 = 0x0a,
+    CU_AD_FORMAT_HALF = 0x10,
+    CU_AD_FORMAT_FLOAT = 0x20
+} CUarray_format;
+
+typedef struct CUDA_ARRAY_DESCRIPTOR_st {
+    size_t Width;
+    size_t Height;
+    CUarray_format Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR;
+
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
+    size_t Width;
+    size_t Height;
+    size_t Depth;
+    CUarray_format Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+
+typedef enum CUmemAllocationType_enum { CU_MEM_ALLOCATION_TYPE_PINNED = 0x1 } CUmemAllocationType;
+typedef enum CUmemAllocationHandleType_enum { CU_MEM_HANDLE_TYPE_NONE = 0x0 } CUmemAllocationHandleType;
+typedef enum CUmemLocationType_enum {
+    CU_MEM_LOCATION_TYPE_INVALID = 0x0,
+    CU_MEM_LOCATION_TYPE_DEVICE = 0x1
+} CUmemLocationType;
+typedef struct CUmemLocation_st { CUmemLocationType type; int id; } CUmemLocation;
+typedef struct CUmemAllocationProp_st {
+    CUmemAllocationType type;
+    CUmemAllocationHandleType requestedHandleTypes;
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
+typedef enum CUdriverProcAddress_flags_enum {
+    CU_GET_PROC_ADDRESS_DEFAULT = 0,
+    CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1 << 0,
+    CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 1 << 1
+} CUdriverProcAddress_flags;
+
+typedef enum CUdriverProcAddressQueryResult_enum {
+    CU_GET_PROC_ADDRESS_SUCCESS = 0,
+    CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1,
+    CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2
+} CUdriverProcAddressQueryResult;
+
+#endif /* SECUREML_REAL_CUDA_H */
+
+/* Bytes a CUDA array of this shape takes, as the shim charges it and the fake allocates it:
+ * element size by format (1 byte for formats this table does not know) times channels and extent. */
+static inline unsigned long long secureml_array_bytes(size_t w, size_t h, size_t d, int format,
+                                                      unsigned channels) {
+    unsigned elem = 1;
+    switch (format) {
+    case 0x02: case 0x09: case 0x10: elem = 2; break;
+    case 0x03: case 0x0a: case 0x20: elem = 4; break;
+    default: elem = 1; break;
+    }
+    /* Saturates instead of wrapping: a shape that overflows must not be charged as a small one. */
+    unsigned long long n = 0;
+    if (__builtin_mul_overflow((unsigned long long)(w ? w : 1), (unsigned long long)(h ? h : 1), &n) ||
+        __builtin_mul_overflow(n, (unsigned long long)(d ? d : 1), &n) ||
+        __builtin_mul_overflow(n, (unsigned long long)elem * (channels ? channels : 1), &n))
+        return ~0ULL;
+    return n;
+}
+
+#endif /* SECUREML_CUDA_API_H */

@@ -1,0 +1,825 @@
+/* A fake CUDA driver (libcuda.so.1) for machines without a GPU: device memory lives in files shared
+ * by every process using the same configuration (SECUREML_FAKE_GPU_CONFIG, see README.md), kernels
+ * are simulated with a fixed duration on a per-device queue. Exported names and signatures are the
+ * real driver's. */
+#define _GNU_SOURCE
+#include "../cuda_api.h"
+#include "fake_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CUDAAPI
+
+static struct fake_gpu G;
+static int g_init_rc = -1; /* -1: cuInit not called yet */
+static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Visible CUDA devices (after CUDA_VISIBLE_DEVICES): the memory slot each one uses. */
+static int g_visible[FAKE_MAX_SLOTS];
+static int g_nvisible;
+
+struct fake_ctx {
+    unsigned magic;
+    int dev; /* visible ordinal */
+};
+#define CTX_MAGIC 0xc0fe0001u
+struct fake_stream {
+    unsigned magic;
+    int dev;
+};
+#define STREAM_MAGIC 0x5feed001u
+
+static struct fake_ctx g_primary[FAKE_MAX_SLOTS];
+static int g_primary_refs[FAKE_MAX_SLOTS];
+static _Thread_local struct fake_ctx *t_current;
+
+/* ------------------------------------------------------------------ helpers ------------------ */
+
+static int find_visible_token(const char *tok) {
+    const struct fake_config *c = &G.cfg;
+    char *end;
+    long idx = strtol(tok, &end, 10);
+    if (*tok && !*end) return idx >= 0 && idx < c->ndevices ? (int)idx : -1;
+    for (int d = 0; d < c->ndevices; d++)
+        if (!strcmp(c->devices[d].uuid, tok)) return d;
+    for (int m = 0; m < c->nmigs; m++)
+        if (!strcmp(c->migs[m].uuid, tok)) return fake_mig_slot(m);
+    return -1;
+}
+
+static void compute_visible(void) {
+    const struct fake_config *c = &G.cfg;
+    const char *env = getenv("CUDA_VISIBLE_DEVICES");
+    g_nvisible = 0;
+    if (!env) {
+        /* Like the real driver: a device in MIG mode is not usable as a whole; its instances are
+         * reached through CUDA_VISIBLE_DEVICES=MIG-<uuid>. */
+        for (int d = 0; d < c->ndevices; d++)
+            if (!c->devices[d].mig_mode) g_visible[g_nvisible++] = d;
+        return;
+    }
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", env);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && g_nvisible < FAKE_MAX_SLOTS; t = strtok_r(NULL, ",", &save)) {
+        int slot = find_visible_token(t);
+        if (slot < 0) break; /* the real driver stops at the first invalid entry */
+        if (slot < FAKE_MAX_DEVICES && c->devices[slot].mig_mode) break;
+        g_visible[g_nvisible++] = slot;
+    }
+}
+
+static CUresult ready(void) { return g_init_rc < 0 ? CUDA_ERROR_NOT_INITIALIZED : (CUresult)g_init_rc; }
+
+static int slot_of_dev(CUdevice dev) { return dev >= 0 && dev < g_nvisible ? g_visible[dev] : -1; }
+
+static int current_slot(void) {
+    if (!t_current) return -1;
+    return slot_of_dev(t_current->dev);
+}
+
+static int stream_slot(CUstream s) {
+    struct fake_stream *fs = (struct fake_stream *)s;
+    if (fs && (uintptr_t)fs > 2 && fs->magic == STREAM_MAGIC) return slot_of_dev(fs->dev);
+    return current_slot(); /* NULL, legacy (1) or per-thread (2) default stream */
+}
+
+static CUdeviceptr encode(int slot, uint64_t off) { return ((CUdeviceptr)(slot + 1) << FAKE_PTR_SHIFT) | off; }
+
+static int decode(CUdeviceptr p, int *slot, uint64_t *off) {
+    long long s = (long long)(p >> FAKE_PTR_SHIFT) - 1;
+    if (s < 0 || s >= FAKE_MAX_SLOTS || !fake_slot_valid(&G.cfg, (int)s)) return -1;
+    *slot = (int)s;
+    *off = p & ((1ULL << FAKE_PTR_SHIFT) - 1);
+    return 0;
+}
+
+static CUresult do_alloc(int slot, uint64_t size, uint32_t kind, CUdeviceptr *out) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    if (slot < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t off;
+    if (fake_alloc(&G, slot, size, kind, &off)) return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = encode(slot, off);
+    return CUDA_SUCCESS;
+}
+
+static CUresult do_free(CUdeviceptr p) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    if (p == 0) return CUDA_SUCCESS;
+    int slot;
+    uint64_t off;
+    if (decode(p, &slot, &off) || fake_free(&G, slot, off)) return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+static unsigned char *host_of(CUdeviceptr p, size_t n) {
+    int slot;
+    uint64_t off;
+    if (decode(p, &slot, &off)) return NULL;
+    return fake_resolve(&G, slot, off, n);
+}
+
+static CUresult do_memset(CUdeviceptr p, unsigned v, size_t n, size_t elem) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    size_t bytes;
+    if (__builtin_mul_overflow(n, elem, &bytes)) return CUDA_ERROR_INVALID_VALUE;
+    if (bytes == 0) return CUDA_SUCCESS;
+    unsigned char *h = host_of(p, bytes);
+    if (!h) return CUDA_ERROR_INVALID_VALUE;
+    if (elem == 1) memset(h, (int)v, bytes);
+    else if (elem == 2) for (size_t i = 0; i < n; i++) memcpy(h + 2 * i, &(uint16_t){(uint16_t)v}, 2);
+    else for (size_t i = 0; i < n; i++) memcpy(h + 4 * i, &v, 4);
+    return CUDA_SUCCESS;
+}
+
+static CUresult do_launch(CUstream s) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    int slot = stream_slot(s);
+    if (slot < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    fake_launch(&G, slot);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ initialisation ----------- */
+
+FAKE_EXPORT CUresult CUDAAPI cuInit(unsigned int Flags) {
+    (void)Flags;
+    pthread_mutex_lock(&g_init_lock);
+    if (g_init_rc < 0) {
+        const char *path = getenv("SECUREML_FAKE_GPU_CONFIG");
+        if (!path || !*path) g_init_rc = CUDA_ERROR_NO_DEVICE;
+        else if (fake_attach(&G, path)) g_init_rc = CUDA_ERROR_NOT_INITIALIZED;
+        else if (G.cfg.fail_cuinit) g_init_rc = G.cfg.fail_cuinit;
+        else {
+            compute_visible();
+            g_init_rc = g_nvisible ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+        }
+    }
+    pthread_mutex_unlock(&g_init_lock);
+    return (CUresult)g_init_rc;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuDriverGetVersion(int *driverVersion) {
+    if (!driverVersion) return CUDA_ERROR_INVALID_VALUE;
+    *driverVersion = g_init_rc == CUDA_SUCCESS ? G.cfg.cuda_version : 12040;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ devices ------------------ */
+
+FAKE_EXPORT CUresult CUDAAPI cuDeviceGetCount(int *count) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
+    *count = g_nvisible;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    if (!device) return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal < 0 || ordinal >= g_nvisible) return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    int slot = slot_of_dev(dev);
+    if (slot < 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (slot < FAKE_MAX_DEVICES) snprintf(name, (size_t)len, "%s", G.cfg.devices[slot].name);
+    else {
+        const struct fake_mig_cfg *m = &G.cfg.migs[slot - FAKE_MAX_DEVICES];
+        snprintf(name, (size_t)len, "%s MIG %s", G.cfg.devices[m->device].name, m->profile);
+    }
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    int slot = slot_of_dev(dev);
+    if (slot < 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+    *bytes = fake_slot_memory(&G.cfg, slot);
+    return CUDA_SUCCESS;
+}
+
+static const char *slot_uuid(int slot) {
+    return slot < FAKE_MAX_DEVICES ? G.cfg.devices[slot].uuid : G.cfg.migs[slot - FAKE_MAX_DEVICES].uuid;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    int slot = slot_of_dev(dev);
+    if (slot < 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+    unsigned char b[16];
+    if (fake_uuid_bytes(slot_uuid(slot), b)) memset(b, 0, sizeof b);
+    memcpy(uuid->bytes, b, 16);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+
+FAKE_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    int slot = slot_of_dev(dev);
+    if (slot < 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (!pi) return CUDA_ERROR_INVALID_VALUE;
+    const struct fake_device_cfg *d = &G.cfg.devices[slot < FAKE_MAX_DEVICES ? slot : G.cfg.migs[slot - FAKE_MAX_DEVICES].device];
+    switch ((int)attrib) {
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *pi = d->sms; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = d->cc_major; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *pi = d->cc_minor; break;
+    default: *pi = 0; break;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ contexts ----------------- */
+
+static CUresult ctx_create(CUcontext *pctx, CUdevice dev) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    if (slot_of_dev(dev) < 0) return CUDA_ERROR_INVALID_DEVICE;
+    struct fake_ctx *c = malloc(sizeof *c);
+    if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
+    *c = (struct fake_ctx){CTX_MAGIC, dev};
+    t_current = c;
+    *pctx = (CUcontext)c;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+    (void)flags;
+    return ctx_create(pctx, dev);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev) {
+    (void)params, (void)flags;
+    return ctx_create(pctx, dev);
+}
+
+static int is_primary(struct fake_ctx *c) { return c >= g_primary && c < g_primary + FAKE_MAX_SLOTS; }
+
+FAKE_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
+    struct fake_ctx *c = (struct fake_ctx *)ctx;
+    if (!c || c->magic != CTX_MAGIC || is_primary(c)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (t_current == c) t_current = NULL;
+    c->magic = 0;
+    free(c);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+    struct fake_ctx *c = (struct fake_ctx *)ctx;
+    if (c && c->magic != CTX_MAGIC) return CUDA_ERROR_INVALID_CONTEXT;
+    t_current = c;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    *pctx = (CUcontext)t_current;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) { return cuCtxSetCurrent(ctx); }
+
+FAKE_EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx) {
+    if (pctx) *pctx = (CUcontext)t_current;
+    t_current = NULL;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device) {
+    if (!device) return CUDA_ERROR_INVALID_VALUE;
+    if (!t_current) return CUDA_ERROR_INVALID_CONTEXT;
+    *device = t_current->dev;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuCtxSynchronize(void) {
+    int slot = current_slot();
+    if (slot < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    fake_wait_idle(&G, slot);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    if (slot_of_dev(dev) < 0) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&g_init_lock);
+    g_primary[dev] = (struct fake_ctx){CTX_MAGIC, dev};
+    g_primary_refs[dev]++;
+    pthread_mutex_unlock(&g_init_lock);
+    *pctx = (CUcontext)&g_primary[dev];
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    if (slot_of_dev(dev) < 0) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&g_init_lock);
+    if (g_primary_refs[dev] > 0) g_primary_refs[dev]--;
+    pthread_mutex_unlock(&g_init_lock);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ streams ------------------ */
+
+FAKE_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags) {
+    (void)Flags;
+    if (!phStream) return CUDA_ERROR_INVALID_VALUE;
+    if (!t_current) return CUDA_ERROR_INVALID_CONTEXT;
+    struct fake_stream *s = malloc(sizeof *s);
+    if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
+    *s = (struct fake_stream){STREAM_MAGIC, t_current->dev};
+    *phStream = (CUstream)s;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
+    struct fake_stream *s = (struct fake_stream *)hStream;
+    if (!s || (uintptr_t)s <= 2 || s->magic != STREAM_MAGIC) return CUDA_ERROR_INVALID_HANDLE;
+    s->magic = 0;
+    free(s);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
+    int slot = stream_slot(hStream);
+    if (slot < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    fake_wait_idle(&G, slot);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ memory ------------------- */
+
+FAKE_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    return do_alloc(current_slot(), bytesize, FAKE_KIND_LINEAR, dptr);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                                unsigned int ElementSizeBytes) {
+    if (!pPitch || (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16)) return CUDA_ERROR_INVALID_VALUE;
+    size_t pitch = (WidthInBytes + FAKE_GRANULE - 1) & ~(size_t)(FAKE_GRANULE - 1), bytes;
+    if (__builtin_mul_overflow(pitch, Height, &bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = do_alloc(current_slot(), bytes, FAKE_KIND_LINEAR, dptr);
+    if (rc == CUDA_SUCCESS) *pPitch = pitch;
+    return rc;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+    (void)flags;
+    return do_alloc(current_slot(), bytesize, FAKE_KIND_MANAGED, dptr);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    return do_alloc(stream_slot(hStream), bytesize, FAKE_KIND_ASYNC, dptr);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    return cuMemAllocAsync(dptr, bytesize, hStream);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+    uintptr_t p = (uintptr_t)pool;
+    int slot = p >= 1 && p <= FAKE_MAX_SLOTS ? slot_of_dev((CUdevice)(p - 1)) : stream_slot(hStream);
+    return do_alloc(slot, bytesize, FAKE_KIND_ASYNC, dptr);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+    return cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) {
+    if (!pool_out) return CUDA_ERROR_INVALID_VALUE;
+    if (slot_of_dev(dev) < 0) return CUDA_ERROR_INVALID_DEVICE;
+    *pool_out = (CUmemoryPool)(uintptr_t)(dev + 1);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) { return do_free(dptr); }
+
+FAKE_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+    (void)hStream;
+    return do_free(dptr);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return cuMemFreeAsync(dptr, hStream); }
+
+FAKE_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                                         unsigned long long flags) {
+    (void)flags;
+    if (!prop || !handle || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr p;
+    CUresult rc = do_alloc(slot_of_dev(prop->location.id), size, FAKE_KIND_VMM, &p);
+    if (rc == CUDA_SUCCESS) *handle = p;
+    return rc;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
+    return handle ? do_free(handle) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult array_alloc(unsigned long long bytes, void **out) {
+    CUdeviceptr p;
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = do_alloc(current_slot(), bytes, FAKE_KIND_ARRAY, &p);
+    if (rc == CUDA_SUCCESS) *out = (void *)(uintptr_t)p;
+    return rc;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d) {
+    if (!d) return CUDA_ERROR_INVALID_VALUE;
+    return array_alloc(secureml_array_bytes(d->Width, d->Height, 1, (int)d->Format, d->NumChannels), (void **)pHandle);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d) {
+    if (!d) return CUDA_ERROR_INVALID_VALUE;
+    return array_alloc(secureml_array_bytes(d->Width, d->Height, d->Depth, (int)d->Format, d->NumChannels), (void **)pHandle);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                                    unsigned int numMipmapLevels) {
+    if (!d || numMipmapLevels == 0 || numMipmapLevels > 32) return CUDA_ERROR_INVALID_VALUE;
+    unsigned long long total = 0;
+    for (unsigned l = 0; l < numMipmapLevels; l++) {
+        size_t w = d->Width >> l, h = d->Height >> l, z = d->Depth >> l;
+        unsigned long long b = secureml_array_bytes(w ? w : 1, h ? h : 1, z ? z : 1, (int)d->Format, d->NumChannels);
+        if (__builtin_add_overflow(total, b, &total)) return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return array_alloc(total, (void **)pHandle);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray) { return hArray ? do_free((CUdeviceptr)(uintptr_t)hArray) : CUDA_ERROR_INVALID_HANDLE; }
+
+FAKE_EXPORT CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray h) {
+    return h ? do_free((CUdeviceptr)(uintptr_t)h) : CUDA_ERROR_INVALID_HANDLE;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    int slot = current_slot();
+    if (slot < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!free_bytes || !total) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t cap = fake_slot_memory(&G.cfg, slot), reserved = fake_slot_reserved(&G.cfg, slot);
+    fake_lock(&G);
+    fake_sweep_dead(&G, slot);
+    uint64_t used = G.st->slots[slot].used + reserved;
+    fake_unlock(&G);
+    *total = cap;
+    *free_bytes = used >= cap ? 0 : cap - used;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    int slot;
+    uint64_t off;
+    if (decode(dptr, &slot, &off)) return CUDA_ERROR_NOT_FOUND;
+    rc = CUDA_ERROR_NOT_FOUND;
+    fake_lock(&G);
+    struct fake_slot_state *ss = &G.st->slots[slot];
+    for (uint32_t i = 0; i < ss->nblocks; i++) {
+        struct fake_block *b = &ss->blocks[i];
+        if (b->off <= off && off < b->off + b->size) {
+            if (pbase) *pbase = encode(slot, b->off);
+            if (psize) *psize = b->size;
+            rc = CUDA_SUCCESS;
+            break;
+        }
+    }
+    fake_unlock(&G);
+    return rc;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) { return do_memset(dstDevice, uc, N, 1); }
+FAKE_EXPORT CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N) { return do_memset(dstDevice, us, N, 2); }
+FAKE_EXPORT CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) { return do_memset(dstDevice, ui, N, 4); }
+
+FAKE_EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+    (void)hStream;
+    return do_memset(dstDevice, uc, N, 1);
+}
+FAKE_EXPORT CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+    (void)hStream;
+    return do_memset(dstDevice, ui, N, 4);
+}
+FAKE_EXPORT CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+    return cuMemsetD8Async(dstDevice, uc, N, hStream);
+}
+FAKE_EXPORT CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+    return cuMemsetD32Async(dstDevice, ui, N, hStream);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    if (ByteCount == 0) return CUDA_SUCCESS;
+    unsigned char *h = host_of(dstDevice, ByteCount);
+    if (!h || !srcHost) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(h, srcHost, ByteCount);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    if (ByteCount == 0) return CUDA_SUCCESS;
+    unsigned char *h = host_of(srcDevice, ByteCount);
+    if (!h || !dstHost) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(dstHost, h, ByteCount);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    if (ByteCount == 0) return CUDA_SUCCESS;
+    unsigned char *d = host_of(dstDevice, ByteCount), *s = host_of(srcDevice, ByteCount);
+    if (!d || !s) return CUDA_ERROR_INVALID_VALUE;
+    memmove(d, s, ByteCount);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) {
+    (void)hStream;
+    return cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
+    (void)hStream;
+    return cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+}
+
+/* ------------------------------------------------------------------ execution ---------------- */
+
+FAKE_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                            unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                            unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {
+    (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY, (void)blockDimZ;
+    (void)sharedMemBytes, (void)kernelParams, (void)extra;
+    return do_launch(hStream);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                                 unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                                 unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {
+    return cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
+    (void)f, (void)kernelParams, (void)extra;
+    if (!config) return CUDA_ERROR_INVALID_VALUE;
+    return do_launch(config->hStream);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
+    return cuLaunchKernelEx(config, f, kernelParams, extra);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                                       unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                                       unsigned int sharedMemBytes, CUstream hStream, void **kernelParams) {
+    (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY, (void)blockDimZ;
+    (void)sharedMemBytes, (void)kernelParams;
+    return do_launch(hStream);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                                            unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                                            unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                                            void **kernelParams) {
+    return cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+    (void)hGraphExec;
+    return do_launch(hStream);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) { return cuGraphLaunch(hGraphExec, hStream); }
+
+/* ------------------------------------------------------------------ errors ------------------- */
+
+static const struct {
+    int code;
+    const char *name, *text;
+} ERRORS[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_ECC_UNCORRECTABLE, "CUDA_ERROR_ECC_UNCORRECTABLE", "uncorrectable ECC error encountered"},
+    {CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "system has unsupported display driver / cuda driver combination"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+FAKE_EXPORT CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
+    if (!pStr) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof ERRORS / sizeof ERRORS[0]; i++)
+        if (ERRORS[i].code == (int)error) return *pStr = ERRORS[i].text, CUDA_SUCCESS;
+    *pStr = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr) {
+    if (!pStr) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof ERRORS / sizeof ERRORS[0]; i++)
+        if (ERRORS[i].code == (int)error) return *pStr = ERRORS[i].name, CUDA_SUCCESS;
+    *pStr = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ------------------------------------------------------------------ cuGetProcAddress --------- */
+
+/* Each entry: the base name callers ask for, the variant exported, the CUDA version that introduced
+ * the variant, and whether it is the per-thread-default-stream flavour. */
+static const struct proc {
+    const char *base;
+    void *fn;
+    int since;
+    int ptsz;
+} PROCS[] = {
+#define P(base, fn, since, ptsz) {base, (void *)fn, since, ptsz}
+    P("cuInit", cuInit, 2000, 0),
+    P("cuDriverGetVersion", cuDriverGetVersion, 2020, 0),
+    P("cuDeviceGet", cuDeviceGet, 2000, 0),
+    P("cuDeviceGetCount", cuDeviceGetCount, 2000, 0),
+    P("cuDeviceGetName", cuDeviceGetName, 2000, 0),
+    P("cuDeviceTotalMem", cuDeviceTotalMem_v2, 3020, 0),
+    P("cuDeviceGetUuid", cuDeviceGetUuid, 9020, 0),
+    P("cuDeviceGetUuid", cuDeviceGetUuid_v2, 11040, 0),
+    P("cuDeviceGetAttribute", cuDeviceGetAttribute, 2000, 0),
+    P("cuDeviceGetDefaultMemPool", cuDeviceGetDefaultMemPool, 11020, 0),
+    P("cuCtxCreate", cuCtxCreate_v2, 3020, 0),
+    P("cuCtxCreate", cuCtxCreate_v4, 12050, 0),
+    P("cuCtxDestroy", cuCtxDestroy_v2, 4000, 0),
+    P("cuCtxSetCurrent", cuCtxSetCurrent, 4000, 0),
+    P("cuCtxGetCurrent", cuCtxGetCurrent, 4000, 0),
+    P("cuCtxPushCurrent", cuCtxPushCurrent_v2, 4000, 0),
+    P("cuCtxPopCurrent", cuCtxPopCurrent_v2, 4000, 0),
+    P("cuCtxGetDevice", cuCtxGetDevice, 2000, 0),
+    P("cuCtxSynchronize", cuCtxSynchronize, 2000, 0),
+    P("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000, 0),
+    P("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000, 0),
+    P("cuStreamCreate", cuStreamCreate, 2000, 0),
+    P("cuStreamDestroy", cuStreamDestroy_v2, 4000, 0),
+    P("cuStreamSynchronize", cuStreamSynchronize, 2000, 0),
+    P("cuMemAlloc", cuMemAlloc_v2, 3020, 0),
+    P("cuMemAllocPitch", cuMemAllocPitch_v2, 3020, 0),
+    P("cuMemAllocManaged", cuMemAllocManaged, 6000, 0),
+    P("cuMemAllocAsync", cuMemAllocAsync, 11020, 0),
+    P("cuMemAllocAsync", cuMemAllocAsync_ptsz, 11020, 1),
+    P("cuMemAllocFromPoolAsync", cuMemAllocFromPoolAsync, 11020, 0),
+    P("cuMemAllocFromPoolAsync", cuMemAllocFromPoolAsync_ptsz, 11020, 1),
+    P("cuMemFree", cuMemFree_v2, 3020, 0),
+    P("cuMemFreeAsync", cuMemFreeAsync, 11020, 0),
+    P("cuMemFreeAsync", cuMemFreeAsync_ptsz, 11020, 1),
+    P("cuMemCreate", cuMemCreate, 10020, 0),
+    P("cuMemRelease", cuMemRelease, 10020, 0),
+    P("cuArrayCreate", cuArrayCreate_v2, 3020, 0),
+    P("cuArray3DCreate", cuArray3DCreate_v2, 3020, 0),
+    P("cuMipmappedArrayCreate", cuMipmappedArrayCreate, 5000, 0),
+    P("cuArrayDestroy", cuArrayDestroy, 2000, 0),
+    P("cuMipmappedArrayDestroy", cuMipmappedArrayDestroy, 5000, 0),
+    P("cuMemGetInfo", cuMemGetInfo_v2, 3020, 0),
+    P("cuMemGetAddressRange", cuMemGetAddressRange_v2, 3020, 0),
+    P("cuMemsetD8", cuMemsetD8_v2, 3020, 0),
+    P("cuMemsetD16", cuMemsetD16_v2, 3020, 0),
+    P("cuMemsetD32", cuMemsetD32_v2, 3020, 0),
+    P("cuMemsetD8Async", cuMemsetD8Async, 3020, 0),
+    P("cuMemsetD8Async", cuMemsetD8Async_ptsz, 7000, 1),
+    P("cuMemsetD32Async", cuMemsetD32Async, 3020, 0),
+    P("cuMemsetD32Async", cuMemsetD32Async_ptsz, 7000, 1),
+    P("cuMemcpyHtoD", cuMemcpyHtoD_v2, 3020, 0),
+    P("cuMemcpyDtoH", cuMemcpyDtoH_v2, 3020, 0),
+    P("cuMemcpyDtoD", cuMemcpyDtoD_v2, 3020, 0),
+    P("cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2, 3020, 0),
+    P("cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2, 3020, 0),
+    P("cuLaunchKernel", cuLaunchKernel, 4000, 0),
+    P("cuLaunchKernel", cuLaunchKernel_ptsz, 7000, 1),
+    P("cuLaunchKernelEx", cuLaunchKernelEx, 11060, 0),
+    P("cuLaunchKernelEx", cuLaunchKernelEx_ptsz, 11060, 1),
+    P("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel, 9000, 0),
+    P("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel_ptsz, 9000, 1),
+    P("cuGraphLaunch", cuGraphLaunch, 10000, 0),
+    P("cuGraphLaunch", cuGraphLaunch_ptsz, 10000, 1),
+    P("cuGetErrorString", cuGetErrorString, 6000, 0),
+    P("cuGetErrorName", cuGetErrorName, 6000, 0),
+    {"cuGetProcAddress", NULL, 11030, 0}, /* filled in below: functions defined after the table */
+    {"cuGetProcAddress", NULL, 12000, 0},
+#undef P
+};
+
+FAKE_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+FAKE_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                                 CUdriverProcAddressQueryResult *symbolStatus);
+
+static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult *status) {
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    int want_ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    const struct proc *best = NULL;
+    int found_any = 0;
+    for (size_t i = 0; i < sizeof PROCS / sizeof PROCS[0]; i++) {
+        const struct proc *p = &PROCS[i];
+        if (strcmp(p->base, symbol)) continue;
+        found_any = 1;
+        if (p->since > version || (p->ptsz && !want_ptsz)) continue;
+        if (!best || p->since > best->since || (p->ptsz && !best->ptsz && p->since >= best->since)) best = p;
+    }
+    void *fn = NULL;
+    if (best) {
+        fn = best->fn;
+        if (!fn) fn = best->since >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+    }
+    *pfn = fn;
+    if (status) *status = fn ? CU_GET_PROC_ADDRESS_SUCCESS : found_any ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return fn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
+    return lookup(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                                 CUdriverProcAddressQueryResult *symbolStatus) {
+    return lookup(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+/* ------------------------------------------------------------------ test inspection ---------- */
+
+/* Statistics of one memory slot, counted by the fake itself: device `device`, or its MIG instance
+ * `mig` (>= 0). Reads the state of the configuration at `config_path`, independent of this
+ * process's own cuInit. Returns 0, or -1 when the configuration or slot does not exist. */
+FAKE_EXPORT int fakegpu_read_stats(const char *config_path, int device, int mig, struct fakegpu_stats *out) {
+    /* One attached view per configuration path, kept for the life of the process. */
+    static struct view { struct fake_gpu g; struct view *next; } *views;
+    static pthread_mutex_t views_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&views_lock);
+    struct view *v = views;
+    while (v && strcmp(v->g.cfg.path, config_path)) v = v->next;
+    if (!v) {
+        v = calloc(1, sizeof *v);
+        if (!v || fake_attach(&v->g, config_path)) {
+            free(v);
+            pthread_mutex_unlock(&views_lock);
+            return -1;
+        }
+        v->next = views;
+        views = v;
+    }
+    pthread_mutex_unlock(&views_lock);
+    struct fake_gpu *g = &v->g;
+    if (device < 0 || device >= g->cfg.ndevices || mig >= g->cfg.devices[device].nmig) return -1;
+    int slot = mig >= 0 ? fake_mig_slot(g->cfg.devices[device].first_mig + mig) : device;
+    struct fake_slot_state *ss = &g->st->slots[slot];
+    uint64_t now = fake_now_ns();
+    unsigned util = fake_utilisation(g, slot, now);
+    fake_lock(g);
+    fake_sweep_dead(g, slot);
+    *out = (struct fakegpu_stats){
+        .total = fake_slot_memory(&g->cfg, slot),
+        .used = ss->used,
+        .peak = ss->peak,
+        .allocs = ss->allocs,
+        .frees = ss->frees,
+        .failed = ss->failed,
+        .live_blocks = ss->nblocks,
+        .launches = ss->launches,
+        .busy_ns = fake_busy_executed(ss, now),
+        .now_ns = now,
+        .util_percent = util,
+    };
+    fake_unlock(g);
+    return 0;
+}

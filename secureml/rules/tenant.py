@@ -247,20 +247,44 @@ class _Catalogue:
                 )
             ]
         label = quote(contract.LABEL_GPU_CLAIM)
+        template = "rc.resourceClaimTemplateName"
+        kinds = self._claim_kinds(template)
         template_ok = (
             f"has(rc.resourceClaimTemplateName) && !has(rc.resourceClaimName) && "
-            f"has({_LABELS}) && {label} in {_LABELS} && rc.resourceClaimTemplateName == {_LABELS}[{label}]"
+            f"has({_LABELS}) && {label} in {_LABELS} && {template} == {_LABELS}[{label}] && "
+            f"({' || '.join(kinds) if kinds else 'false'})"
         )
         return [
             self.rule(
                 "secureml.resourceClaims",
-                f"each resource claim must come from the ResourceClaimTemplate named by the pod label "
-                f"{contract.LABEL_GPU_CLAIM} (no shared, pre-created claims)",
+                "each resource claim must come from a ResourceClaimTemplate of the tenant bundle that "
+                f"the profile allows, named by the pod label {contract.LABEL_GPU_CLAIM} and matching "
+                f"the label {contract.LABEL_ISOLATION} (no shared, pre-created claims)",
                 f"!has({claims}) || {claims}.all(rc, {template_ok})",
                 f"'resource claim \"' + {claims}.filter(rc, !({template_ok}))[0].name + "
-                f"'\" must use resourceClaimTemplateName equal to label {contract.LABEL_GPU_CLAIM}'",
+                f"'\" must use an allowed resourceClaimTemplateName equal to label {contract.LABEL_GPU_CLAIM}'",
             )
         ]
+
+    def _claim_kinds(self, template: str) -> list[str]:
+        """CEL conditions, one per GPU kind the profile allows: template name and isolation label."""
+        from secureml.gpu import MIG, TimeSlice, claim_template_name
+
+        gpu = self.gpu
+        kinds: list[str] = []
+        if gpu.mig is not None and gpu.mig.allowed_profiles:
+            names = [claim_template_name(MIG(p)) for p in gpu.mig.allowed_profiles]
+            match = " || ".join(f"{template} == {quote(n)} || {template}.startsWith({quote(n + '-x')})" for n in names)
+            kinds.append(f"(({match}) && {_label_is('mig')})")
+        if gpu.time_slice is not None:
+            level = "timeslice-shim" if self.spec.runtime.shim == "enforce" else "timeslice"
+            name = claim_template_name(TimeSlice(memory=1, compute=1))
+            kinds.append(f"({template} == {quote(name)} && {_label_is(level)})")
+        if gpu.whole_gpu is not None:
+            counts = int_range_regex(1, gpu.whole_gpu.max_per_step)
+            pattern = f"^secureml-gpu-{counts}(-[a-z0-9-]+)?$"
+            kinds.append(f"({template}.matches({quote(pattern)}) && {_label_is('dedicated')})")
+        return kinds
 
     def shim_limits(self) -> list[Rule]:
         """Time-sliced pods carry the shim limits (and a matching request) within the profile."""

@@ -1,0 +1,87 @@
+"""The attack corpus (tests/rules/attacks, docs/threat-model.md): every pod is denied, by the
+rule its file names, under the example profiles; and nothing is denied because a rule failed to
+evaluate (that would deny for the wrong reason)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+from secureml import contract
+from secureml.rules import evaluate, rules_for_level, rules_for_profile
+from secureml.workloads import pods_in_text
+from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, example_profile
+
+EXPECT = "test.secureml.dev/expect"
+THREAT = "test.secureml.dev/threat"
+ONLY_UNDER = "test.secureml.dev/profiles"
+ATTACKS = sorted(ATTACKS_DIR.glob("*.yaml"))
+
+
+@functools.cache
+def _rules(profile_name: str) -> list:
+    return rules_for_profile(example_profile(profile_name))
+
+
+def _pod(path: Path) -> dict:
+    (pod,) = list(pods_in_text(path.read_text(), source=str(path)))
+    return pod.pod
+
+
+def test_corpus_size_and_threats() -> None:
+    assert len(ATTACKS) >= 40
+    threats = {_pod(p)["metadata"]["annotations"][THREAT] for p in ATTACKS}
+    documented = (ATTACKS_DIR.parents[2] / "docs" / "threat-model.md").read_text()
+    for threat in threats:
+        assert f"| {threat} " in documented, f"{threat} is not in docs/threat-model.md"
+
+
+@pytest.mark.parametrize("profile_name", EXAMPLE_PROFILES)
+@pytest.mark.parametrize("path", ATTACKS, ids=[p.stem for p in ATTACKS])
+def test_attack_denied(path: Path, profile_name: str) -> None:
+    pod = _pod(path)
+    annotations = pod["metadata"]["annotations"]
+    violations = evaluate(pod, _rules(profile_name))
+    assert violations, f"{path.name} is admitted under {profile_name}"
+    assert not [v for v in violations if "could not be evaluated" in v.message]
+    only_under = annotations.get(ONLY_UNDER, "").split()
+    if not only_under or profile_name in only_under:
+        ids = {v.rule_id for v in violations}
+        assert annotations[EXPECT] in ids, f"{path.name} under {profile_name}: {sorted(ids)}"
+
+
+@pytest.mark.parametrize("path", ATTACKS, ids=[p.stem for p in ATTACKS])
+def test_attack_message_names_the_offender(path: Path) -> None:
+    """The messageExpression evaluates (no fallback to the static message) for the expected rule."""
+    pod = _pod(path)
+    profile_name = (pod["metadata"]["annotations"].get(ONLY_UNDER) or "team-a").split()[0]
+    expected = pod["metadata"]["annotations"][EXPECT]
+    rule = next(r for r in _rules(profile_name) if r.id == expected)
+    (violation,) = evaluate(pod, [rule])
+    assert violation.message != rule.message or "container" not in rule.message_expression
+
+
+def test_base_pod_of_the_corpus_is_allowed() -> None:
+    """Each attack is one change away from a pod that team-a admits."""
+    allowed = ATTACKS_DIR.parent / "allowed" / "team-a-timeslice.yaml"
+    pod = _pod(allowed)
+    assert evaluate(pod, _rules("team-a")) == []
+    assert pod["metadata"]["labels"][contract.LABEL_ISOLATION] == "timeslice-shim"
+
+
+@pytest.mark.parametrize("level", ["baseline", "restricted"])
+def test_nvidia_static_deployments_fail_both_levels(level: str) -> None:
+    from tests.rules.conftest import fixture_dir
+
+    static = fixture_dir("nvidia", "k8s-device-plugin", "deployments", "static")
+    files = sorted(p for p in static.iterdir() if p.is_file())
+    assert len(files) >= 5
+    for path in files:
+        pods = list(pods_in_text(path.read_text(), source=str(path)))
+        assert pods, path.name
+        for pod in pods:
+            violations = evaluate(pod.pod, rules_for_level(level))
+            assert violations, f"{path.name} {pod.kind}/{pod.name} passes {level}"
+            assert not [v for v in violations if "could not be evaluated" in v.message]

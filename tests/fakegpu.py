@@ -97,14 +97,14 @@ def build_fake_libs() -> Path:
         "libcuda.so.1",
         [FAKE_DIR / "fake_cuda.c", FAKE_DIR / "fake_common.c"],
         shared=True,
-        flags=("-Wl,-soname,libcuda.so.1",),
+        flags=("-Wl,-soname,libcuda.so.1", "-Wl,-Bsymbolic"),
         headers=_headers(),
     )
     nvml = build_native(
         "libnvidia-ml.so.1",
         [FAKE_DIR / "fake_nvml.c", FAKE_DIR / "fake_common.c"],
         shared=True,
-        flags=("-Wl,-soname,libnvidia-ml.so.1",),
+        flags=("-Wl,-soname,libnvidia-ml.so.1", "-Wl,-Bsymbolic"),
         headers=_headers(),
     )
     # One folder with both names, so a single LD_LIBRARY_PATH entry finds both.

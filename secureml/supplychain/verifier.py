@@ -146,7 +146,6 @@ class SignatureVerifier:
         subject: str,
         predicate_type: str | None,
     ) -> VerifiedSignature:
-        from sigstore.errors import Error as SigstoreError
         from sigstore.hashes import Hashed
         from sigstore.models import Bundle
         from sigstore_models.common.v1 import HashAlgorithm
@@ -184,7 +183,7 @@ class SignatureVerifier:
                 fix="sign with a trusted identity, or (platform team) add the signer to the profile's identities",
                 where=bundle_source,
             ) from None
-        except (SigstoreError, ValueError, TypeError, KeyError) as err:
+        except Exception as err:  # sigstore.errors.Error, or anything malformed input provokes: fail closed
             raise SignatureError(
                 "invalid",
                 f"{subject}: signature does not verify",

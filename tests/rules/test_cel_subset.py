@@ -1,0 +1,78 @@
+"""The catalogue's CEL stays inside the subset the API server and the Python engine share, and
+the number patterns used for annotation bounds are exact."""
+
+from __future__ import annotations
+
+import re
+
+import cel
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from secureml.rules import Rule, rules_for_level, rules_for_profile
+from secureml.rules._cel import int_range_regex, quote
+from secureml.rules.engine import compiled
+from tests.rules.conftest import EXAMPLE_PROFILES, example_profile
+
+# Functions and operators (as `cel` names them) that Kubernetes' CEL environment also has, with
+# the same meaning. No Kubernetes library function the Python engine lacks (join, split, find,
+# quantity, ...) and none the Python engine adds (stdlib extensions) may appear.
+SHARED = {
+    "!_", "-_", "@in", "@not_strictly_false", "_!=_", "_&&_", "_+_", "_-_", "_==_", "_<_", "_<=_",
+    "_>_", "_>=_", "_?_:_", "_[_]", "_||_", "matches", "size", "startsWith", "endsWith",
+    "contains", "string", "int",
+}  # fmt: skip
+
+
+def all_rules() -> list[Rule]:
+    rules = rules_for_level("baseline") + rules_for_level("restricted")
+    for name in EXAMPLE_PROFILES:
+        rules += rules_for_profile(example_profile(name))
+    return rules
+
+
+RULES = all_rules()
+
+
+def test_ids_are_stable_and_unique_per_policy() -> None:
+    for name in EXAMPLE_PROFILES:
+        ids = [r.id for r in rules_for_profile(example_profile(name))]
+        assert len(ids) == len(set(ids))
+    assert all(re.fullmatch(r"(pss|secureml)\.[A-Za-z_]+(\.[A-Za-z_]+)?", r.id) for r in RULES)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[f"{i}-{r.id}" for i, r in enumerate(RULES)])
+def test_only_shared_functions(rule: Rule) -> None:
+    for text in (rule.expression, rule.message_expression):
+        used = set(compiled(text).functions())
+        assert used <= SHARED, used - SHARED
+        assert "?." not in text and ".?" not in text and "optional." not in text
+        # every variable is `object` or a comprehension variable bound in the text
+        for name in compiled(text).variables():
+            assert name == "object" or re.search(rf"\(\s*{name}\s*,", text), name
+
+
+def test_bound_variables_never_shadow_object() -> None:
+    for rule in RULES:
+        assert "(object," not in rule.expression.replace(" ", "")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    high=st.integers(min_value=1, max_value=2**40),
+    probe=st.integers(min_value=0, max_value=2**41),
+)
+def test_int_range_regex_is_exact(high: int, probe: int) -> None:
+    pattern = "^" + int_range_regex(1, high) + "$"
+    python = re.fullmatch(int_range_regex(1, high), str(probe)) is not None
+    engine = cel.compile(f"{quote(str(probe))}.matches({quote(pattern)})").execute({})
+    assert python == engine == (1 <= probe <= high)
+    assert cel.compile(f"{quote('0' + str(high))}.matches({quote(pattern)})").execute({}) is False
+
+
+def test_regex_syntax_is_re2_compatible() -> None:
+    """No look-around, back-references or possessive forms, which RE2 rejects."""
+    for rule in RULES:
+        for literal in re.findall(r"matches\('((?:[^'\\]|\\.)*)'\)", rule.expression):
+            assert not re.search(r"\(\?[=!<]|\\[1-9]|[*+?}]\+", literal), (rule.id, literal)

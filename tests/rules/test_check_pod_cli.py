@@ -1,0 +1,82 @@
+"""`secureml check-pod` end to end through the typer app: verdicts, formats, exit codes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from secureml.cli import app
+from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, REPO
+
+ALLOWED = ATTACKS_DIR.parent / "allowed"
+runner = CliRunner()
+
+
+def run(*args: str, stdin: str | None = None):  # noqa: ANN201
+    return runner.invoke(app, ["check-pod", *args], input=stdin)
+
+
+def test_allowed_pod_exits_zero() -> None:
+    result = run(str(ALLOWED / "team-a-timeslice.yaml"), "--profile", str(PROFILES_DIR / "team-a.yaml"))
+    assert result.exit_code == 0, result.output
+    assert "ALLOWED  Pod/train" in result.output
+
+
+def test_denied_json_report() -> None:
+    attack = ATTACKS_DIR / "t05-env-ld-preload.yaml"
+    result = run(str(ALLOWED / "team-a-cpu.yaml"), str(attack), "--profile",
+                 str(PROFILES_DIR / "team-a.yaml"), "--format", "json")  # fmt: skip
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["policy"]["profile"] == "team-a"
+    assert report["summary"] == {"objects": 2, "allowed": 1, "denied": 1}
+    allowed, denied = report["objects"]
+    assert allowed["verdict"] == "allowed" and allowed["violations"] == []
+    assert denied["kind"] == "Pod" and denied["namespace"] == "team-a"
+    assert denied["file"] == str(attack) and denied["doc_index"] == 0
+    assert denied["violations"] == [
+        {"rule": "secureml.forbiddenEnv", "message": denied["violations"][0]["message"]}
+    ]
+    assert denied["violations"][0]["message"].startswith('container "main"')
+
+
+def test_level_with_rule_filter_and_stdin() -> None:
+    pod = "kind: Pod\nmetadata: {name: p}\nspec: {hostPID: true, containers: [{name: c, image: x}]}\n"
+    assert run("-", "--level", "baseline", stdin=pod).exit_code == 1
+    assert run("-", "--level", "restricted", "--rule", "pss.hostPorts", stdin=pod).exit_code == 0
+    result = run("-", "--level", "baseline", "--rule", "pss.nope", stdin=pod)
+    assert result.exit_code == 2 and "unknown rule id" in result.output
+
+
+def test_unusable_input_exits_two() -> None:
+    assert run("-", "--level", "baseline", stdin="kind: Pod\nspec: {}\n").exit_code == 2
+    both = run("-", "--level", "baseline", "--profile", str(PROFILES_DIR / "team-a.yaml"), stdin="")
+    assert both.exit_code == 2 and "exactly one of --profile or --level" in both.output
+    assert run("-", stdin="").exit_code == 2
+
+
+def test_invalid_profile_exits_two(tmp_path: Path) -> None:
+    bad = tmp_path / "p.yaml"
+    bad.write_text("apiVersion: secureml.dev/v1alpha1\nkind: TenantProfile\nmetadata: {name: x}\nspec: {}\n")
+    result = run(str(ALLOWED / "team-a-cpu.yaml"), "--profile", str(bad))
+    assert result.exit_code == 2 and "invalid TenantProfile" in result.output
+
+
+def test_installed_command_reads_stdin() -> None:
+    """The console script, as a user runs it, with a workload on standard input."""
+    exe = shutil.which("secureml", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    deployment = (
+        "kind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n    spec:\n"
+        "      containers: [{name: c, image: x, securityContext: {privileged: true}}]\n"
+    )
+    done = subprocess.run([exe, "check-pod", "-", "--level", "baseline", "--format", "json"],
+                          input=deployment, capture_output=True, text=True, cwd=REPO, timeout=60)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    (obj,) = json.loads(done.stdout)["objects"]
+    assert obj["kind"] == "Deployment" and obj["violations"][0]["rule"] == "pss.privileged"

@@ -29,6 +29,9 @@ FIRST_CHUNK = 1 << 30
 MIN_CHUNK = 2 << 20
 READ_WINDOW = 1 << 20
 SAMPLE_WINDOWS = 3
+# The scrub must take at least this share of the memory the driver reported free; less means
+# something else holds (or fragments) the device and the scrub would silently do less than asked.
+MIN_TAKEN_FRACTION = 0.9
 CUDA_SUCCESS = 0
 CUDA_ERROR_OUT_OF_MEMORY = 2
 
@@ -197,6 +200,13 @@ def scrub_device(cuda: CudaDriver, ordinal: int, verify: ScrubVerify) -> dict[st
             for chunk in chunks:
                 cuda.call("cuMemFree_v2", chunk.pointer)
     zeroed = sum(chunk.size for chunk in chunks)
+    if zeroed < MIN_TAKEN_FRACTION * free_before.value:
+        raise ScrubError(
+            f"device {ordinal}: could take only {zeroed} of the {free_before.value} bytes "
+            "the driver reported free",
+            why="memory the scrub cannot allocate cannot be zeroed: residue may remain there",
+            fix="check for other processes on the GPU (nvidia-smi) and retry; drain the node if it persists",
+        )
     return {
         "device": ordinal,
         "name": name.value.decode(errors="replace"),

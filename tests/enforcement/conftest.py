@@ -43,30 +43,32 @@ class LaunchResult:
 Launch = Callable[..., LaunchResult]
 
 
-def launcher_env(extra: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A clean environment: no SECUREML_* or SPIFFE variable leaks in from the test runner."""
-    source = os.environ if base is None else base
+def launcher_env(extra: Mapping[str, str], gpu: Any = None) -> dict[str, str]:
+    """A clean environment (no SECUREML_* or SPIFFE variable of the test runner), then the GPU's
+    (`FakeGPU`/`RealGPU` `.env()`: the driver to load), then `extra`."""
     env = {
-        k: v for k, v in source.items()
-        if not k.startswith(contract.ENV_PREFIX) and k != contract.SPIFFE_SOCKET_ENV
+        k: v for k, v in os.environ.items()
+        if not k.startswith(contract.ENV_PREFIX) and k not in (contract.SPIFFE_SOCKET_ENV, "CUDA_VISIBLE_DEVICES")
     }
+    if gpu is not None:
+        env = gpu.env(env)
     env.update(extra)
     return env
 
 
 @pytest.fixture
 def launch(tmp_path: Path) -> Launch:
-    """`launch(command, env={...}, base_env=None, timeout=30)` runs the launcher to completion."""
+    """`launch(command, env={...}, gpu=None, timeout=60)` runs the launcher to completion."""
 
     def run(
         command: Sequence[str],
         env: Mapping[str, str] | None = None,
         *,
-        base_env: Mapping[str, str] | None = None,
+        gpu: Any = None,
         timeout: float = 60,
     ) -> LaunchResult:
         audit_dir = tmp_path / "audit"
-        full_env = launcher_env({contract.ENV_AUDIT_DIR: str(audit_dir), **(env or {})}, base_env)
+        full_env = launcher_env({contract.ENV_AUDIT_DIR: str(audit_dir), **(env or {})}, gpu)
         proc = subprocess.run(
             [sys.executable, "-m", contract.LAUNCHER_MODULE, "--", *command],
             env=full_env, capture_output=True, text=True, timeout=timeout,

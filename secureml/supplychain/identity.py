@@ -112,12 +112,14 @@ class TrustedIdentity:
                     fix="correct the expression (Python `re` syntax)",
                 ) from None
 
-    def matches(self, signer: Signer) -> bool:
+    def matching_subject(self, signer: Signer) -> str | None:
+        """The signer's subject that this identity accepts, or None when it accepts none."""
         if not signer.issuers or set(signer.issuers) != {self.issuer}:
-            return False
-        if self._pattern is not None:
-            return any(self._pattern.search(subject) for subject in signer.subjects)
-        return self.subject in signer.subjects
+            return None
+        for subject in signer.subjects:
+            if self._pattern.search(subject) if self._pattern is not None else subject == self.subject:
+                return subject
+        return None
 
     def __str__(self) -> str:
         who = self.subject if self.subject is not None else f"~/{self.subject_regexp}/"
@@ -158,14 +160,14 @@ class IdentityPolicy:
     def __init__(self, identities: Iterable[TrustedIdentity]) -> None:
         self.identities = list(identities)
         self.matched: TrustedIdentity | None = None
-        self.signer: Signer | None = None
+        self.matched_subject: str | None = None
 
     def verify(self, cert: Certificate) -> None:
         signer = Signer.from_certificate(cert)
-        self.signer = signer
         for identity in self.identities:
-            if identity.matches(signer):
-                self.matched = identity
+            subject = identity.matching_subject(signer)
+            if subject is not None:
+                self.matched, self.matched_subject = identity, subject
                 return
         raise SignerUntrusted(signer, self.identities)
 

@@ -36,10 +36,6 @@ COSIGN_SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 IN_TOTO_STATEMENT_TYPES = ("https://in-toto.io/Statement/v1", "https://in-toto.io/Statement/v0.1")
 
-RULE_SIGNATURE_MISSING = "image.signature-missing"
-RULE_SIGNATURE_INVALID = "image.signature-invalid"
-RULE_SIGNER_UNTRUSTED = "image.signer-untrusted"
-
 _DIGEST_RE = re.compile(r"^sha256:([0-9a-f]{64})$")
 
 FailureKind = Literal["missing", "invalid", "untrusted"]
@@ -195,23 +191,15 @@ class SignatureVerifier:
             found_predicate = _check_statement(payload_type, payload, hex_digest, predicate_type, subject, bundle_source)
         else:
             found_predicate = None
-        signer = policy.signer
-        matched = policy.matched
-        assert signer is not None and matched is not None  # the policy ran and accepted
+        matched, subject = policy.matched, policy.matched_subject
+        assert matched is not None and subject is not None  # the policy ran and accepted
         return VerifiedSignature(
-            signer=_matching_subject(signer.subjects, matched),
+            signer=subject,
             issuer=matched.issuer,
             kind="dsse" if is_dsse else "message-signature",
             predicate_type=found_predicate,
             trusted_identity=str(matched),
         )
-
-
-def _matching_subject(subjects: tuple[str, ...], identity: TrustedIdentity) -> str:
-    for subject in subjects:
-        if identity.subject == subject or (identity.subject_regexp and re.search(identity.subject_regexp, subject)):
-            return subject
-    return subjects[0]
 
 
 def _parse_bundle_json(data: bytes, source: str) -> dict:

@@ -1,0 +1,34 @@
+"""Every pod the compiler previews for the reference pipelines is admitted by the tenant's rules,
+and by Pod Security restricted; the compiler's own admission check uses the same catalogue."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from secureml.compiler import CompileError, compile_pipeline
+from secureml.pipeline_loader import load_pipeline
+from secureml.preview import preview_pods
+from secureml.rules import evaluate, rules_for_level, rules_for_profile
+from tests.rules.conftest import EXAMPLE_PROFILES, REPO, example_profile
+
+REFERENCE_PIPELINES = sorted((REPO / "pipelines").glob("*.py"))
+
+
+@pytest.mark.parametrize("pipeline_path", REFERENCE_PIPELINES, ids=[p.stem for p in REFERENCE_PIPELINES])
+def test_previewed_pods_are_allowed(pipeline_path) -> None:  # noqa: ANN001
+    compiled_for = []
+    for name in EXAMPLE_PROFILES:
+        profile = example_profile(name)
+        try:
+            compiled = compile_pipeline(load_pipeline(pipeline_path), profile, check_admission=False)
+        except CompileError:
+            continue  # the profile forbids what the pipeline asks for (registry, GPU kind)
+        compiled_for.append(name)
+        pods = preview_pods(list(yaml.safe_load_all(compiled.yaml_text)), profile)
+        assert pods
+        for task, pod in pods.items():
+            assert evaluate(pod, rules_for_profile(profile)) == [], (name, task)
+            assert evaluate(pod, rules_for_level("restricted")) == [], (name, task)
+        assert compile_pipeline(load_pipeline(pipeline_path), profile).admission_checked
+    assert compiled_for, "the reference pipeline compiles for no example profile"

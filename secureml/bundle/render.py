@@ -80,7 +80,7 @@ _Dumper.add_representer(str, _str_representer)
 
 def dump_documents(objects: Iterable[Manifest]) -> str:
     return "---\n".join(
-        yaml.dump(obj, Dumper=_Dumper, sort_keys=True, default_flow_style=False, width=100, allow_unicode=True)
+        yaml.dump(obj, Dumper=_Dumper, sort_keys=True, default_flow_style=False, width=1_000_000, allow_unicode=True)
         for obj in objects
     )
 

@@ -30,15 +30,17 @@ def spiffe_id_template(profile: TenantProfile) -> str:
         "pipeline": _label(contract.LABEL_PIPELINE),
         "step": _label(contract.LABEL_STEP),
     }
+    parts = list(string.Formatter().parse(identity.spiffe_id_template))
+    literal_text = "".join(literal for literal, _, _, _ in parts)
+    if "{{" in literal_text or "}}" in literal_text:
+        raise SecuremlError(
+            "spiffeIdTemplate contains '{{' or '}}'",
+            why="SPIRE's controller manager reads the template as a Go template",
+            fix="remove the braces from the literal text of spec.identity.spiffeIdTemplate",
+            where=f"profile {profile.metadata.name}",
+        )
     out = []
-    for literal, name, _, _ in string.Formatter().parse(identity.spiffe_id_template):
-        if "{{" in literal or "}}" in literal:
-            raise SecuremlError(
-                "spiffeIdTemplate contains '{{' or '}}'",
-                why="SPIRE's controller manager reads the template as a Go template",
-                fix="remove the braces from the literal text of spec.identity.spiffeIdTemplate",
-                where=f"profile {profile.metadata.name}",
-            )
+    for literal, name, _, _ in parts:
         out.append(literal)
         if name:
             out.append(fields[name])

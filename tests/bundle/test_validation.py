@@ -1,0 +1,132 @@
+"""Every object of every example bundle against the real schemas.
+
+Built-in kinds: kubernetes-validate's bundled OpenAPI schemas, strict (no unknown fields), for each
+supported Kubernetes version. Custom resources: the openAPIV3Schema of the real CRD from
+../shared/fixtures/crds, made strict the way the API server prunes (unknown fields are errors
+unless the schema preserves them).
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from secureml.bundle import BundleOptions, render_objects
+from secureml.bundle.common import K8S_VERSIONS
+from secureml.profile import TenantProfile
+from tests.bundle.conftest import fixtures_dir
+
+BUILT_IN_GROUPS = {"v1", "rbac.authorization.k8s.io", "networking.k8s.io", "admissionregistration.k8s.io",
+                   "resource.k8s.io"}
+OPTION_SETS = [
+    pytest.param(dict(image_policy="policy-controller", kubeflow_profile=True), id="policy-controller+profile"),
+    pytest.param(dict(image_policy="kyverno", kubeflow_profile=False), id="kyverno+quota"),
+]
+
+
+def _group(api_version: str) -> str:
+    return api_version.split("/")[0] if "/" in api_version else api_version
+
+
+def _strict(schema: Any) -> Any:
+    """A CRD structural schema as JSON Schema that rejects fields the CRD does not declare."""
+    if isinstance(schema, list):
+        return [_strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _strict(value) for key, value in schema.items()}
+    if out.get("type") == "object" and "additionalProperties" not in out and not out.get(
+        "x-kubernetes-preserve-unknown-fields"
+    ) and "properties" in out:
+        out["additionalProperties"] = False
+    pattern = out.get("pattern")
+    if isinstance(pattern, str) and pattern.startswith("^(?i)"):  # Go allows the flag after ^
+        out["pattern"] = "(?i)^" + pattern[len("^(?i)"):]
+    if out.pop("nullable", False) and "type" in out:
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+@cache
+def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> strict schema, for every version of every fixture CRD."""
+    schemas = {}
+    for path in sorted(fixtures_dir("crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
+            # The API server always knows the root's apiVersion, kind and metadata.
+            root = schema.setdefault("properties", {})
+            root.setdefault("apiVersion", {"type": "string"})
+            root.setdefault("kind", {"type": "string"})
+            root.setdefault("metadata", {"type": "object"})
+            schemas[(f"{group}/{version['name']}", kind)] = _strict(schema)
+    return schemas
+
+
+def _bundle(profile: TenantProfile, k8s_version: str, options: dict[str, Any]) -> list[dict[str, Any]]:
+    return render_objects(profile, BundleOptions(k8s_version=k8s_version, **options))
+
+
+@pytest.mark.parametrize("options", OPTION_SETS)
+@pytest.mark.parametrize("k8s_version", K8S_VERSIONS)
+def test_built_in_objects_validate_strictly(profile: TenantProfile, k8s_version: str, options: dict) -> None:
+    checked = set()
+    for obj in _bundle(profile, k8s_version, options):
+        if _group(obj["apiVersion"]) not in BUILT_IN_GROUPS:
+            continue
+        try:
+            validated = kubernetes_validate.validate(obj, k8s_version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} ({k8s_version}): {err.message} at {list(err.path)}")
+        assert validated == k8s_version  # the schemas of exactly that version were used
+        checked.add(obj["kind"])
+    assert {"Namespace", "Role", "NetworkPolicy", "ValidatingAdmissionPolicy", "MutatingAdmissionPolicy"} <= checked
+
+
+@pytest.mark.parametrize("options", OPTION_SETS)
+def test_custom_resources_validate_against_real_crds(profile: TenantProfile, options: dict) -> None:
+    schemas = crd_schemas()
+    seen = set()
+    for obj in _bundle(profile, "1.36", options):
+        if _group(obj["apiVersion"]) in BUILT_IN_GROUPS:
+            continue
+        key = (obj["apiVersion"], obj["kind"])
+        assert key in schemas, f"no fixture CRD serves {key}"
+        try:
+            jsonschema.Draft7Validator(schemas[key]).validate(obj)
+        except jsonschema.ValidationError as err:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {err.message} at {list(err.absolute_path)}")
+        seen.add(obj["kind"])
+    assert "ClusterSPIFFEID" in seen
+    assert ("ImageValidatingPolicy" if options["image_policy"] == "kyverno" else "ClusterImagePolicy") in seen
+
+
+def test_strict_crd_schema_rejects_an_unknown_field() -> None:
+    """The strictness above is real: a misspelt field fails."""
+    schema = crd_schemas()[("spire.spiffe.io/v1alpha1", "ClusterSPIFFEID")]
+    good = {"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID", "metadata": {"name": "x"},
+            "spec": {"spiffeIDTemplate": "spiffe://td/x"}}
+    validator = jsonschema.Draft7Validator(schema)
+    validator.validate(good)
+    bad = copy.deepcopy(good)
+    bad["spec"]["spiffeIdTemplate"] = bad["spec"].pop("spiffeIDTemplate")
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate(bad)
+
+
+@pytest.mark.parametrize("k8s_version", ["1.34", "1.35"])
+def test_mutating_policy_v1_is_not_served_before_1_36(k8s_version: str) -> None:
+    """Why the bundle writes v1beta1 for 1.34/1.35: those versions' schemas have no v1 kind."""
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+              "metadata": {"name": "x"}, "spec": {}}
+    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+        kubernetes_validate.validate(policy, k8s_version, strict=True)
+    kubernetes_validate.validate(policy, "1.36", strict=True)

@@ -1,0 +1,156 @@
+"""Previewed pods (valid Kubernetes, backend hardening, tenant rules) and the `secureml compile` CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from compilerhelp import ROOT, docs, make_profile
+from typer.testing import CliRunner
+
+from secureml import contract
+from secureml.cli import app
+from secureml.compiler import compile_pipeline
+from secureml.pipeline_loader import load_pipeline
+from secureml.preview import preview_pods
+from secureml.rules import evaluate, rules_for_profile
+
+REFERENCE = ROOT / "pipelines" / "secure_finetune.py"
+DEV_PROFILE = ROOT / "examples" / "profiles" / "team-a-dev.yaml"
+
+
+@pytest.fixture(scope="module")
+def pods() -> dict[str, dict]:
+    profile = make_profile()
+    text = compile_pipeline(load_pipeline(REFERENCE), profile).yaml_text
+    return preview_pods(docs(text), profile)
+
+
+def test_previews_are_valid_pods_for_supported_kubernetes(pods: dict[str, dict]) -> None:
+    assert list(pods) == ["evaluate", "prep", "train"]
+    for version in ("1.34", "1.35", "1.36"):
+        for pod in pods.values():
+            kubernetes_validate.validate(pod, version, strict=True)
+
+
+def test_preview_has_what_the_backend_and_the_mutation_add(pods: dict[str, dict]) -> None:
+    pod = pods["train"]
+    assert pod["metadata"]["namespace"] == "team-a"
+    assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    main = next(c for c in pod["spec"]["containers"] if c["name"] == contract.KFP_MAIN_CONTAINER)
+    security = main["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert (security["runAsUser"], security["runAsGroup"], security["runAsNonRoot"]) == (1000, 1000, True)
+    assert security.get("readOnlyRootFilesystem") is True  # added by the tenant's MutatingAdmissionPolicy
+    assert main["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
+    assert main["command"][0] == "/kfp-launcher/launch" and main["command"][-1] == "--"
+    assert main["args"][:4] == list(contract.LAUNCHER_PREFIX)
+    init = pod["spec"]["initContainers"][0]
+    assert init["name"] == "kfp-launcher" and init["securityContext"]["runAsNonRoot"] is True
+
+
+def test_previews_pass_the_tenant_admission_rules(pods: dict[str, dict]) -> None:
+    rules = rules_for_profile(make_profile())
+    for task, pod in pods.items():
+        assert evaluate(pod, rules) == [], task
+
+
+def test_a_privileged_preview_is_caught_by_the_same_rules(pods: dict[str, dict]) -> None:
+    pod = json.loads(json.dumps(pods["prep"]))
+    pod["spec"]["containers"][0]["securityContext"]["privileged"] = True
+    assert "pss.privileged" in {v.rule_id for v in evaluate(pod, rules_for_profile(make_profile()))}
+
+
+runner = CliRunner()
+
+
+def test_cli_compiles_and_writes_yaml_and_report(tmp_path: Path) -> None:
+    out, report = tmp_path / "p.yaml", tmp_path / "r.json"
+    result = runner.invoke(app, ["compile", str(REFERENCE), "--profile", str(DEV_PROFILE),
+                                 "-o", str(out), "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    assert "train" in result.output and "nvidia.com/mig-1g.10gb x1" in result.output
+    data = json.loads(report.read_text())
+    assert data["result"] == "compliant" and data["admissionChecked"] is True
+    assert [s["isolation"] for s in data["steps"]] == ["none", "mig", "timeslice-shim"]
+    first = out.read_bytes()
+    again = runner.invoke(app, ["compile", str(REFERENCE), "--profile", str(DEV_PROFILE), "-o", str(out)])
+    assert again.exit_code == 0 and out.read_bytes() == first
+
+
+def test_cli_reports_every_violation_and_exits_1(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    result = runner.invoke(app, ["compile", str(REFERENCE), "--profile", str(ROOT / "profiles" / "team-conf.yaml"),
+                                 "-o", str(tmp_path / "p.yaml"), "--report", str(report)])
+    assert result.exit_code == 1
+    rules = sorted((v["task"], v["rule"]) for v in json.loads(report.read_text())["violations"])
+    assert rules == [("evaluate", "gpu.timeslice-forbidden"), ("evaluate", "image.registry"),
+                     ("evaluate", "isolation.below-tier"), ("prep", "image.registry"), ("train", "image.registry")]
+    assert not (tmp_path / "p.yaml").exists()
+    assert "Traceback" not in result.output
+
+
+def test_cli_requires_signatures_when_the_profile_does(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["compile", str(REFERENCE), "--profile", str(ROOT / "profiles" / "team-a.yaml"),
+                                 "-o", str(tmp_path / "p.yaml"), "--bundles", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.output.count("[image.signature-missing]") == 3
+
+
+@pytest.mark.parametrize(
+    ("source", "args", "message"),
+    [
+        ("from kfp import dsl\n", [], "defines no pipeline"),
+        ("raise RuntimeError('boom')\n", [], "RuntimeError: boom"),
+        (None, ["--pipeline", "nope"], "no pipeline named 'nope'"),
+    ],
+)
+def test_cli_input_errors_exit_2_without_traceback(tmp_path: Path, source: str | None, args: list[str],
+                                                    message: str) -> None:
+    file = tmp_path / "pipe.py"
+    if source is None:
+        shutil.copy(REFERENCE, file)
+    else:
+        file.write_text(source)
+    result = runner.invoke(app, ["compile", str(file), "--profile", str(DEV_PROFILE), *args])
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_loader_asks_which_pipeline_when_there_are_several(tmp_path: Path) -> None:
+    file = tmp_path / "two.py"
+    file.write_text(textwrap.dedent("""
+        from kfp import dsl
+
+        @dsl.component(base_image="python:3.11")
+        def hello() -> str:
+            return "hi"
+
+        @dsl.pipeline(name="one")
+        def one():
+            hello()
+
+        @dsl.pipeline(name="two")
+        def two():
+            hello()
+    """))
+    result = runner.invoke(app, ["compile", str(file), "--profile", str(DEV_PROFILE)])
+    assert result.exit_code == 2 and "--pipeline NAME: one, two" in result.output
+    assert load_pipeline(file, "two").name == "two"
+
+
+def test_reference_pipeline_runs_under_kfp_local(tmp_path: Path) -> None:
+    from kfp import local
+
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path))
+    pipeline = load_pipeline(REFERENCE)
+    result = pipeline(rows=50, epochs=60)
+    assert result.output < 0.01  # the fitted line is close to y = 3x + 2
+    outputs = list(tmp_path.rglob("model"))
+    assert outputs and yaml.safe_load(outputs[0].read_text())["w"] == pytest.approx(3.0, abs=0.1)

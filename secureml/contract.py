@@ -71,6 +71,9 @@ ENV_SCRUB_AFTER = "SECUREML_SCRUB_AFTER"
 ENV_SCRUB_VERIFY = "SECUREML_SCRUB_VERIFY"  # off | sample | full
 ENV_SHIM_MODE = "SECUREML_SHIM"  # off | enforce
 ENV_SHIM_LIMITS_FILE = "SECUREML_SHIM_LIMITS_FILE"  # default SHIM_LIMITS_PATH
+ENV_SHIM_COUNTERS_FILE = "SECUREML_SHIM_COUNTERS_FILE"  # where the shim writes its counters
+ENV_SHIM_LOG_LEVEL = "SECUREML_SHIM_LOG_LEVEL"  # off (default) | error | warn | info | debug
+ENV_SHIM_LIBRARY = "SECUREML_SHIM_LIBRARY"  # launcher side only: another build of the shim
 ENV_AUDIT_DIR = "SECUREML_AUDIT_DIR"
 # Launcher tuning (defaults in docs/launcher.md); the compiler need not set them.
 ENV_IDENTITY_TIMEOUT = "SECUREML_IDENTITY_TIMEOUT"  # seconds for the Workload API, default 10

@@ -163,6 +163,13 @@ class RunResult:
     simulated_gpu: bool
     steps: list[LocalStep]
 
+    @property
+    def steps_without_record(self) -> list[str]:
+        """Secure steps that left no audit record: not run, or the launcher died before writing."""
+        recorded = {record.get("step") for record in self.records}
+        names = [step.env.get(contract.ENV_STEP) or step.name for step in self.steps]
+        return [name for name in names if name not in recorded]
+
 
 def default_output_dir(pipeline_file: Path) -> Path:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -251,6 +258,97 @@ def apply_local_overlay(
         step.set_env(values)
 
 
+@dataclass
+class GpuSimulation:
+    """The fake GPU machines of a run: one per GPU step, and the environment that selects them."""
+
+    process_env: dict[str, str]
+    step_env: dict[str, dict[str, str]]
+    machines: dict[str, Any]
+
+
+SIMULATED_GPU_NAME = "NVIDIA A100-SXM4-80GB"
+SIMULATED_SMALL_MEMORY = 256 * 2**20
+
+
+def _fake_gpu_kit() -> Any:
+    """D's fake GPU kit (`tests/fakegpu.py`): builds the fake libraries from `enforcement/shim/fake`.
+
+    The fake is test equipment that lives in the repository, not in the installed package, so a
+    simulated run needs the repository checkout.
+    """
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "tests" / "fakegpu.py"
+    if not path.is_file():
+        raise SecuremlError(
+            "--simulate-gpu needs the secureml repository checkout",
+            why=f"the fake CUDA driver and NVML are built from its sources; {path} is missing",
+            fix="run from a checkout of the repository (`make demo`), or on a machine with a GPU",
+        )
+    name = "_secureml_fakegpu_kit"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def fake_machine_for(kit: Any, request: dict[str, Any], directory: Path) -> tuple[Any, list[str]]:
+    """A fake GPU machine that holds what `request` asks for; and the CUDA devices to expose.
+
+    MIG instances get their profile's real memory (preflight checks it against the profile name);
+    a time-sliced share gets a device exactly the share's size, and whole GPUs small devices, since
+    scrubbing a simulated 80 GB device would take minutes. docs/local-run.md says the same.
+    """
+    kind = request["kind"]
+    if kind == "mig":
+        from secureml.enforcement.config import MigRequest
+
+        profile = str(request["profile"])
+        memory = MigRequest(profile=profile).memory_gb * 10**9
+        migs = [kit.FakeMig(profile=profile, memory=memory, gi=i + 1) for i in range(int(request.get("count", 1)))]
+        device = kit.FakeDevice(name=SIMULATED_GPU_NAME, memory=80 * 2**30, mig_mode=True, migs=migs)
+        return kit.FakeGPU(directory, [device]), [mig.uuid for mig in migs]
+    if kind == "timeslice":
+        device = kit.FakeDevice(name=SIMULATED_GPU_NAME, memory=int(request["memory"]))
+        return kit.FakeGPU(directory, [device]), [device.uuid]
+    product = request.get("product")
+    name = " ".join(str(product).split("-")) if product else SIMULATED_GPU_NAME
+    devices = [kit.FakeDevice(name=name, memory=SIMULATED_SMALL_MEMORY) for _ in range(int(request["count"]))]
+    return kit.FakeGPU(directory, devices), [d.uuid for d in devices]
+
+
+@contextlib.contextmanager
+def simulated_gpus(steps: list[LocalStep], folder: Path) -> Iterator[GpuSimulation]:
+    """Fake GPU machines for the GPU steps; their device memory files are removed afterwards."""
+    kit = _fake_gpu_kit()
+    machines: dict[str, Any] = {}
+    step_env: dict[str, dict[str, str]] = {}
+    for step in steps:
+        request = step.gpu_request
+        if not request:
+            continue
+        machine, visible = fake_machine_for(kit, request, folder / contract.label_value(step.executor))
+        machines[step.executor] = machine
+        step_env[step.executor] = {
+            kit.CONFIG_ENV: str(machine.config_path.resolve()),
+            "CUDA_VISIBLE_DEVICES": ",".join(visible),
+        }
+    lib_dir = next(iter(machines.values())).lib_dir
+    previous = os.environ.get("LD_LIBRARY_PATH")
+    process_env = {"LD_LIBRARY_PATH": f"{lib_dir}:{previous}" if previous else str(lib_dir)}
+    try:
+        yield GpuSimulation(process_env=process_env, step_env=step_env, machines=machines)
+    finally:
+        for machine in machines.values():
+            for leftover in machine.config_path.parent.glob(machine.config_path.name + ".*"):
+                leftover.unlink(missing_ok=True)
+
+
 def identity_by_step(profile: Any) -> Any:
     """The dev Workload API's registration: pipeline and step of the caller -> the profile's ID."""
 
@@ -322,8 +420,6 @@ def run_compiled(
         process_env: dict[str, str] = {}
         gpu_env = None
         if simulate_gpu and any(s.gpu_request for s in steps):
-            from secureml.localgpu import simulated_gpus
-
             simulation = stack.enter_context(simulated_gpus(steps, layout.root / "fakegpu"))
             process_env.update(simulation.process_env)
             gpu_env = simulation.step_env
@@ -340,6 +436,8 @@ def run_compiled(
         with warnings.catch_warnings():
             # Images are not pulled locally: the steps run in this Python environment.
             warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+            # GPU placement is a cluster matter; locally the launcher checks what it is given.
+            warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
             try:
                 pipeline(**dict(arguments or {}))
             except RuntimeError as err:

@@ -81,6 +81,11 @@ def run(
     if result.simulated_gpu:
         typer.echo("GPU: SIMULATED (fake libcuda.so.1 / libnvidia-ml.so.1, no real device)")
     typer.echo(render_text(result.records, simulated_gpu=result.simulated_gpu))
+    if result.steps_without_record:
+        typer.echo(
+            "no audit record (the step did not run, or its launcher stopped before writing one): "
+            + ", ".join(result.steps_without_record)
+        )
     typer.echo(f"\nrun files: {layout.root} (audit records in {layout.audit_dir})")
     if not result.succeeded:
         typer.echo(f"error: the pipeline failed: {result.failure}", err=True)

@@ -2,7 +2,7 @@
 
 from kfp import dsl
 
-from secureml import MIG, secure_component
+from secureml import MIG, WholeGPU, secure_component
 
 IMAGE = "ghcr.io/acme/ml-images/prep@sha256:" + "1" * 64
 
@@ -48,3 +48,13 @@ def breaks(code: int = 3) -> None:
 @dsl.pipeline(name="needs-gpu")
 def needs_gpu() -> None:
     on_mig(value=1)
+
+
+@secure_component(image=IMAGE, gpu=WholeGPU(1))
+def on_whole_gpu(value: int) -> int:
+    return value + 1
+
+
+@dsl.pipeline(name="whole-gpu")
+def whole_gpu(value: int = 1) -> int:
+    return on_whole_gpu(value=value).output

@@ -1,0 +1,86 @@
+"""`--simulate-gpu`: the launcher's GPU stages against D's fake CUDA driver and NVML."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from secureml.localrun import RunLayout, _fake_gpu_kit, fake_machine_for, run_pipeline
+from secureml.profile import load_profile
+
+from .pipelines import whole_gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(
+    _fake_gpu_kit().compiler() is None, reason="no C compiler to build the fake GPU"
+)
+
+
+def _preflight_in(env: dict[str, str], request: dict, isolation: str) -> subprocess.CompletedProcess:
+    code = (
+        "import json, sys\n"
+        "from secureml.enforcement.config import parse_gpu_request\n"
+        "from secureml.enforcement.preflight import run_preflight\n"
+        "print(json.dumps(run_preflight(parse_gpu_request(sys.argv[1]), isolation=sys.argv[2])))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, json.dumps(request), isolation],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("request_json", "isolation"),
+    [
+        ({"kind": "mig", "profile": "1g.10gb", "count": 1}, "mig"),
+        ({"kind": "mig", "profile": "2g.20gb", "count": 2}, "mig"),
+        ({"kind": "timeslice", "memory": 64 * 2**20, "compute": 25}, "timeslice-shim"),
+        ({"kind": "whole", "count": 2, "product": "NVIDIA-H100-80GB-HBM3"}, "dedicated"),
+    ],
+)
+def test_each_simulated_machine_passes_the_real_preflight(tmp_path: Path, request_json, isolation) -> None:
+    kit = _fake_gpu_kit()
+    machine, visible = fake_machine_for(kit, request_json, tmp_path / "gpu")
+    env = machine.env()
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
+    proc = _preflight_in(env, request_json, isolation)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    assert [d["uuid"] for d in found["devices"]] == visible
+
+
+def test_a_mig_machine_does_not_pass_for_another_profile(tmp_path: Path) -> None:
+    kit = _fake_gpu_kit()
+    machine, visible = fake_machine_for(kit, {"kind": "mig", "profile": "1g.10gb"}, tmp_path / "gpu")
+    env = machine.env()
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
+    proc = _preflight_in(env, {"kind": "mig", "profile": "3g.40gb", "count": 1}, "mig")
+    assert proc.returncode != 0 and "3g.40gb" in proc.stderr
+
+
+def test_whole_gpu_step_runs_every_gpu_stage_on_the_fake(tmp_path: Path) -> None:
+    profile = load_profile(ROOT / "profiles" / "team-a.yaml")
+    layout = RunLayout(tmp_path / "run")
+    library_path = os.environ.get("LD_LIBRARY_PATH")
+    result = run_pipeline(
+        whole_gpu, profile, layout, dev_identity=True, simulate_gpu=True, arguments={"value": 41}
+    )
+    assert result.succeeded, result.failure
+    assert result.steps_without_record == []
+    (record,) = result.records
+    stages = {stage["name"]: stage for stage in record["stages"]}
+    assert [stages[n]["status"] for n in ("identity", "preflight", "scrub-before", "run", "scrub-after")] == ["ok"] * 5
+    assert stages["scrub-before"]["detail"]["coverage"] == 1.0
+    assert record["isolation"] == "dedicated"
+    assert record["gpu"]["devices"][0]["uuid"].startswith("GPU-")
+    assert not list((layout.root / "fakegpu").rglob("*.mem*")), "fake device memory is removed"
+    from secureml.components.audit_report import render_text
+
+    assert "whole x1 (SIMULATED)" in render_text(result.records, simulated_gpu=True)
+    assert os.environ.get("LD_LIBRARY_PATH") == library_path, "the run restores its environment"

@@ -15,7 +15,9 @@ $(STAMP): pyproject.toml setup.py
 setup: $(STAMP)
 
 demo: $(STAMP)
-	@echo "secureml demo placeholder"
+	rm -rf out/demo-run
+	$(VENV)/bin/secureml run pipelines/secure_finetune.py --profile examples/profiles/team-a-dev.yaml \
+		--local --dev-identity --simulate-gpu --output-dir out/demo-run
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2

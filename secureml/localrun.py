@@ -412,6 +412,12 @@ def run_compiled(
     steps = compiled.steps()
     has_gpu = False if simulate_gpu else machine_has_gpu()
     check_before_running(steps, dev_identity=dev_identity, simulate_gpu=simulate_gpu, has_gpu=has_gpu)
+    if any(layout.audit_dir.glob("*.audit.json")):
+        raise InputError(
+            f"{layout.root} already holds the files of a run",
+            why="the summary is made from every audit record in its audit folder",
+            fix="choose another --output-dir, or remove that folder first",
+        )
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.audit_dir.mkdir(exist_ok=True)
     layout.identity_dir.mkdir(mode=0o700, exist_ok=True)

@@ -96,3 +96,10 @@ def test_a_failing_step_fails_the_run_and_is_recorded(team_a, tmp_path) -> None:
     (record,) = result.records
     assert record["exit_code"] == 5 and record["child_exit_code"] == 5
     assert Path(record["audit_file"]).parent == result.layout.audit_dir.resolve()
+
+
+def test_an_output_folder_is_not_reused(numbers_run, team_a) -> None:
+    from secureml.errors import InputError
+
+    with pytest.raises(InputError, match="already holds the files of a run"):
+        run_pipeline(numbers, team_a, numbers_run.layout, dev_identity=True)

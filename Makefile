@@ -19,7 +19,12 @@ demo: $(STAMP)
 	$(VENV)/bin/secureml run pipelines/secure_finetune.py --profile examples/profiles/team-a-dev.yaml \
 		--local --dev-identity --simulate-gpu --output-dir out/demo-run
 
-test: $(STAMP)
+# The GPU quota shim, rebuilt whenever its C sources change (pip install builds it too).
+SHIM_LIB := enforcement/libsecureml_shim.so
+$(SHIM_LIB): $(wildcard enforcement/shim/*.c enforcement/shim/*.h) enforcement/shim.py
+	$(PY) -m secureml.enforcement.shim build || echo "WARNING: quota shim not built (no C compiler?)"
+
+test: $(STAMP) $(SHIM_LIB)
 	$(PY) -m pytest -n 2
 
 bench: $(STAMP)

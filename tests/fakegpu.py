@@ -342,3 +342,13 @@ def run_python(code: str, env: dict[str, str], *, timeout: float = 60) -> subpro
     import sys
 
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def build_shim(*, flags: tuple[str, ...] = (), name: str = "libsecureml_shim.so") -> Path:
+    """Build the quota shim from the current sources (cached like the fakes). `flags` may add,
+    e.g., sanitizers or `-DSHIM_DEFAULT_LIMITS="..."` for a test of the compiled-in path."""
+    sources = [SHIM_DIR / "shim.c", SHIM_DIR / "limits.c"]
+    headers = tuple(SHIM_DIR / h for h in ("cuda_api.h", "nvml_api.h", "limits.h", "region.h"))
+    return build_native(
+        name, sources, shared=True, flags=(f"-Wl,-soname,{name}", *flags), headers=headers, libs=("-ldl",)
+    )

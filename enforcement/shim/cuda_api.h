@@ -15,9 +15,13 @@
 /* Internal mode declares the legacy (_v1) and per-thread (_ptsz) entry points as well. */
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
+/* The shim defines the legacy names too (to refuse them); keep them from expanding to _v2. */
 #undef cuMemAlloc
+#undef cuMemAllocPitch
 #undef cuMemFree
 #undef cuMemGetInfo
+#undef cuDeviceTotalMem
+#undef cuGetProcAddress
 #else
 
 typedef uint64_t cuuint64_t;

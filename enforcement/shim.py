@@ -1,0 +1,203 @@
+"""The native quota shim, seen from Python: find it, arm a child process with it, read its counters.
+
+The shim itself is C (`enforcement/shim/`, docs/shim.md). The launcher uses three functions:
+
+- `library_path() -> Path`: the built `libsecureml_shim.so`. `SECUREML_SHIM_LIBRARY`
+  (`contract.ENV_SHIM_LIBRARY`, read from the launcher's own environment, never the step's) may
+  name another build; otherwise the copy built into this package by `pip install` (or by
+  `python -m secureml.enforcement.shim build`). Raises `SecuremlError` with a fix when there is none.
+- `child_env(limits_file, counters_file=None, base_env=None, *, log_level=None) -> dict[str, str]`:
+  the environment for the step's command: LD_PRELOAD with the shim first, the limits file (used
+  only where the compiled-in path `contract.SHIM_LIMITS_PATH` does not exist: in a cluster the
+  read-only downward-API file always wins), the counters file, the log level.
+- `read_counters(path) -> dict`: the counters the shim wrote (refused allocations, peak use,
+  throttled launches, per device), for the audit record.
+
+`region_path(limits_file)` names the step's shared accounting region (derived from the limits
+file's identity) and `remove_region(limits_file)` deletes it after the step. `build(output_dir)`
+compiles the shim (used by setup.py and `make test`); it needs only the standard library, so
+setup.py can load this file before the package is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+LIBRARY_NAME = "libsecureml_shim.so"
+SOURCE_DIR = Path(__file__).resolve().parent / "shim"
+SOURCES = ("shim.c", "limits.c")
+HEADERS = ("cuda_api.h", "nvml_api.h", "limits.h", "region.h")
+CFLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread", "-Wall", "-Wextra")
+LOG_LEVELS = ("off", "error", "warn", "info", "debug")
+
+
+def find_compiler() -> str | None:
+    """`$CC`, else the first of cc, gcc, clang on PATH; None when there is no C compiler."""
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def build(output_dir: Path, *, compiler: str | None = None, extra_flags: tuple[str, ...] = ()) -> Path:
+    """Compile the shim into `output_dir/libsecureml_shim.so` (atomically) and return its path.
+
+    Raises RuntimeError when there is no compiler or the compilation fails.
+    """
+    cc = compiler or find_compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler found (install cc/gcc/clang or set CC)")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    target = output_dir / LIBRARY_NAME
+    fd, tmp = tempfile.mkstemp(prefix=f".{LIBRARY_NAME}.", dir=output_dir)
+    os.close(fd)
+    cmd = [
+        cc, *CFLAGS, *extra_flags, f"-Wl,-soname,{LIBRARY_NAME}", "-o", tmp,
+        *(str(SOURCE_DIR / name) for name in SOURCES), "-ldl",
+    ]
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"building {LIBRARY_NAME} failed:\n{' '.join(cmd)}\n{result.stderr}")
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def library_path() -> Path:
+    """The shim library to preload (see the module docstring)."""
+    from secureml.contract import ENV_SHIM_LIBRARY
+    from secureml.errors import SecuremlError
+
+    override = os.environ.get(ENV_SHIM_LIBRARY)
+    candidate = Path(override) if override else Path(__file__).resolve().parent / LIBRARY_NAME
+    if candidate.is_file():
+        return candidate
+    where = f"{ENV_SHIM_LIBRARY}={override}" if override else str(candidate)
+    raise SecuremlError(
+        f"the GPU quota shim {LIBRARY_NAME} is not built",
+        why="a time-sliced GPU step needs the shim preloaded to enforce its memory and compute limits",
+        fix="install a C compiler (cc/gcc) and reinstall secureml (`pip install .`), or run "
+        "`python -m secureml.enforcement.shim build`",
+        where=where,
+    )
+
+
+def child_env(
+    limits_file: str | os.PathLike[str],
+    counters_file: str | os.PathLike[str] | None = None,
+    base_env: Mapping[str, str] | None = None,
+    *,
+    log_level: str | None = None,
+) -> dict[str, str]:
+    """Environment that arms the shim in a child process (see the module docstring)."""
+    from secureml import contract
+
+    env = dict(os.environ if base_env is None else base_env)
+    preload = [str(library_path())]
+    preload += [item for item in env.get("LD_PRELOAD", "").replace(" ", ":").split(":") if item and item != preload[0]]
+    env["LD_PRELOAD"] = ":".join(preload)
+    env[contract.ENV_SHIM_LIMITS_FILE] = str(limits_file)
+    if counters_file is not None:
+        env[contract.ENV_SHIM_COUNTERS_FILE] = str(counters_file)
+    else:
+        env.pop(contract.ENV_SHIM_COUNTERS_FILE, None)
+    if log_level is not None:
+        if log_level not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+        env[contract.ENV_SHIM_LOG_LEVEL] = log_level
+    return env
+
+
+def read_counters(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Parse the shim's counters file.
+
+    Returns `{"limits_ok": bool, "error": str | None, "memory_limit": int, "compute_limit": int,
+    "scrub_on_free": bool, "refused": int, "peak": int, "throttled": int, "scrub_failures": int,
+    "devices": [{"uuid", "used", "peak", "refused", "throttled"}, ...]}`. Raises SecuremlError when
+    the file is missing (no process of the step ever used the GPU, or the step removed it) or
+    unreadable.
+    """
+    from secureml.errors import SecuremlError
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SecuremlError(
+            "the shim wrote no counters",
+            why=f"{exc.strerror or exc}",
+            fix="check that the step ran under the shim and that it used the GPU",
+            where=str(path),
+        ) from None
+    raw: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise SecuremlError("malformed shim counters file", why=f"line {line!r} is not key=value", where=str(path))
+        raw[key] = value
+    try:
+        devices = [
+            {
+                "uuid": raw[f"device.{i}.uuid"],
+                **{name: int(raw[f"device.{i}.{name}"]) for name in ("used", "peak", "refused", "throttled")},
+            }
+            for i in range(int(raw.get("devices", "0")))
+        ]
+        return {
+            "limits_ok": raw["limits_ok"] == "1",
+            "error": raw.get("error"),
+            "memory_limit": int(raw["memory_limit"]),
+            "compute_limit": int(raw["compute_limit"]),
+            "scrub_on_free": raw["scrub_on_free"] == "1",
+            "refused": int(raw["refused"]),
+            "peak": int(raw["peak"]),
+            "throttled": int(raw["throttled"]),
+            "scrub_failures": int(raw["scrub_failures"]),
+            "devices": devices,
+        }
+    except (KeyError, ValueError) as exc:
+        raise SecuremlError("malformed shim counters file", why=f"missing or bad field {exc}", where=str(path)) from None
+
+
+def region_path(limits_file: str | os.PathLike[str]) -> Path:
+    """The shared accounting region of the step whose limits are `limits_file` (same rule as the C
+    side: named after the file's device, inode and modification time, in /dev/shm)."""
+    st = os.stat(limits_file)
+    shm = Path("/dev/shm")
+    folder = shm if os.access(shm, os.W_OK | os.X_OK) else Path("/tmp")
+    return folder / f"secureml-shim-{os.geteuid()}-{st.st_dev:x}-{st.st_ino:x}-{st.st_mtime_ns:x}"
+
+
+def remove_region(limits_file: str | os.PathLike[str]) -> None:
+    """Delete the step's accounting region (after the step; a missing region is fine)."""
+    try:
+        region_path(limits_file).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) >= 1 and argv[0] == "build":
+        output = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parent
+        try:
+            print(build(output))
+        except RuntimeError as exc:
+            print(f"secureml: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    print("usage: python -m secureml.enforcement.shim build [OUTPUT_DIR]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))

@@ -1,0 +1,49 @@
+/* The accounting region shared by every process of a step (a file in /dev/shm; docs/shim.md). */
+#ifndef SECUREML_SHIM_REGION_H
+#define SECUREML_SHIM_REGION_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "limits.h"
+
+#define REGION_MAGIC 0x53454d4c53484d31ULL /* "SEMLSHM1" */
+#define REGION_LAYOUT 1
+#define REGION_DEVICES 16
+#define REGION_PROCS 256
+
+struct region_device {
+    unsigned char uuid[16];
+    uint32_t in_use, pad;
+    uint64_t used;      /* bytes charged now: the sum of procs[].charged[this device] */
+    uint64_t peak;
+    uint64_t refused;   /* allocations refused */
+    uint64_t throttled; /* launches delayed by the compute limit */
+    /* compute controller (docs/shim.md "Compute limit") */
+    int64_t tat_ns;            /* theoretical arrival time of the next launch (GCRA) */
+    uint64_t interval_ns;      /* launch spacing; 0 = not throttling */
+    uint64_t next_update_ns;   /* when the controller next reads utilisation */
+    uint64_t last_update_ns;
+    uint64_t launches;         /* launches on this device, all processes */
+    uint64_t launches_at_update;
+    uint64_t cost_ns;          /* estimated device time per launch */
+};
+
+struct region_proc {
+    int32_t pid; /* 0: free */
+    uint32_t pad;
+    uint64_t start_time; /* /proc/<pid>/stat starttime: tells a reused pid apart */
+    uint64_t charged[REGION_DEVICES];
+};
+
+struct region {
+    uint64_t magic;
+    uint32_t layout, nprocs; /* nprocs: high-water mark of procs[] in use */
+    pthread_mutex_t lock;    /* robust, process-shared */
+    struct shim_limits limits; /* set once by whoever created the region: first initialiser wins */
+    uint64_t scrub_failures;
+    struct region_device dev[REGION_DEVICES];
+    struct region_proc procs[REGION_PROCS];
+};
+
+#endif

@@ -1,0 +1,1234 @@
+/* libsecureml_shim.so: memory and compute limits for a step on a shared (time-sliced) GPU.
+ *
+ * Preloaded into every process of the step. It interposes the CUDA driver API entry points that
+ * allocate, free, report memory or launch work, NVML's memory report, and the two ways to look
+ * entry points up (dlsym, cuGetProcAddress), so that the CUDA runtime's own look-ups receive the
+ * hooks too. Limits come from one read-only file; accounting is shared by all processes of the step
+ * through a region in /dev/shm. docs/shim.md explains the design, the threats and their answers.
+ */
+#define _GNU_SOURCE
+#include "cuda_api.h"
+#include "limits.h"
+#include "nvml_api.h"
+#include "region.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define CUDAAPI
+#define DECLDIR
+
+#ifndef SHIM_DEFAULT_LIMITS
+#define SHIM_DEFAULT_LIMITS "/etc/secureml/podinfo/limits" /* contract.SHIM_LIMITS_PATH */
+#endif
+#define ENV_LIMITS "SECUREML_SHIM_LIMITS_FILE"
+#define ENV_COUNTERS "SECUREML_SHIM_COUNTERS_FILE"
+#define ENV_LOG "SECUREML_SHIM_LOG_LEVEL"
+#define CHARGE_GRANULE 512ULL
+#define CONTROL_PERIOD_NS 100000000ULL /* the compute controller reads utilisation this often */
+#define BURST_NS 2000000LL             /* launches may run this far ahead of their pace */
+#define COUNTERS_EVERY_NS 1000000000ULL  /* counters file refresh while running */
+#define COUNTERS_ON_EVENT_NS 10000000ULL /* ... and soon after a refusal */
+#define MAX_ORDINALS 64
+
+enum { LOG_OFF, LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
+enum key_class { KEY_POINTER, KEY_ARRAY, KEY_VMM };
+
+struct entry {
+    uint64_t key;    /* 0: empty */
+    uint64_t value;  /* device pointer, array or VMM handle */
+    uint64_t bytes;  /* requested size (what a scrub clears) */
+    uint64_t charge; /* charged size */
+    uint8_t klass, slot, scrub, pad;
+};
+
+/* ------------------------------------------------------------------ the one state struct ----- */
+
+static struct shim {
+    pthread_once_t once;
+    int log_level;
+    int ok; /* 0: limits or region unusable; every allocation is refused (fail closed) */
+    char error[256];
+    char limits_path[4096];
+    char counters_path[4096];
+    struct shim_limits limits;
+    struct region *region;
+    int me; /* index of this process in region->procs, -1 until it first charges */
+    int dev_slot[MAX_ORDINALS]; /* CUDA ordinal -> region device, -1 unknown */
+    pthread_mutex_t table_lock;
+    struct entry *table;
+    size_t cap, count;
+    uint64_t last_counters_ns;
+    void *cuda, *nvml;
+    int nvml_ready; /* 0 not tried, 1 ready, -1 unavailable */
+    pthread_mutex_t nvml_lock;
+    struct {
+        nvmlDevice_t handle;
+        int slot;
+    } nvml_slots[REGION_DEVICES];
+} S = {
+    .once = PTHREAD_ONCE_INIT,
+    .me = -1,
+    .table_lock = PTHREAD_MUTEX_INITIALIZER,
+    .nvml_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+/* Real entry points, resolved from the driver itself (never through our own hooks). */
+#define REAL(ret, name, args) static ret(*r_##name) args
+REAL(CUresult, cuCtxGetDevice, (CUdevice *));
+REAL(CUresult, cuDeviceGetUuid_v2, (CUuuid *, CUdevice));
+REAL(CUresult, cuDeviceGetUuid, (CUuuid *, CUdevice));
+REAL(CUresult, cuMemsetD8_v2, (CUdeviceptr, unsigned char, size_t));
+REAL(CUresult, cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream));
+REAL(CUresult, cuMemsetD8Async_ptsz, (CUdeviceptr, unsigned char, size_t, CUstream));
+REAL(CUresult, cuMemAlloc_v2, (CUdeviceptr *, size_t));
+REAL(CUresult, cuMemAllocPitch_v2, (CUdeviceptr *, size_t *, size_t, size_t, unsigned int));
+REAL(CUresult, cuMemAllocManaged, (CUdeviceptr *, size_t, unsigned int));
+REAL(CUresult, cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream));
+REAL(CUresult, cuMemAllocAsync_ptsz, (CUdeviceptr *, size_t, CUstream));
+REAL(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream));
+REAL(CUresult, cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr *, size_t, CUmemoryPool, CUstream));
+REAL(CUresult, cuMemFree_v2, (CUdeviceptr));
+REAL(CUresult, cuMemFreeAsync, (CUdeviceptr, CUstream));
+REAL(CUresult, cuMemFreeAsync_ptsz, (CUdeviceptr, CUstream));
+REAL(CUresult, cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long));
+REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+REAL(CUresult, cuArrayCreate_v2, (CUarray *, const CUDA_ARRAY_DESCRIPTOR *));
+REAL(CUresult, cuArray3DCreate_v2, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *));
+REAL(CUresult, cuMipmappedArrayCreate, (CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int));
+REAL(CUresult, cuArrayDestroy, (CUarray));
+REAL(CUresult, cuMipmappedArrayDestroy, (CUmipmappedArray));
+REAL(CUresult, cuMemGetInfo_v2, (size_t *, size_t *));
+REAL(CUresult, cuDeviceTotalMem_v2, (size_t *, CUdevice));
+REAL(CUresult, cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **));
+REAL(CUresult, cuLaunchKernel_ptsz, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **));
+REAL(CUresult, cuLaunchKernelEx, (const CUlaunchConfig *, CUfunction, void **, void **));
+REAL(CUresult, cuLaunchKernelEx_ptsz, (const CUlaunchConfig *, CUfunction, void **, void **));
+REAL(CUresult, cuLaunchCooperativeKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **));
+REAL(CUresult, cuLaunchCooperativeKernel_ptsz, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **));
+REAL(CUresult, cuGraphLaunch, (CUgraphExec, CUstream));
+REAL(CUresult, cuGraphLaunch_ptsz, (CUgraphExec, CUstream));
+REAL(CUresult, cuGetProcAddress, (const char *, void **, int, cuuint64_t));
+REAL(CUresult, cuGetProcAddress_v2, (const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *));
+REAL(nvmlReturn_t, nvmlInit_v2, (void));
+REAL(nvmlReturn_t, nvmlDeviceGetHandleByUUID, (const char *, nvmlDevice_t *));
+REAL(nvmlReturn_t, nvmlDeviceGetUUID, (nvmlDevice_t, char *, unsigned int));
+REAL(nvmlReturn_t, nvmlDeviceGetUtilizationRates, (nvmlDevice_t, nvmlUtilization_t *));
+REAL(nvmlReturn_t, nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t *));
+REAL(nvmlReturn_t, nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t, nvmlMemory_v2_t *));
+
+/* ------------------------------------------------------------------ dlsym -------------------- */
+
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn g_real_dlsym;
+
+/* libc's own dlsym, found with dlvsym so that our dlsym is never involved. */
+static dlsym_fn real_dlsym(void) {
+    dlsym_fn f = __atomic_load_n(&g_real_dlsym, __ATOMIC_ACQUIRE);
+    if (f) return f;
+    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
+    for (size_t i = 0; !f && i < sizeof versions / sizeof versions[0]; i++) f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    __atomic_store_n(&g_real_dlsym, f, __ATOMIC_RELEASE);
+    return f;
+}
+
+/* ------------------------------------------------------------------ logging ------------------ */
+
+static void logf_(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(int level, const char *fmt, ...) {
+    if (level > S.log_level) return;
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = snprintf(buf, sizeof buf, "secureml-shim[%d]: ", (int)getpid());
+    vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(buf);
+    if (len + 1 < sizeof buf) buf[len++] = '\n';
+    ssize_t w = write(2, buf, len);
+    (void)w;
+}
+
+static int parse_log_level(const char *v) {
+    if (!v || !*v) return LOG_OFF;
+    static const char *const names[] = {"off", "error", "warn", "info", "debug"};
+    for (int i = 0; i <= LOG_DEBUG; i++)
+        if (!strcmp(v, names[i]) || (v[0] == '0' + i && !v[1])) return i;
+    return LOG_OFF;
+}
+
+/* Records why the shim cannot enforce (reported in the log and the counters file); returns -1. */
+static int fail_with(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail_with(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(S.error, sizeof S.error, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ------------------------------------------------------------------ time, processes ---------- */
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ns(uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
+}
+
+/* starttime (field 22) of /proc/<pid>/stat; 0 when the process is gone or a zombie. */
+static uint64_t process_start_time(int pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may contain spaces and parentheses */
+    if (!p || p[1] != ' ') return 0;
+    char state = p[2];
+    if (state == 'Z' || state == 'X' || state == 'x') return 0;
+    p += 2;
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (!p) return 0;
+        p++;
+    }
+    uint64_t t = strtoull(p, NULL, 10);
+    return t ? t : 1;
+}
+
+/* ------------------------------------------------------------------ the shared region -------- */
+
+static void region_repair(struct region *r) {
+    /* A process died holding the lock: rebuild every device total from the per-process charges. */
+    for (int d = 0; d < REGION_DEVICES; d++) {
+        uint64_t used = 0;
+        for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++)
+            if (r->procs[p].pid) used += r->procs[p].charged[d];
+        r->dev[d].used = used;
+    }
+}
+
+static void region_lock(void) {
+    int rc = pthread_mutex_lock(&S.region->lock);
+    if (rc == EOWNERDEAD) {
+        region_repair(S.region);
+        pthread_mutex_consistent(&S.region->lock);
+        logf_(LOG_WARN, "a process died holding the accounting lock; totals rebuilt");
+    }
+}
+
+static void region_unlock(void) { pthread_mutex_unlock(&S.region->lock); }
+
+/* Returns the charges of processes that no longer exist. Lock held. */
+static void reclaim_dead(void) {
+    struct region *r = S.region;
+    for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++) {
+        struct region_proc *pr = &r->procs[p];
+        if (!pr->pid) continue;
+        int alive = pr->start_time ? process_start_time(pr->pid) == pr->start_time : (kill(pr->pid, 0) == 0 || errno == EPERM);
+        if (alive) continue;
+        for (int d = 0; d < REGION_DEVICES; d++) {
+            r->dev[d].used -= pr->charged[d] <= r->dev[d].used ? pr->charged[d] : r->dev[d].used;
+            pr->charged[d] = 0;
+        }
+        logf_(LOG_INFO, "reclaimed the charges of exited process %d", pr->pid);
+        pr->pid = 0;
+    }
+}
+
+/* This process's entry, registering it on first use. Lock held. -1 when the table is full. */
+static int my_entry(void) {
+    if (S.me >= 0) return S.me;
+    struct region *r = S.region;
+    int pid = (int)getpid();
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t p = 0; p < REGION_PROCS; p++) {
+            if (r->procs[p].pid) continue;
+            memset(&r->procs[p], 0, sizeof r->procs[p]);
+            r->procs[p].start_time = process_start_time(pid);
+            r->procs[p].pid = pid;
+            if (p + 1 > r->nprocs) r->nprocs = p + 1;
+            return S.me = (int)p;
+        }
+        reclaim_dead();
+    }
+    return -1;
+}
+
+static void region_path_for(const struct stat *st, char *out, size_t n) {
+    const char *dir = access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : "/tmp";
+    snprintf(out, n, "%s/secureml-shim-%u-%llx-%llx-%llx", dir, (unsigned)geteuid(), (unsigned long long)st->st_dev,
+             (unsigned long long)st->st_ino, (unsigned long long)st->st_mtim.tv_sec * 1000000000ULL + (unsigned long long)st->st_mtim.tv_nsec);
+}
+
+/* Attach to the step's region, creating it with `mine` if this process is the first. The region is
+ * named after the limits file's identity, so every process reading the same file shares it. */
+static int region_attach(const struct stat *limits_st, struct shim_limits mine) {
+    char path[512];
+    region_path_for(limits_st, path, sizeof path);
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return fail_with("cannot open accounting region %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+        close(fd);
+        return fail_with("accounting region %s is not a private file of this user", path);
+    }
+    flock(fd, LOCK_EX); /* the first process initialises; released even if it dies */
+    int rc = 0;
+    if ((size_t)st.st_size < sizeof(struct region)) rc = ftruncate(fd, sizeof(struct region));
+    void *p = rc ? MAP_FAILED : mmap(NULL, sizeof(struct region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        flock(fd, LOCK_UN);
+        close(fd);
+        return fail_with("cannot map accounting region %s", path);
+    }
+    struct region *r = p;
+    if (r->magic != REGION_MAGIC) {
+        memset(r, 0, sizeof *r);
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+        pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+        pthread_mutex_init(&r->lock, &a);
+        pthread_mutexattr_destroy(&a);
+        r->limits = mine;
+        r->layout = REGION_LAYOUT;
+        __atomic_store_n(&r->magic, REGION_MAGIC, __ATOMIC_RELEASE);
+    } else if (r->layout != REGION_LAYOUT) {
+        flock(fd, LOCK_UN);
+        close(fd);
+        munmap(p, sizeof(struct region));
+        return fail_with("accounting region %s has another layout", path);
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+    S.region = r;
+    /* First initialiser wins; a later process can only tighten what it was given, never loosen. */
+    S.limits = shim_limits_min(r->limits, mine);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ initialisation ----------- */
+
+static int read_limits(const char *path, struct shim_limits *out, struct stat *st) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail_with("cannot open limits file %s: %s", path, strerror(errno));
+    char buf[SHIM_LIMITS_MAX_BYTES + 1];
+    ssize_t n = fstat(fd, st) == 0 && S_ISREG(st->st_mode) ? read(fd, buf, sizeof buf) : -1;
+    close(fd);
+    if (n < 0) return fail_with("cannot read limits file %s", path);
+    char why[160];
+    if (shim_parse_limits(buf, (size_t)n, out, why, sizeof why))
+        return fail_with("limits file %s: %s", path, why);
+    return 0;
+}
+
+static void resolve_cuda(void) {
+    S.cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!S.cuda) return;
+    dlsym_fn ds = real_dlsym();
+#define RESOLVE(name) r_##name = (__typeof__(r_##name))ds(S.cuda, #name)
+    RESOLVE(cuCtxGetDevice); RESOLVE(cuDeviceGetUuid_v2); RESOLVE(cuDeviceGetUuid);
+    RESOLVE(cuMemsetD8_v2); RESOLVE(cuMemsetD8Async); RESOLVE(cuMemsetD8Async_ptsz);
+    RESOLVE(cuMemAlloc_v2); RESOLVE(cuMemAllocPitch_v2); RESOLVE(cuMemAllocManaged);
+    RESOLVE(cuMemAllocAsync); RESOLVE(cuMemAllocAsync_ptsz);
+    RESOLVE(cuMemAllocFromPoolAsync); RESOLVE(cuMemAllocFromPoolAsync_ptsz);
+    RESOLVE(cuMemFree_v2); RESOLVE(cuMemFreeAsync); RESOLVE(cuMemFreeAsync_ptsz);
+    RESOLVE(cuMemCreate); RESOLVE(cuMemRelease);
+    RESOLVE(cuArrayCreate_v2); RESOLVE(cuArray3DCreate_v2); RESOLVE(cuMipmappedArrayCreate);
+    RESOLVE(cuArrayDestroy); RESOLVE(cuMipmappedArrayDestroy);
+    RESOLVE(cuMemGetInfo_v2); RESOLVE(cuDeviceTotalMem_v2);
+    RESOLVE(cuLaunchKernel); RESOLVE(cuLaunchKernel_ptsz); RESOLVE(cuLaunchKernelEx); RESOLVE(cuLaunchKernelEx_ptsz);
+    RESOLVE(cuLaunchCooperativeKernel); RESOLVE(cuLaunchCooperativeKernel_ptsz);
+    RESOLVE(cuGraphLaunch); RESOLVE(cuGraphLaunch_ptsz);
+    RESOLVE(cuGetProcAddress); RESOLVE(cuGetProcAddress_v2);
+#undef RESOLVE
+}
+
+static void resolve_nvml(void) {
+    S.nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!S.nvml) return;
+    dlsym_fn ds = real_dlsym();
+#define RESOLVE(name) r_##name = (__typeof__(r_##name))ds(S.nvml, #name)
+    RESOLVE(nvmlInit_v2); RESOLVE(nvmlDeviceGetHandleByUUID); RESOLVE(nvmlDeviceGetUUID);
+    RESOLVE(nvmlDeviceGetUtilizationRates); RESOLVE(nvmlDeviceGetMemoryInfo); RESOLVE(nvmlDeviceGetMemoryInfo_v2);
+#undef RESOLVE
+}
+
+static void write_counters(void);
+
+static void at_fork_child(void) {
+    /* The child's device allocations (none survive fork) and process entry are its own. */
+    pthread_mutex_init(&S.table_lock, NULL);
+    pthread_mutex_init(&S.nvml_lock, NULL);
+    if (S.table) memset(S.table, 0, S.cap * sizeof *S.table);
+    S.count = 0;
+    S.me = -1;
+}
+
+static void init_once(void) {
+    S.log_level = parse_log_level(getenv(ENV_LOG));
+    for (int i = 0; i < MAX_ORDINALS; i++) S.dev_slot[i] = -1;
+    const char *counters = getenv(ENV_COUNTERS);
+    if (counters) snprintf(S.counters_path, sizeof S.counters_path, "%s", counters);
+    /* The compiled-in path wins whenever it exists (in a cluster: the read-only downward-API
+     * file); only where it does not exist may the environment name another file. */
+    struct stat st;
+    const char *env_path = getenv(ENV_LIMITS);
+    if (lstat(SHIM_DEFAULT_LIMITS, &st) == 0 || errno != ENOENT || !env_path || !*env_path)
+        snprintf(S.limits_path, sizeof S.limits_path, "%s", SHIM_DEFAULT_LIMITS);
+    else snprintf(S.limits_path, sizeof S.limits_path, "%s", env_path);
+    struct shim_limits mine;
+    S.ok = read_limits(S.limits_path, &mine, &st) == 0 && region_attach(&st, mine) == 0;
+    if (!S.ok) {
+        S.limits = (struct shim_limits){.memory = 0, .compute = 100, .scrub_on_free = 1};
+        logf_(LOG_ERROR, "%s; refusing every device allocation", S.error);
+    } else {
+        logf_(LOG_INFO, "limits from %s: memory=%llu compute=%u scrub_on_free=%u", S.limits_path,
+              (unsigned long long)S.limits.memory, S.limits.compute, S.limits.scrub_on_free);
+    }
+    resolve_cuda();
+    pthread_atfork(NULL, NULL, at_fork_child);
+}
+
+static inline void init(void) { pthread_once(&S.once, init_once); }
+
+/* ------------------------------------------------------------------ counters file ------------ */
+
+static void format_uuid(const unsigned char *u, char *out, size_t n, const char *prefix) {
+    snprintf(out, n, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix, u[0], u[1], u[2],
+             u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+/* Writes the step's counters (all processes) to the counters file: temp file, then rename. */
+static void write_counters(void) {
+    if (!S.counters_path[0]) return;
+    char buf[8192];
+    size_t n = 0;
+#define OUT(...) n += (size_t)snprintf(buf + n, n < sizeof buf ? sizeof buf - n : 0, __VA_ARGS__)
+    OUT("version=1\nlimits_ok=%d\n", S.ok);
+    if (!S.ok) OUT("error=%s\n", S.error);
+    OUT("memory_limit=%llu\ncompute_limit=%u\nscrub_on_free=%u\n", (unsigned long long)S.limits.memory, S.limits.compute,
+        S.limits.scrub_on_free);
+    uint64_t refused = 0, peak = 0, throttled = 0, scrub_failures = 0;
+    int devices = 0;
+    if (S.region) {
+        struct region *r = S.region;
+        region_lock();
+        scrub_failures = r->scrub_failures;
+        for (int d = 0; d < REGION_DEVICES; d++) {
+            struct region_device *dv = &r->dev[d];
+            if (!dv->in_use) continue;
+            char uuid[64];
+            format_uuid(dv->uuid, uuid, sizeof uuid, "GPU");
+            OUT("device.%d.uuid=%s\ndevice.%d.used=%llu\ndevice.%d.peak=%llu\ndevice.%d.refused=%llu\ndevice.%d.throttled=%llu\n",
+                devices, uuid, devices, (unsigned long long)dv->used, devices, (unsigned long long)dv->peak, devices,
+                (unsigned long long)dv->refused, devices, (unsigned long long)__atomic_load_n(&dv->throttled, __ATOMIC_RELAXED));
+            refused += dv->refused;
+            throttled += __atomic_load_n(&dv->throttled, __ATOMIC_RELAXED);
+            if (dv->peak > peak) peak = dv->peak;
+            devices++;
+        }
+        region_unlock();
+    }
+    OUT("devices=%d\nrefused=%llu\npeak=%llu\nthrottled=%llu\nscrub_failures=%llu\n", devices, (unsigned long long)refused,
+        (unsigned long long)peak, (unsigned long long)throttled, (unsigned long long)scrub_failures);
+#undef OUT
+    if (n >= sizeof buf) n = sizeof buf - 1;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", S.counters_path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return logf_(LOG_WARN, "cannot write counters file %s: %s", tmp, strerror(errno));
+    ssize_t w = write(fd, buf, n);
+    close(fd);
+    if (w != (ssize_t)n || rename(tmp, S.counters_path)) unlink(tmp);
+}
+
+/* Rewrites the counters file when `every_ns` has passed since this process last did. */
+static void maybe_write_counters(uint64_t every_ns) {
+    if (!S.counters_path[0]) return;
+    uint64_t t = now_ns();
+    uint64_t last = __atomic_load_n(&S.last_counters_ns, __ATOMIC_RELAXED);
+    if (t - last < every_ns) return;
+    if (!__atomic_compare_exchange_n(&S.last_counters_ns, &last, t, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
+    write_counters();
+}
+
+/* At exit the driver releases this process's memory: so do its charges. */
+__attribute__((destructor)) static void shim_fini(void) {
+    if (!S.region) return;
+    region_lock();
+    if (S.me >= 0 && S.region->procs[S.me].pid == (int32_t)getpid()) {
+        struct region_proc *pr = &S.region->procs[S.me];
+        for (int d = 0; d < REGION_DEVICES; d++) {
+            S.region->dev[d].used -= pr->charged[d] <= S.region->dev[d].used ? pr->charged[d] : S.region->dev[d].used;
+            pr->charged[d] = 0;
+        }
+        pr->pid = 0;
+        S.me = -1;
+    }
+    region_unlock();
+    write_counters();
+}
+
+/* ------------------------------------------------------------------ devices ------------------ */
+
+static int uuid_slot_locked(const unsigned char uuid[16]) {
+    struct region *r = S.region;
+    int free_slot = -1;
+    for (int d = 0; d < REGION_DEVICES; d++) {
+        if (r->dev[d].in_use && !memcmp(r->dev[d].uuid, uuid, 16)) return d;
+        if (!r->dev[d].in_use && free_slot < 0) free_slot = d;
+    }
+    if (free_slot >= 0) {
+        memcpy(r->dev[free_slot].uuid, uuid, 16);
+        r->dev[free_slot].in_use = 1;
+    }
+    return free_slot;
+}
+
+/* Region device of a CUDA ordinal (keyed by the device's UUID, so that every process agrees
+ * whatever its CUDA_VISIBLE_DEVICES order). -1 when unknown. */
+static int slot_of_ordinal(CUdevice dev) {
+    if (dev < 0 || dev >= MAX_ORDINALS || !S.region) return -1;
+    int s = __atomic_load_n(&S.dev_slot[dev], __ATOMIC_ACQUIRE);
+    if (s >= 0) return s;
+    CUuuid u;
+    CUresult rc = r_cuDeviceGetUuid_v2 ? r_cuDeviceGetUuid_v2(&u, dev) : r_cuDeviceGetUuid ? r_cuDeviceGetUuid(&u, dev) : CUDA_ERROR_NOT_FOUND;
+    if (rc != CUDA_SUCCESS) return -1;
+    region_lock();
+    s = uuid_slot_locked((const unsigned char *)u.bytes);
+    region_unlock();
+    if (s >= 0) __atomic_store_n(&S.dev_slot[dev], s, __ATOMIC_RELEASE);
+    return s;
+}
+
+static int current_slot(void) {
+    CUdevice dev;
+    if (!r_cuCtxGetDevice || r_cuCtxGetDevice(&dev) != CUDA_SUCCESS) return -1;
+    return slot_of_ordinal(dev);
+}
+
+/* ------------------------------------------------------------------ charging ----------------- */
+
+static uint64_t charge_of(uint64_t bytes) {
+    if (bytes > UINT64_MAX - CHARGE_GRANULE) return UINT64_MAX;
+    return (bytes + CHARGE_GRANULE - 1) & ~(CHARGE_GRANULE - 1);
+}
+
+/* Check and charge in one step under the region lock. 0 on success, -1 when over the limit. */
+static int charge(int slot, uint64_t bytes) {
+    if (!S.ok || slot < 0) return -1;
+    struct region *r = S.region;
+    struct region_device *d = &r->dev[slot];
+    region_lock();
+    int me = my_entry();
+    int fits = me >= 0 && bytes <= S.limits.memory && d->used <= S.limits.memory - bytes;
+    if (!fits && me >= 0) {
+        reclaim_dead();
+        fits = bytes <= S.limits.memory && d->used <= S.limits.memory - bytes;
+    }
+    if (fits) {
+        d->used += bytes;
+        r->procs[me].charged[slot] += bytes;
+        if (d->used > d->peak) d->peak = d->used;
+    } else d->refused++;
+    region_unlock();
+    if (!fits) {
+        logf_(LOG_INFO, "refused %llu bytes on device %d: over the limit of %llu", (unsigned long long)bytes, slot,
+              (unsigned long long)S.limits.memory);
+        maybe_write_counters(COUNTERS_ON_EVENT_NS);
+    }
+    return fits ? 0 : -1;
+}
+
+static void uncharge(int slot, uint64_t bytes) {
+    struct region *r = S.region;
+    region_lock();
+    int me = S.me;
+    if (me >= 0) {
+        uint64_t *mine = &r->procs[me].charged[slot];
+        uint64_t take = bytes <= *mine ? bytes : *mine;
+        *mine -= take;
+        r->dev[slot].used -= take <= r->dev[slot].used ? take : r->dev[slot].used;
+    }
+    region_unlock();
+}
+
+/* ------------------------------------------------------------------ allocation table --------- */
+
+/* Pointers, arrays and VMM handles live in separate key spaces; never 0 (the empty mark). */
+static uint64_t table_key(uint64_t value, int klass) { return (value * 4 + (uint64_t)klass) | 1ULL << 63; }
+
+static size_t table_hash(uint64_t key, size_t cap) {
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdULL;
+    key ^= key >> 33;
+    return (size_t)key & (cap - 1);
+}
+
+static int table_grow(void) {
+    size_t cap = S.cap ? S.cap * 2 : 1024;
+    struct entry *t = calloc(cap, sizeof *t);
+    if (!t) return -1;
+    for (size_t i = 0; i < S.cap; i++) {
+        if (!S.table[i].key) continue;
+        size_t j = table_hash(S.table[i].key, cap);
+        while (t[j].key) j = (j + 1) & (cap - 1);
+        t[j] = S.table[i];
+    }
+    free(S.table);
+    S.table = t;
+    S.cap = cap;
+    return 0;
+}
+
+static int table_put(struct entry e) {
+    pthread_mutex_lock(&S.table_lock);
+    int rc = 0;
+    if ((S.count + 1) * 2 > S.cap) rc = table_grow();
+    if (rc == 0) {
+        size_t j = table_hash(e.key, S.cap);
+        while (S.table[j].key && S.table[j].key != e.key) j = (j + 1) & (S.cap - 1);
+        if (!S.table[j].key) S.count++;
+        S.table[j] = e;
+    }
+    pthread_mutex_unlock(&S.table_lock);
+    return rc;
+}
+
+/* Removes and returns the entry for `key`; 0 when found. Backward-shift deletion keeps probes short. */
+static int table_take(uint64_t key, struct entry *out) {
+    pthread_mutex_lock(&S.table_lock);
+    int rc = -1;
+    if (S.cap) {
+        size_t j = table_hash(key, S.cap);
+        while (S.table[j].key && S.table[j].key != key) j = (j + 1) & (S.cap - 1);
+        if (S.table[j].key == key) {
+            *out = S.table[j];
+            rc = 0;
+            S.count--;
+            size_t hole = j;
+            for (size_t k = (j + 1) & (S.cap - 1); S.table[k].key; k = (k + 1) & (S.cap - 1)) {
+                size_t home = table_hash(S.table[k].key, S.cap);
+                if (((k - home) & (S.cap - 1)) >= ((k - hole) & (S.cap - 1))) {
+                    S.table[hole] = S.table[k];
+                    hole = k;
+                }
+            }
+            S.table[hole].key = 0;
+        }
+    }
+    pthread_mutex_unlock(&S.table_lock);
+    return rc;
+}
+
+/* After a successful driver allocation: remember it, or undo it when memory for that runs out. */
+static CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, uint64_t charged, int scrub) {
+    struct entry e = {table_key(value, klass), value, bytes, charged, (uint8_t)klass, (uint8_t)slot, (uint8_t)scrub, 0};
+    if (table_put(e) == 0) return CUDA_SUCCESS;
+    uncharge(slot, charged);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* The common path of every linear allocation: charge, allocate, remember. */
+#define ALLOCATE(slot_expr, bytes_expr, klass, scrub, call, out_value)                                  \
+    do {                                                                                               \
+        init();                                                                                        \
+        int slot_ = (slot_expr);                                                                       \
+        uint64_t bytes_ = (bytes_expr), charged_ = charge_of(bytes_);                                  \
+        if (charge(slot_, charged_)) return CUDA_ERROR_OUT_OF_MEMORY;                                  \
+        CUresult rc_ = (call);                                                                         \
+        if (rc_ != CUDA_SUCCESS) {                                                                     \
+            uncharge(slot_, charged_);                                                                 \
+            return rc_;                                                                                \
+        }                                                                                              \
+        rc_ = remember((out_value), (klass), slot_, bytes_, charged_, (scrub));                        \
+        maybe_write_counters(COUNTERS_EVERY_NS);                                                                       \
+        return rc_;                                                                                    \
+    } while (0)
+
+/* Zero a block on the device before it goes back to the driver (scrub on free). */
+static void scrub(const struct entry *e, CUstream stream, int async, int ptsz) {
+    if (!e->scrub || !S.limits.scrub_on_free) return;
+    CUdeviceptr p = e->value;
+    CUresult rc;
+    if (async && ptsz && r_cuMemsetD8Async_ptsz) rc = r_cuMemsetD8Async_ptsz(p, 0, e->bytes, stream);
+    else if (async && r_cuMemsetD8Async) rc = r_cuMemsetD8Async(p, 0, e->bytes, stream);
+    else rc = r_cuMemsetD8_v2 ? r_cuMemsetD8_v2(p, 0, e->bytes) : CUDA_ERROR_NOT_FOUND;
+    if (rc != CUDA_SUCCESS) {
+        __atomic_add_fetch(&S.region->scrub_failures, 1, __ATOMIC_RELAXED);
+        logf_(LOG_WARN, "scrub of %llu bytes failed (%d)", (unsigned long long)e->bytes, (int)rc);
+    }
+}
+
+/* The common path of every release: forget, scrub, release, uncharge (or restore on failure). */
+static CUresult release(uint64_t value, int klass, CUresult (*call)(void *), void *ctx, CUstream stream, int async, int ptsz) {
+    init();
+    struct entry e;
+    int known = value && table_take(table_key(value, klass), &e) == 0;
+    if (known) scrub(&e, stream, async, ptsz);
+    CUresult rc = call(ctx);
+    if (known) {
+        if (rc == CUDA_SUCCESS) uncharge(e.slot, e.charge);
+        else table_put(e);
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------ memory hooks ------------- */
+
+EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    init();
+    if (!r_cuMemAlloc_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, r_cuMemAlloc_v2(dptr, bytesize), *dptr);
+}
+
+EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+    init();
+    if (!r_cuMemAllocManaged) return CUDA_ERROR_NOT_INITIALIZED;
+    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, r_cuMemAllocManaged(dptr, bytesize, flags), *dptr);
+}
+
+EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    init();
+    if (!r_cuMemAllocAsync) return CUDA_ERROR_NOT_INITIALIZED;
+    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, r_cuMemAllocAsync(dptr, bytesize, hStream), *dptr);
+}
+
+EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    init();
+    if (!r_cuMemAllocAsync_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
+    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, r_cuMemAllocAsync_ptsz(dptr, bytesize, hStream), *dptr);
+}
+
+EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+    init();
+    if (!r_cuMemAllocFromPoolAsync) return CUDA_ERROR_NOT_INITIALIZED;
+    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, r_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream), *dptr);
+}
+
+EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+    init();
+    if (!r_cuMemAllocFromPoolAsync_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
+    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, r_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream), *dptr);
+}
+
+EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                           unsigned int ElementSizeBytes) {
+    init();
+    if (!r_cuMemAllocPitch_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!dptr || !pPitch) return CUDA_ERROR_INVALID_VALUE;
+    /* The driver chooses the pitch: charge a bound first (rows padded to 512 bytes), then true up. */
+    int slot = current_slot();
+    uint64_t row = charge_of(WidthInBytes), estimate;
+    if (__builtin_mul_overflow(row, (uint64_t)Height, &estimate)) estimate = UINT64_MAX;
+    if (charge(slot, estimate)) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = r_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (rc != CUDA_SUCCESS) {
+        uncharge(slot, estimate);
+        return rc;
+    }
+    uint64_t bytes, actual;
+    if (__builtin_mul_overflow((uint64_t)*pPitch, (uint64_t)Height, &bytes)) bytes = UINT64_MAX;
+    actual = charge_of(bytes);
+    if (actual > estimate && charge(slot, actual - estimate)) {
+        r_cuMemFree_v2(*dptr);
+        uncharge(slot, estimate);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (actual < estimate) uncharge(slot, estimate - actual);
+    return remember(*dptr, KEY_POINTER, slot, bytes, actual, 1);
+}
+
+static CUresult call_free(void *ctx) { return r_cuMemFree_v2(*(CUdeviceptr *)ctx); }
+
+EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+    init();
+    if (!r_cuMemFree_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    return release(dptr, KEY_POINTER, call_free, &dptr, NULL, 0, 0);
+}
+
+struct async_free {
+    CUdeviceptr p;
+    CUstream s;
+};
+static CUresult call_free_async(void *ctx) {
+    struct async_free *a = ctx;
+    return r_cuMemFreeAsync(a->p, a->s);
+}
+static CUresult call_free_async_ptsz(void *ctx) {
+    struct async_free *a = ctx;
+    return r_cuMemFreeAsync_ptsz(a->p, a->s);
+}
+
+EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+    init();
+    if (!r_cuMemFreeAsync) return CUDA_ERROR_NOT_INITIALIZED;
+    struct async_free a = {dptr, hStream};
+    return release(dptr, KEY_POINTER, call_free_async, &a, hStream, 1, 0);
+}
+
+EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+    init();
+    if (!r_cuMemFreeAsync_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
+    struct async_free a = {dptr, hStream};
+    return release(dptr, KEY_POINTER, call_free_async_ptsz, &a, hStream, 1, 1);
+}
+
+EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                                    unsigned long long flags) {
+    init();
+    if (!r_cuMemCreate) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!handle || !prop) return CUDA_ERROR_INVALID_VALUE;
+    int slot = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? slot_of_ordinal(prop->location.id) : current_slot();
+    ALLOCATE(slot, size, KEY_VMM, 0, r_cuMemCreate(handle, size, prop, flags), *handle);
+}
+
+static CUresult call_release(void *ctx) { return r_cuMemRelease(*(CUmemGenericAllocationHandle *)ctx); }
+
+EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
+    init();
+    if (!r_cuMemRelease) return CUDA_ERROR_NOT_INITIALIZED;
+    return release(handle, KEY_VMM, call_release, &handle, NULL, 0, 0);
+}
+
+EXPORT CUresult CUDAAPI cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d) {
+    init();
+    if (!r_cuArrayCreate_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pHandle || !d) return CUDA_ERROR_INVALID_VALUE;
+    ALLOCATE(current_slot(), secureml_array_bytes(d->Width, d->Height, 1, (int)d->Format, d->NumChannels), KEY_ARRAY, 0,
+             r_cuArrayCreate_v2(pHandle, d), (uint64_t)(uintptr_t)*pHandle);
+}
+
+EXPORT CUresult CUDAAPI cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d) {
+    init();
+    if (!r_cuArray3DCreate_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pHandle || !d) return CUDA_ERROR_INVALID_VALUE;
+    ALLOCATE(current_slot(), secureml_array_bytes(d->Width, d->Height, d->Depth, (int)d->Format, d->NumChannels), KEY_ARRAY, 0,
+             r_cuArray3DCreate_v2(pHandle, d), (uint64_t)(uintptr_t)*pHandle);
+}
+
+static uint64_t mipmapped_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels) {
+    uint64_t total = 0;
+    for (unsigned l = 0; l < levels && l < 64; l++) {
+        size_t w = l < 64 ? d->Width >> l : 0, h = d->Height >> l, z = d->Depth >> l;
+        uint64_t b = secureml_array_bytes(w ? w : 1, h ? h : 1, z ? z : 1, (int)d->Format, d->NumChannels);
+        if (__builtin_add_overflow(total, b, &total)) return UINT64_MAX;
+    }
+    return total;
+}
+
+EXPORT CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                               unsigned int numMipmapLevels) {
+    init();
+    if (!r_cuMipmappedArrayCreate) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pHandle || !d) return CUDA_ERROR_INVALID_VALUE;
+    ALLOCATE(current_slot(), mipmapped_bytes(d, numMipmapLevels ? numMipmapLevels : 1), KEY_ARRAY, 0,
+             r_cuMipmappedArrayCreate(pHandle, d, numMipmapLevels), (uint64_t)(uintptr_t)*pHandle);
+}
+
+static CUresult call_array_destroy(void *ctx) { return r_cuArrayDestroy(*(CUarray *)ctx); }
+static CUresult call_mipmapped_destroy(void *ctx) { return r_cuMipmappedArrayDestroy(*(CUmipmappedArray *)ctx); }
+
+EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray) {
+    init();
+    if (!r_cuArrayDestroy) return CUDA_ERROR_NOT_INITIALIZED;
+    return release((uint64_t)(uintptr_t)hArray, KEY_ARRAY, call_array_destroy, &hArray, NULL, 0, 0);
+}
+
+EXPORT CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
+    init();
+    if (!r_cuMipmappedArrayDestroy) return CUDA_ERROR_NOT_INITIALIZED;
+    return release((uint64_t)(uintptr_t)hMipmappedArray, KEY_ARRAY, call_mipmapped_destroy, &hMipmappedArray, NULL, 0, 0);
+}
+
+/* Legacy 32-bit entry points would allocate uncounted: refused outright (fail closed). */
+EXPORT CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize) {
+    (void)dptr, (void)bytesize;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+EXPORT CUresult CUDAAPI cuMemAllocPitch(unsigned int *dptr, unsigned int *pPitch, unsigned int w, unsigned int h, unsigned int e) {
+    (void)dptr, (void)pPitch, (void)w, (void)h, (void)e;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+EXPORT CUresult CUDAAPI cuMemGetInfo(unsigned int *free_bytes, unsigned int *total) {
+    (void)free_bytes, (void)total;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ------------------------------------------------------------------ memory information ------- */
+
+static uint64_t used_on(int slot) {
+    if (!S.region || slot < 0) return 0;
+    return __atomic_load_n(&S.region->dev[slot].used, __ATOMIC_RELAXED);
+}
+
+/* Sweeps dead processes at most once per period so that reports recover after a crash. */
+static void reclaim_occasionally(void) {
+    static uint64_t last;
+    uint64_t t = now_ns();
+    if (!S.region || t - __atomic_load_n(&last, __ATOMIC_RELAXED) < CONTROL_PERIOD_NS) return;
+    __atomic_store_n(&last, t, __ATOMIC_RELAXED);
+    region_lock();
+    reclaim_dead();
+    region_unlock();
+}
+
+static void virtualise(uint64_t real_total, uint64_t real_free, uint64_t used, uint64_t *total, uint64_t *free_bytes) {
+    uint64_t t = real_total < S.limits.memory ? real_total : S.limits.memory;
+    uint64_t f = used < t ? t - used : 0;
+    *total = t;
+    *free_bytes = f < real_free ? f : real_free;
+}
+
+EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
+    init();
+    if (!r_cuMemGetInfo_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = r_cuMemGetInfo_v2(free_bytes, total);
+    if (rc != CUDA_SUCCESS || !free_bytes || !total) return rc;
+    reclaim_occasionally();
+    uint64_t t, f;
+    virtualise(*total, *free_bytes, used_on(current_slot()), &t, &f);
+    *total = (size_t)t, *free_bytes = (size_t)f;
+    return rc;
+}
+
+EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+    init();
+    if (!r_cuDeviceTotalMem_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = r_cuDeviceTotalMem_v2(bytes, dev);
+    if (rc == CUDA_SUCCESS && bytes && *bytes > S.limits.memory) *bytes = (size_t)S.limits.memory;
+    return rc;
+}
+
+EXPORT CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice dev) {
+    (void)bytes, (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
+
+static int nvml_init(void) {
+    pthread_once(&nvml_once, resolve_nvml);
+    pthread_mutex_lock(&S.nvml_lock);
+    if (S.nvml_ready == 0) {
+        S.nvml_ready = r_nvmlInit_v2 && r_nvmlInit_v2() == NVML_SUCCESS ? 1 : -1;
+    }
+    pthread_mutex_unlock(&S.nvml_lock);
+    return S.nvml_ready == 1;
+}
+
+static int parse_uuid(const char *text, unsigned char out[16]) {
+    const char *p = strchr(text, '-');
+    int n = 0, hi = -1;
+    for (p = p ? p + 1 : text; *p && n < 16; p++) {
+        if (*p == '-') continue;
+        int v = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10 : *p >= 'A' && *p <= 'F' ? *p - 'A' + 10 : -1;
+        if (v < 0) return -1;
+        if (hi < 0) hi = v;
+        else out[n++] = (unsigned char)(hi << 4 | v), hi = -1;
+    }
+    return n == 16 ? 0 : -1;
+}
+
+/* Region device of an NVML handle, through its UUID. -1 when no process of the step used it. */
+static int slot_of_nvml(nvmlDevice_t h) {
+    if (!S.region || !r_nvmlDeviceGetUUID) return -1;
+    char text[96];
+    unsigned char u[16];
+    if (r_nvmlDeviceGetUUID(h, text, sizeof text) != NVML_SUCCESS || parse_uuid(text, u)) return -1;
+    int slot = -1;
+    region_lock();
+    for (int d = 0; d < REGION_DEVICES; d++)
+        if (S.region->dev[d].in_use && !memcmp(S.region->dev[d].uuid, u, 16)) slot = d;
+    region_unlock();
+    return slot;
+}
+
+EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    init();
+    pthread_once(&nvml_once, resolve_nvml);
+    if (!r_nvmlDeviceGetMemoryInfo) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t rc = r_nvmlDeviceGetMemoryInfo(device, memory);
+    if (rc != NVML_SUCCESS || !memory) return rc;
+    reclaim_occasionally();
+    uint64_t used = used_on(slot_of_nvml(device)), t, f;
+    virtualise(memory->total, memory->free, used, &t, &f);
+    memory->total = t, memory->free = f, memory->used = used < t ? used : t;
+    return rc;
+}
+
+EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    init();
+    pthread_once(&nvml_once, resolve_nvml);
+    if (!r_nvmlDeviceGetMemoryInfo_v2) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t rc = r_nvmlDeviceGetMemoryInfo_v2(device, memory);
+    if (rc != NVML_SUCCESS || !memory) return rc;
+    reclaim_occasionally();
+    uint64_t used = used_on(slot_of_nvml(device)), t, f;
+    virtualise(memory->total, memory->free, used, &t, &f);
+    memory->total = t, memory->free = f, memory->used = used < t ? used : t, memory->reserved = 0;
+    return rc;
+}
+
+/* ------------------------------------------------------------------ compute limit ------------ */
+
+/* Reads the device's utilisation and re-estimates the device time one launch costs; the launch
+ * interval follows as cost / share. Run by one process per period (whoever wins the CAS). */
+static void control_update(struct region_device *d, int slot, uint64_t t) {
+    uint64_t last = d->last_update_ns;
+    uint64_t launches = __atomic_load_n(&d->launches, __ATOMIC_RELAXED);
+    uint64_t n = launches - d->launches_at_update;
+    d->launches_at_update = launches;
+    d->last_update_ns = t;
+    if (!last || !nvml_init() || !r_nvmlDeviceGetHandleByUUID || !r_nvmlDeviceGetUtilizationRates) return;
+    nvmlDevice_t h = NULL;
+    pthread_mutex_lock(&S.nvml_lock);
+    for (int i = 0; i < REGION_DEVICES; i++)
+        if (S.nvml_slots[i].handle && S.nvml_slots[i].slot == slot) h = S.nvml_slots[i].handle;
+    if (!h) {
+        char uuid[64];
+        format_uuid(d->uuid, uuid, sizeof uuid, "GPU");
+        if (r_nvmlDeviceGetHandleByUUID(uuid, &h) != NVML_SUCCESS) {
+            format_uuid(d->uuid, uuid, sizeof uuid, "MIG");
+            if (r_nvmlDeviceGetHandleByUUID(uuid, &h) != NVML_SUCCESS) h = NULL;
+        }
+        for (int i = 0; h && i < REGION_DEVICES; i++)
+            if (!S.nvml_slots[i].handle) {
+                S.nvml_slots[i].handle = h, S.nvml_slots[i].slot = slot;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&S.nvml_lock);
+    if (!h) return;
+    nvmlUtilization_t u;
+    if (r_nvmlDeviceGetUtilizationRates(h, &u) != NVML_SUCCESS || n == 0) return;
+    uint64_t sample = (uint64_t)u.gpu * (t - last) / 100 / n;
+    uint64_t cost = __atomic_load_n(&d->cost_ns, __ATOMIC_RELAXED);
+    if (cost) {
+        /* A busy device still draining work queued before the last period would inflate one
+         * sample: bound each step, and smooth. */
+        if (sample > cost * 4) sample = cost * 4;
+        if (sample < cost / 4) sample = cost / 4;
+        cost = (cost + sample) / 2;
+    } else cost = sample;
+    __atomic_store_n(&d->cost_ns, cost, __ATOMIC_RELAXED);
+    __atomic_store_n(&d->interval_ns, cost * 100 / S.limits.compute, __ATOMIC_RELEASE);
+    logf_(LOG_DEBUG, "device %d: utilisation %u%%, %llu launches, cost %llu ns, interval %llu ns", slot, u.gpu,
+          (unsigned long long)n, (unsigned long long)cost, (unsigned long long)(cost * 100 / S.limits.compute));
+}
+
+/* Paces launches on the current device to the compute share (GCRA on the shared region). */
+static inline void throttle(void) {
+    init();
+    if (S.limits.compute >= 100 || !S.region) return;
+    int slot = current_slot();
+    if (slot < 0) return;
+    struct region_device *d = &S.region->dev[slot];
+    uint64_t t = now_ns();
+    __atomic_add_fetch(&d->launches, 1, __ATOMIC_RELAXED);
+    uint64_t next = __atomic_load_n(&d->next_update_ns, __ATOMIC_RELAXED);
+    if (t >= next && __atomic_compare_exchange_n(&d->next_update_ns, &next, t + CONTROL_PERIOD_NS, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        control_update(d, slot, t);
+    uint64_t interval = __atomic_load_n(&d->interval_ns, __ATOMIC_ACQUIRE);
+    if (!interval) return;
+    int64_t tat = __atomic_load_n(&d->tat_ns, __ATOMIC_RELAXED), start;
+    do {
+        start = tat > (int64_t)t ? tat : (int64_t)t;
+    } while (!__atomic_compare_exchange_n(&d->tat_ns, &tat, start + (int64_t)interval, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+    int64_t wait = start - (int64_t)t - BURST_NS;
+    if (wait > 0) {
+        __atomic_add_fetch(&d->throttled, 1, __ATOMIC_RELAXED);
+        sleep_ns((uint64_t)wait);
+        maybe_write_counters(COUNTERS_EVERY_NS);
+    }
+}
+
+EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                       unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void **params, void **extra) {
+    throttle();
+    if (!r_cuLaunchKernel) return CUDA_ERROR_NOT_INITIALIZED;
+    return r_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
+}
+
+EXPORT CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                            unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void **params, void **extra) {
+    throttle();
+    if (!r_cuLaunchKernel_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
+    return r_cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
+}
+
+EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra) {
+    throttle();
+    if (!r_cuLaunchKernelEx) return CUDA_ERROR_NOT_INITIALIZED;
+    return r_cuLaunchKernelEx(config, f, params, extra);
+}
+
+EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra) {
+    throttle();
+    if (!r_cuLaunchKernelEx_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
+    return r_cuLaunchKernelEx_ptsz(config, f, params, extra);
+}
+
+EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                                  unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void **params) {
+    throttle();
+    if (!r_cuLaunchCooperativeKernel) return CUDA_ERROR_NOT_INITIALIZED;
+    return r_cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, s, params);
+}
+
+EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                                       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                                                       CUstream s, void **params) {
+    throttle();
+    if (!r_cuLaunchCooperativeKernel_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
+    return r_cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s, params);
+}
+
+EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+    throttle();
+    if (!r_cuGraphLaunch) return CUDA_ERROR_NOT_INITIALIZED;
+    return r_cuGraphLaunch(hGraphExec, hStream);
+}
+
+EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+    throttle();
+    if (!r_cuGraphLaunch_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
+    return r_cuGraphLaunch_ptsz(hGraphExec, hStream);
+}
+
+/* ------------------------------------------------------------------ look-ups ----------------- */
+
+EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                            CUdriverProcAddressQueryResult *symbolStatus);
+
+/* Every hooked entry point: its exported name, the base name cuGetProcAddress is asked for, the
+ * hook, the real function, and whether it is the per-thread-default-stream flavour. */
+static const struct hook {
+    const char *name, *base;
+    void *hook;
+    void **real;
+    int ptsz;
+} HOOKS[] = {
+#define H(name, base, ptsz) {#name, base, (void *)name, (void **)&r_##name, ptsz}
+    H(cuMemAlloc_v2, "cuMemAlloc", 0),
+    H(cuMemAllocPitch_v2, "cuMemAllocPitch", 0),
+    H(cuMemAllocManaged, "cuMemAllocManaged", 0),
+    H(cuMemAllocAsync, "cuMemAllocAsync", 0),
+    H(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 1),
+    H(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 0),
+    H(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 1),
+    H(cuMemFree_v2, "cuMemFree", 0),
+    H(cuMemFreeAsync, "cuMemFreeAsync", 0),
+    H(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 1),
+    H(cuMemCreate, "cuMemCreate", 0),
+    H(cuMemRelease, "cuMemRelease", 0),
+    H(cuArrayCreate_v2, "cuArrayCreate", 0),
+    H(cuArray3DCreate_v2, "cuArray3DCreate", 0),
+    H(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 0),
+    H(cuArrayDestroy, "cuArrayDestroy", 0),
+    H(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 0),
+    H(cuMemGetInfo_v2, "cuMemGetInfo", 0),
+    H(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 0),
+    H(cuLaunchKernel, "cuLaunchKernel", 0),
+    H(cuLaunchKernel_ptsz, "cuLaunchKernel", 1),
+    H(cuLaunchKernelEx, "cuLaunchKernelEx", 0),
+    H(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 1),
+    H(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 0),
+    H(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 1),
+    H(cuGraphLaunch, "cuGraphLaunch", 0),
+    H(cuGraphLaunch_ptsz, "cuGraphLaunch", 1),
+    H(cuGetProcAddress, "cuGetProcAddress", 0),
+    H(cuGetProcAddress_v2, "cuGetProcAddress", 0),
+    H(nvmlDeviceGetMemoryInfo, "nvmlDeviceGetMemoryInfo", 0),
+    H(nvmlDeviceGetMemoryInfo_v2, "nvmlDeviceGetMemoryInfo_v2", 0),
+#undef H
+    /* Legacy forms: refused (see above); they have no real counterpart worth reaching. */
+    {"cuMemAlloc", "cuMemAlloc", (void *)cuMemAlloc, NULL, 0},
+    {"cuMemAllocPitch", "cuMemAllocPitch", (void *)cuMemAllocPitch, NULL, 0},
+    {"cuMemGetInfo", "cuMemGetInfo", (void *)cuMemGetInfo, NULL, 0},
+    {"cuDeviceTotalMem", "cuDeviceTotalMem", (void *)cuDeviceTotalMem, NULL, 0},
+};
+#define NHOOKS (sizeof HOOKS / sizeof HOOKS[0])
+
+static void *hook_by_name(const char *symbol) {
+    if (!symbol || symbol[0] == 'd' || (symbol[0] != 'c' && symbol[0] != 'n')) return NULL;
+    for (size_t i = 0; i < NHOOKS; i++)
+        if (!strcmp(HOOKS[i].name, symbol)) return HOOKS[i].hook;
+    return NULL;
+}
+
+/* The hook standing in for what the driver's cuGetProcAddress returned. The exact variant the
+ * driver chose (version, per-thread stream) is recognised by its address; a variant this shim
+ * does not know, of a function it hooks, gets the hook of the same flavour (fail closed). */
+static void *substitute(const char *symbol, void *fn, cuuint64_t flags) {
+    if (!fn) return fn;
+    for (size_t i = 0; i < NHOOKS; i++)
+        if (HOOKS[i].real && *HOOKS[i].real == fn) return HOOKS[i].hook;
+    int want_ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    void *fallback = NULL;
+    for (size_t i = 0; i < NHOOKS; i++) {
+        if (!HOOKS[i].real || strcmp(HOOKS[i].base, symbol)) continue;
+        if (HOOKS[i].ptsz == want_ptsz) return HOOKS[i].hook;
+        fallback = HOOKS[i].hook;
+    }
+    if (fallback) logf_(LOG_WARN, "cuGetProcAddress(%s) returned an unknown variant; using the hook", symbol);
+    return fallback ? fallback : fn;
+}
+
+EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
+    init();
+    if (!r_cuGetProcAddress) return CUDA_ERROR_NOT_FOUND;
+    CUresult rc = r_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+    if (rc == CUDA_SUCCESS && pfn && symbol) *pfn = substitute(symbol, *pfn, flags);
+    return rc;
+}
+
+EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                            CUdriverProcAddressQueryResult *symbolStatus) {
+    init();
+    if (!r_cuGetProcAddress_v2) return CUDA_ERROR_NOT_FOUND;
+    CUresult rc = r_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
+    if (rc == CUDA_SUCCESS && pfn && symbol) *pfn = substitute(symbol, *pfn, flags);
+    return rc;
+}
+
+/* Look-ups by name return the hooks, whatever library handle they name. Everything else goes to
+ * libc's dlsym as a tail call, so that RTLD_NEXT keeps meaning "after the caller". */
+EXPORT void *dlsym(void *handle, const char *symbol) {
+    void *hook = hook_by_name(symbol);
+    if (hook) return hook;
+    return real_dlsym()(handle, symbol);
+}
+
+/* ------------------------------------------------------------------ test support ------------- */
+
+/* Runs the limits parser over `len` bytes (used by the parser's fuzz test through ctypes). */
+EXPORT int secureml_shim_parse_limits(const char *text, size_t len, uint64_t *memory, uint32_t *compute, uint32_t *scrub) {
+    struct shim_limits l;
+    if (shim_parse_limits(text, len, &l, NULL, 0)) return -1;
+    *memory = l.memory, *compute = l.compute, *scrub = l.scrub_on_free;
+    return 0;
+}

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from secureml.rules import Rule, rules_for_level, rules_for_profile
 from secureml.rules._cel import int_range_regex, quote
 from secureml.rules.engine import compiled
-from tests.rules.conftest import EXAMPLE_PROFILES, example_profile
+from tests.rules.conftest import EXAMPLE_PROFILES, REPO, example_profile
 
 # Functions and operators (as `cel` names them) that Kubernetes' CEL environment also has, with
 # the same meaning. No Kubernetes library function the Python engine lacks (join, split, find,
@@ -76,3 +76,38 @@ def test_regex_syntax_is_re2_compatible() -> None:
     for rule in RULES:
         for literal in re.findall(r"matches\('((?:[^'\\]|\\.)*)'\)", rule.expression):
             assert not re.search(r"\(\?[=!<]|\\[1-9]|[*+?}]\+", literal), (rule.id, literal)
+
+
+def test_every_rule_id_is_documented() -> None:
+    doc = (REPO / "docs" / "admission-rules.md").read_text()
+    single = profile_with_single_strategy()
+    for rule in RULES + rules_for_profile(single):
+        assert f"`{rule.id}`" in doc, rule.id
+
+
+def profile_with_single_strategy():  # noqa: ANN201
+    import yaml
+
+    from secureml.profile import TenantProfile
+
+    data = yaml.safe_load((REPO / "profiles" / "team-conf.yaml").read_text())
+    data["spec"]["gpu"]["migStrategy"] = "single"
+    data["spec"]["gpu"]["mig"]["allowedProfiles"] = ["3g.40gb"]
+    data["spec"]["gpu"]["quota"] = {"nvidia.com/gpu": 2}
+    return TenantProfile.from_dict(data, source="single")
+
+
+def test_single_strategy_mig_rule() -> None:
+    from secureml.rules import evaluate
+
+    rule = next(r for r in rules_for_profile(profile_with_single_strategy()) if r.id == "secureml.migProfile.single")
+    pod = {
+        "metadata": {"labels": {"secureml.dev/isolation": "mig"}},
+        "spec": {
+            "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb"},
+            "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+    }
+    assert evaluate(pod, [rule]) == []
+    pod["spec"]["nodeSelector"]["nvidia.com/gpu.product"] = "NVIDIA-H100-80GB-HBM3-MIG-7g.80gb"
+    assert [v.rule_id for v in evaluate(pod, [rule])] == ["secureml.migProfile.single"]

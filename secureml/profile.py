@@ -467,6 +467,12 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
                 "subject or subjectRegExp",
             )
         )
+    from secureml.images import allowed_registry_problem
+
+    for index, entry in enumerate(images.allowed_registries):
+        problem = allowed_registry_problem(entry)
+        if problem:
+            problems.append((f"spec.images.allowedRegistries[{index}]", problem))
     if not images.allowed_registries:
         problems.append(
             ("spec.images.allowedRegistries", "list at least one registry prefix, e.g. ghcr.io/acme/")
@@ -486,18 +492,32 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
     return problems
 
 
-def load_profile(path: str | Path) -> TenantProfile:
-    """Read and validate a TenantProfile YAML file."""
-    import yaml
-
-    source = str(path)
+def read_profile_bytes(path: str | Path) -> bytes:
+    """The profile file's exact bytes (what a signature covers), with a clear error if unreadable."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_bytes()
     except OSError as err:
         raise InputError(
-            f"cannot read profile {source}",
+            f"cannot read profile {path}",
             why=err.strerror or str(err),
             fix="pass the path of a TenantProfile YAML file",
+        ) from None
+
+
+def load_profile(path: str | Path) -> TenantProfile:
+    """Read and validate a TenantProfile YAML file."""
+    return parse_profile(read_profile_bytes(path), source=str(path))
+
+
+def parse_profile(content: bytes, *, source: str) -> TenantProfile:
+    """Validate a TenantProfile from the YAML bytes read from `source`."""
+    import yaml
+
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(
+            "profile is not UTF-8 text", why=str(err), fix="save the file as UTF-8", where=source
         ) from None
     try:
         data = yaml.safe_load(text)

@@ -32,12 +32,13 @@ def compile_command(
     from secureml import report as reports
     from secureml.compiler import CompileError, compile_pipeline
     from secureml.pipeline_loader import load_pipeline
-    from secureml.profile import load_profile
+    from secureml.profile import parse_profile, read_profile_bytes
 
+    content = read_profile_bytes(profile)
     if require_signed_profile:
-        _verify_profile(profile, profile_bundle, certificate_identity, certificate_identity_regexp,
-                        certificate_oidc_issuer, trusted_root)
-    tenant = load_profile(profile)
+        _verify_profile(profile, content, profile_bundle, certificate_identity,
+                        certificate_identity_regexp, certificate_oidc_issuer, trusted_root)
+    tenant = parse_profile(content, source=str(profile))
     graph = load_pipeline(file, pipeline)
     verifier = _image_verifier(tenant, profile, bundles, fetch_bundles)
     try:
@@ -70,11 +71,11 @@ def _image_verifier(tenant, profile_path: Path, bundles: Path | None, fetch: boo
     return verify
 
 
-def _verify_profile(path: Path, bundle: Path | None, identity: str | None, regexp: str | None,
-                    issuer: str | None, trusted_root: str | None) -> None:
+def _verify_profile(path: Path, content: bytes, bundle: Path | None, identity: str | None,
+                    regexp: str | None, issuer: str | None, trusted_root: str | None) -> None:
     from secureml.supplychain.identity import identities_from_flags
     from secureml.supplychain.profiles import verify_signed_profile
 
     identities = identities_from_flags(identity=identity, identity_regexp=regexp, issuer=issuer)
-    signed = verify_signed_profile(path, bundle, identities, trusted_root or "production")
+    signed = verify_signed_profile(path, bundle, identities, trusted_root or "production", content=content)
     typer.echo(f"profile {path}: signed by {signed.signer} (issuer {signed.issuer})", err=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from secureml.errors import InputError
+from secureml.profile import read_profile_bytes
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier, VerifiedSignature
 
@@ -28,15 +28,17 @@ def verify_signed_profile(
     identities: Sequence[TrustedIdentity],
     trusted_root: str | Path = "production",
     *,
+    content: bytes | None = None,
     verifier: SignatureVerifier | None = None,
 ) -> VerifiedSignature:
-    """Verify the profile file's bytes; raise SignatureError (rule prefix `profile`) on any failure."""
+    """Verify the profile's bytes; raise SignatureError (rule prefix `profile`) on any failure.
+
+    Pass `content` when the caller goes on to parse those same bytes, so that the profile that is
+    used is exactly the one that was verified (no second read of a file that may have changed).
+    """
     bundle_path = bundle_path or default_profile_bundle(profile_path)
-    try:
-        content = profile_path.read_bytes()
-    except OSError as err:
-        raise InputError(f"cannot read profile {profile_path}", why=err.strerror or str(err),
-                         fix="check the path") from None
+    if content is None:
+        content = read_profile_bytes(profile_path)
     try:
         bundle = bundle_path.read_bytes()
     except OSError:

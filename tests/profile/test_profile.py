@@ -186,3 +186,10 @@ def test_validate_cli_missing_file() -> None:
     assert result.exit_code == 1
     assert "cannot read profile /nonexistent.yaml" in result.output
     assert "Traceback" not in result.output
+
+
+def test_allowed_registry_without_a_host_is_refused() -> None:
+    data = team_a()
+    data["spec"]["images"]["allowedRegistries"] = ["ghcr.io/acme/", "acme/"]
+    problems = dict(problems_of(data))
+    assert "registry host" in problems["spec.images.allowedRegistries[1]"]

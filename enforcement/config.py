@@ -273,3 +273,58 @@ def load_config(env: Mapping[str, str] | None = None) -> LauncherConfig:
         watchdog_grace_s=_seconds(env, contract.ENV_WATCHDOG_GRACE, DEFAULT_WATCHDOG_GRACE_S),
         audit_dir=Path(audit_dir) if audit_dir else None,
     )
+
+
+# --- the shim limits file (grammar: docs/shim.md; the shim's own parser is the authority) ----------
+
+
+@dataclass(frozen=True)
+class ShimLimits:
+    """What the shim will enforce: bytes per device, percent of compute, scrub freed memory."""
+
+    memory: int
+    compute: int
+    scrub_on_free: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"memory": self.memory, "compute": self.compute, "scrub_on_free": self.scrub_on_free}
+
+
+_LIMIT_KEYS = ("version", "memory", "compute", "scrub_on_free")
+
+
+def read_shim_limits(path: Path) -> ShimLimits:
+    """Read the limits file the shim will use; `ConfigError` naming the line when it is unusable."""
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(
+            f"cannot read the shim limits file: {err.strerror or err}",
+            why="a time-sliced step's limits must come from a file the step cannot rewrite",
+            fix="in a cluster, apply the tenant bundle (its mutating policy mounts the pod's "
+            f"limits annotation at {contract.SHIM_LIMITS_PATH}); locally, use `secureml run --local`",
+            where=where,
+        ) from None
+    values: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = (part.strip() for part in line.partition("="))
+        if not sep or key not in _LIMIT_KEYS or key in values or not value.isdigit():
+            raise ConfigError(
+                f"line {number} is not one of {', '.join(_LIMIT_KEYS)} = <decimal>, once each: {raw!r}",
+                where=where,
+            )
+        values[key] = int(value)
+    if values.get("version") != 1 or "memory" not in values:
+        raise ConfigError("the shim limits file needs version=1 and memory=<bytes>", where=where)
+    limits = ShimLimits(
+        memory=values["memory"],
+        compute=values.get("compute", 100),
+        scrub_on_free=bool(values.get("scrub_on_free", 1)),
+    )
+    if not 1 <= limits.compute <= 100 or values.get("scrub_on_free", 1) > 1:
+        raise ConfigError("compute must be 1..100 and scrub_on_free 0 or 1", where=where)
+    return limits

@@ -27,7 +27,7 @@ from secureml import contract
 from secureml.errors import SecuremlError
 
 from .audit import AUDIT_SCHEMA, AuditError, audit_file_name, emit_audit_line, write_audit_record
-from .config import LauncherConfig, TimeSliceRequest, load_config
+from .config import LauncherConfig, TimeSliceRequest, load_config, read_shim_limits
 
 LOG_PREFIX = "secureml-launch: "
 FORWARDED_SIGNALS = (
@@ -75,6 +75,7 @@ class StepRun:
         self.record: dict[str, Any] = {}
         self.pending_signal: int | None = None
         self.child: subprocess.Popen[bytes] | None = None
+        self.shim_files: tuple[Path, Path] | None = None  # (limits file, counters file) once armed
 
     @property
     def failed(self) -> bool:
@@ -180,17 +181,59 @@ def scrub_stage(run: StepRun, config: LauncherConfig, name: str, code: ExitCode)
     run.stage(name, code, True, lambda: scrub_devices(config.scrub_verify))
 
 
+def effective_limits_file(config: LauncherConfig) -> Path:
+    """The limits file the shim will read: the compiled-in cluster path wins where it exists."""
+    cluster = Path(contract.SHIM_LIMITS_PATH)
+    return cluster if cluster.exists() else config.shim_limits_file
+
+
 def shim_stage(run: StepRun, config: LauncherConfig) -> None:
-    from .shim_stage import arm_shim
+    """Arm the shim in the child's environment (never this process's) after checking its limits."""
 
     def arm() -> dict[str, Any]:
-        armed = arm_shim(config)
-        run.child_env.update(armed.child_env)
-        run.record["limits"] = armed.limits
-        run.record["shim_counters_file"] = str(armed.counters_path)
-        return armed.to_record()
+        import tempfile
+
+        from . import shim
+
+        request = config.gpu_request
+        assert isinstance(request, TimeSliceRequest)
+        limits_file = effective_limits_file(config)
+        limits = read_shim_limits(limits_file)
+        if (limits.memory, limits.compute) != (request.memory, request.compute):
+            raise SecuremlError(
+                f"the shim limits (memory={limits.memory}, compute={limits.compute}) differ from "
+                f"the step's GPU request (memory={request.memory}, compute={request.compute})",
+                why="the limits file and the request come from the same compiled task; a difference "
+                "means one of them was changed after compilation",
+                fix="recompile the pipeline and re-apply the tenant bundle; do not edit either by hand",
+                where=str(limits_file),
+            )
+        library = shim.library_path()
+        counters = Path(tempfile.mkdtemp(prefix="secureml-shim-")) / "counters"
+        run.child_env = shim.child_env(limits_file, counters, run.child_env)
+        run.shim_files = (limits_file, counters)
+        run.record["limits"] = {**limits.to_json(), "source": str(limits_file)}
+        return {
+            "library": str(library), "limits_file": str(limits_file),
+            "limits": limits.to_json(), "counters_file": str(counters),
+        }
 
     run.stage("shim", ExitCode.SHIM, True, arm)
+
+
+def collect_shim_counters(run: StepRun) -> None:
+    """After the step: the shim's counters into the record, its accounting region removed."""
+    if run.shim_files is None:
+        return
+    from . import shim
+
+    limits_file, counters = run.shim_files
+    try:
+        run.record["shim_counters"] = shim.read_counters(counters)
+    except SecuremlError as err:  # e.g. the step never touched the GPU: nothing was counted
+        run.record["shim_counters"] = None
+        run.record["shim_counters_error"] = err.what
+    shim.remove_region(limits_file)
 
 
 def run_child(run: StepRun, config: LauncherConfig) -> None:
@@ -239,16 +282,6 @@ def run_child(run: StepRun, config: LauncherConfig) -> None:
     run.stages.append(entry)
 
 
-def shim_counters_stage(run: StepRun) -> None:
-    """Fold the shim's counters (what the step allocated through it) into the record."""
-    path = run.record.get("shim_counters_file")
-    if path is None:
-        return
-    from .shim_stage import read_shim_counters
-
-    run.record["shim_counters"] = read_shim_counters(Path(path))
-
-
 # --- the whole step ---------------------------------------------------------------------------------
 
 
@@ -265,6 +298,11 @@ def _base_record(run: StepRun, config: LauncherConfig | None) -> dict[str, Any]:
             step=config.step, image=config.image, image_digest=config.image_digest,
             isolation=config.isolation, expected_spiffe_id=config.expected_spiffe_id,
             gpu_request=config.gpu_request.to_json() if config.gpu_request else None,
+            limits=(
+                {"memory": config.gpu_request.memory, "compute": config.gpu_request.compute,
+                 "source": contract.ENV_GPU_REQUEST}
+                if isinstance(config.gpu_request, TimeSliceRequest) else None
+            ),
             controls={
                 "identity_required": config.identity_required,
                 "scrub_before": config.scrub_before,
@@ -324,7 +362,7 @@ def _stages(run: StepRun, config: LauncherConfig) -> None:
         run.skip("run", "an earlier stage failed" if run.exit_code else "launcher was signalled")
         return
     run_child(run, config)
-    shim_counters_stage(run)
+    collect_shim_counters(run)
     if not config.uses_gpu:
         run.skip("scrub-after", gpu_reason)
     elif not config.scrub_after:

@@ -66,8 +66,9 @@ def render_objects(profile: TenantProfile, options: BundleOptions) -> list[Manif
     return objects
 
 
-class _Dumper(yaml.SafeDumper):
-    """Block style for multi-line strings (CEL expressions), so the files read well."""
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """libyaml's emitter (the pure-Python one is slow on the policies' long CEL); block style for
+    multi-line strings (CEL expressions), so the files read well."""
 
 
 def _str_representer(dumper: yaml.SafeDumper, text: str) -> Any:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from secureml.bundle import BundleOptions, render_objects
 from secureml.profile import TenantProfile, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,3 +34,20 @@ def fixtures_dir(*parts: str) -> Path:
     if not folder.is_dir():
         pytest.skip(f"{folder} is absent (a checkout without ../shared/fixtures)")
     return folder
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _schema_files_read_once() -> Any:
+    """kubernetes-validate re-reads its (large) schema files on every call; the files do not
+    change during a run, so read each once. Validation itself is untouched."""
+    import kubernetes_validate.utils as utils
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(utils, "schema_contents", cache(utils.schema_contents))
+        yield
+
+
+@cache
+def rendered(name: str, options: BundleOptions) -> list[dict[str, Any]]:
+    """The objects of example profile `name`'s bundle, rendered once per test process."""
+    return render_objects(load(name), options)

@@ -9,16 +9,16 @@ import yaml
 from typer.testing import CliRunner
 
 from secureml import contract
-from secureml.bundle import BundleOptions, bundle_diff, render_bundle, render_objects, write_bundle
+from secureml.bundle import BundleOptions, bundle_diff, render_bundle, write_bundle
 from secureml.cli import app
 from secureml.profile import TenantProfile
 from secureml.rules import rules_for_profile
-from tests.bundle.conftest import ROOT, load
+from tests.bundle.conftest import ROOT, load, rendered
 
 
 def _objects(profile: TenantProfile, **options: object) -> dict[str, list[dict]]:
     by_kind: dict[str, list[dict]] = {}
-    for obj in render_objects(profile, BundleOptions(**options)):
+    for obj in rendered(profile.metadata.name, BundleOptions(**options)):
         by_kind.setdefault(obj["kind"], []).append(obj)
     return by_kind
 

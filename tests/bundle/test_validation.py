@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -17,10 +18,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from secureml.bundle import BundleOptions, render_objects
+from secureml.bundle import BundleOptions
 from secureml.bundle.common import K8S_VERSIONS
 from secureml.profile import TenantProfile
-from tests.bundle.conftest import fixtures_dir
+from tests.bundle.conftest import fixtures_dir, rendered
 
 BUILT_IN_GROUPS = {"v1", "rbac.authorization.k8s.io", "networking.k8s.io", "admissionregistration.k8s.io",
                    "resource.k8s.io"}
@@ -54,25 +55,31 @@ def _strict(schema: Any) -> Any:
 
 
 @cache
-def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) -> strict schema, for every version of every fixture CRD."""
-    schemas = {}
-    for path in sorted(fixtures_dir("crds").glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+def _crd_file(path: Path) -> dict[str, Any]:
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def crd_schema(api_version: str, kind: str) -> dict[str, Any] | None:
+    """The strict schema of `kind` at `api_version` from the fixture CRDs, or None if none serves it."""
+    group, version_name = api_version.split("/")
+    for path in sorted(fixtures_dir("crds").glob(f"{group}_*.yaml")):
+        crd = _crd_file(path)
+        if crd["spec"]["names"]["kind"] != kind:
+            continue
         for version in crd["spec"]["versions"]:
-            schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
-            # The API server always knows the root's apiVersion, kind and metadata.
-            root = schema.setdefault("properties", {})
-            root.setdefault("apiVersion", {"type": "string"})
-            root.setdefault("kind", {"type": "string"})
-            root.setdefault("metadata", {"type": "object"})
-            schemas[(f"{group}/{version['name']}", kind)] = _strict(schema)
-    return schemas
+            if version["name"] == version_name:
+                schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
+                # The API server always knows the root's apiVersion, kind and metadata.
+                root = schema.setdefault("properties", {})
+                root.setdefault("apiVersion", {"type": "string"})
+                root.setdefault("kind", {"type": "string"})
+                root.setdefault("metadata", {"type": "object"})
+                return _strict(schema)
+    return None
 
 
 def _bundle(profile: TenantProfile, k8s_version: str, options: dict[str, Any]) -> list[dict[str, Any]]:
-    return render_objects(profile, BundleOptions(k8s_version=k8s_version, **options))
+    return rendered(profile.metadata.name, BundleOptions(k8s_version=k8s_version, **options))
 
 
 @pytest.mark.parametrize("options", OPTION_SETS)
@@ -93,15 +100,14 @@ def test_built_in_objects_validate_strictly(profile: TenantProfile, k8s_version:
 
 @pytest.mark.parametrize("options", OPTION_SETS)
 def test_custom_resources_validate_against_real_crds(profile: TenantProfile, options: dict) -> None:
-    schemas = crd_schemas()
     seen = set()
     for obj in _bundle(profile, "1.36", options):
         if _group(obj["apiVersion"]) in BUILT_IN_GROUPS:
             continue
-        key = (obj["apiVersion"], obj["kind"])
-        assert key in schemas, f"no fixture CRD serves {key}"
+        schema = crd_schema(obj["apiVersion"], obj["kind"])
+        assert schema is not None, f"no fixture CRD serves {obj['apiVersion']} {obj['kind']}"
         try:
-            jsonschema.Draft7Validator(schemas[key]).validate(obj)
+            jsonschema.Draft7Validator(schema).validate(obj)
         except jsonschema.ValidationError as err:
             pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {err.message} at {list(err.absolute_path)}")
         seen.add(obj["kind"])
@@ -111,7 +117,7 @@ def test_custom_resources_validate_against_real_crds(profile: TenantProfile, opt
 
 def test_strict_crd_schema_rejects_an_unknown_field() -> None:
     """The strictness above is real: a misspelt field fails."""
-    schema = crd_schemas()[("spire.spiffe.io/v1alpha1", "ClusterSPIFFEID")]
+    schema = crd_schema("spire.spiffe.io/v1alpha1", "ClusterSPIFFEID")
     good = {"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID", "metadata": {"name": "x"},
             "spec": {"spiffeIDTemplate": "spiffe://td/x"}}
     validator = jsonschema.Draft7Validator(schema)

@@ -18,6 +18,7 @@ demo: $(STAMP)
 	rm -rf out/demo-run
 	$(VENV)/bin/secureml run pipelines/secure_finetune.py --profile examples/profiles/team-a-dev.yaml \
 		--local --dev-identity --simulate-gpu --output-dir out/demo-run
+	$(VENV)/bin/secureml profile render profiles/team-a.yaml -o out/deploy
 
 # The GPU quota shim, rebuilt whenever its C sources change (pip install builds it too).
 SHIM_LIB := enforcement/libsecureml_shim.so

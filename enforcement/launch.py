@@ -92,12 +92,16 @@ class StepRun:
         entry: dict[str, Any] = {"name": name, "required": required}
         try:
             detail = action()
-        except SecuremlError as err:
+        except Exception as err:  # a stage that breaks unexpectedly fails like one that refuses
+            message = (
+                err.diagnostics() if isinstance(err, SecuremlError)
+                else f"unexpected {type(err).__name__}: {err}"
+            )
             entry["status"] = "failed" if required else "warning"
-            entry["error"] = err.diagnostics()
+            entry["error"] = message
             detail = None
             verdict = "failed" if required else "failed (optional, continuing)"
-            _log(f"stage {name} {verdict}:\n{err.diagnostics()}")
+            _log(f"stage {name} {verdict}:\n{message}")
             if required and self.exit_code is None:
                 self.exit_code = int(code)
         else:
@@ -248,6 +252,8 @@ def run_child(run: StepRun, config: LauncherConfig) -> None:
         entry.update(status="failed", error=f"cannot start {run.command[0]!r}: {err.strerror}")
         _log(entry["error"])
     else:
+        if run.pending_signal is not None:  # it arrived while the child was being started
+            os.killpg(run.child.pid, run.pending_signal)
         watchdog = None
         if config.uses_gpu:
             from .watchdog import Watchdog
@@ -375,10 +381,11 @@ def _finish(run: StepRun, config: LauncherConfig | None) -> int:
     """Decide the exit code, write the audit record; an audit failure is the last that can fail."""
     if run.exit_code is not None:
         exit_code = run.exit_code
-    elif run.pending_signal is not None:
+    elif run.child_exit_code is not None:
+        exit_code = run.child_exit_code
+    else:  # the launcher was signalled before the command started
+        assert run.pending_signal is not None
         exit_code = 128 + run.pending_signal
-    else:
-        exit_code = run.child_exit_code if run.child_exit_code is not None else 0
     record = _base_record(run, config) | run.record
     record.update(
         stages=run.stages,
@@ -400,7 +407,7 @@ def _finish(run: StepRun, config: LauncherConfig | None) -> int:
             _log(f"stage audit failed:\n{err.diagnostics()}")
             record["audit_file"] = None
             record["audit_error"] = err.diagnostics()
-            if run.exit_code is None and run.pending_signal is None:
+            if run.exit_code is None:
                 record["exit_code"] = exit_code = int(ExitCode.AUDIT)
     emit_audit_line(record, sys.stderr)
     return exit_code

@@ -75,3 +75,38 @@ def test_silent_workload_api_times_out_within_the_bound(launch: Launch, tmp_path
     assert result.returncode == ExitCode.IDENTITY
     assert "did not answer within 1 s" in result.stage("identity")["error"]
     assert elapsed < 15
+
+
+def test_signal_before_the_command_starts_stops_the_launcher(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    from .conftest import launcher_env
+
+    marker = tmp_path / "ran"
+    with DevWorkloadAPI(tmp_path / "agent.sock", spiffe_id=EXPECTED, mode="hang") as api:
+        env = _env(api, **{
+            contract.ENV_IDENTITY_REQUIRED: "false",  # optional: its timeout alone would not stop the step
+            contract.ENV_IDENTITY_TIMEOUT: "3",
+            contract.ENV_AUDIT_DIR: str(tmp_path / "audit"),
+        })
+        proc = subprocess.Popen(
+            [sys.executable, "-m", contract.LAUNCHER_MODULE, "--", sys.executable, "-c",
+             f"open({str(marker)!r}, 'w')"],
+            env=launcher_env(env), stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 20
+        while not api.workloads:  # the launcher is now waiting on the Workload API
+            assert time.monotonic() < deadline, "the launcher never called the Workload API"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert not marker.exists()
+    (line,) = [l for l in stderr.splitlines() if l.startswith(contract.AUDIT_LINE_PREFIX)]
+    record = json.loads(line.removeprefix(contract.AUDIT_LINE_PREFIX))
+    stages = {s["name"]: s for s in record["stages"]}
+    assert stages["identity"]["status"] == "warning"
+    assert stages["run"] == {"name": "run", "status": "skipped", "reason": "launcher was signalled", "seconds": 0.0}
+    assert record["child_exit_code"] is None and record["exit_code"] == 128 + signal.SIGTERM

@@ -274,7 +274,11 @@ def _labels(pod: Manifest) -> dict[str, str]:
 
 
 def is_tenant_step(pod: Manifest, profile: TenantProfile) -> bool:
-    """The policy matches pods whose tenant label names this tenant."""
+    """The policy matches pods in the tenant's namespace (a pod without one is taken to be there)
+    whose tenant label names this tenant."""
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    if namespace not in (None, profile.spec.namespace):
+        return False
     return _labels(pod).get(contract.LABEL_TENANT) == profile.metadata.name
 
 

@@ -176,6 +176,16 @@ def test_other_tenants_and_unlabelled_pods_are_left_alone() -> None:
         assert cluster_admits(pod, profile) == pod
 
 
+def test_pods_in_another_namespace_are_left_alone() -> None:
+    """The policy's namespaceSelector: only the tenant namespace (CEL never sees this part)."""
+    profile = load("team-a")
+    pod = _step_pod("team-a", "mig")
+    pod["metadata"]["namespace"] = "elsewhere"
+    assert apply_mutations(pod, profile) == pod
+    pod["metadata"]["namespace"] = "team-a"
+    assert apply_mutations(pod, profile) != pod
+
+
 def test_dra_step_gets_its_claim_on_the_main_container_only() -> None:
     profile = load("team-dra")
     pod = _step_pod("team-dra", "mig", **{contract.LABEL_GPU_CLAIM: "secureml-mig-1g-10gb"})

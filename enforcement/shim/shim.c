@@ -59,6 +59,7 @@ struct entry {
 static struct shim {
     pthread_once_t once;
     int log_level;
+    int initialised;
     int ok; /* 0: limits or region unusable; every allocation is refused (fail closed) */
     char error[256];
     char limits_path[4096];
@@ -409,6 +410,7 @@ static void init_once(void) {
     }
     resolve_cuda();
     pthread_atfork(NULL, NULL, at_fork_child);
+    S.initialised = 1;
 }
 
 static inline void init(void) { pthread_once(&S.once, init_once); }
@@ -476,7 +478,8 @@ static void maybe_write_counters(uint64_t every_ns) {
 
 /* At exit the driver releases this process's memory: so do its charges. */
 __attribute__((destructor)) static void shim_fini(void) {
-    if (!S.region) return;
+    if (!S.initialised) return;
+    if (!S.region) return write_counters();
     region_lock();
     if (S.me >= 0 && S.region->procs[S.me].pid == (int32_t)getpid()) {
         struct region_proc *pr = &S.region->procs[S.me];
@@ -538,7 +541,11 @@ static uint64_t charge_of(uint64_t bytes) {
 
 /* Check and charge in one step under the region lock. 0 on success, -1 when over the limit. */
 static int charge(int slot, uint64_t bytes) {
-    if (!S.ok || slot < 0) return -1;
+    if (!S.ok || slot < 0) {
+        logf_(LOG_INFO, "refused %llu bytes: %s", (unsigned long long)bytes, S.ok ? "unknown device" : S.error);
+        maybe_write_counters(COUNTERS_ON_EVENT_NS);
+        return -1;
+    }
     struct region *r = S.region;
     struct region_device *d = &r->dev[slot];
     region_lock();
@@ -1217,10 +1224,22 @@ EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int 
 
 /* Look-ups by name return the hooks, whatever library handle they name. Everything else goes to
  * libc's dlsym as a tail call, so that RTLD_NEXT keeps meaning "after the caller". */
-EXPORT void *dlsym(void *handle, const char *symbol) {
+#if defined(__clang__) && __has_attribute(musttail)
+#define TAIL_CALL __attribute__((musttail))
+#define TAIL_CALL_FN
+#elif defined(__GNUC__)
+#define TAIL_CALL
+#define TAIL_CALL_FN __attribute__((optimize("O2", "optimize-sibling-calls")))
+#else
+#define TAIL_CALL
+#define TAIL_CALL_FN
+#endif
+
+EXPORT TAIL_CALL_FN void *dlsym(void *handle, const char *symbol) {
     void *hook = hook_by_name(symbol);
     if (hook) return hook;
-    return real_dlsym()(handle, symbol);
+    dlsym_fn next = real_dlsym();
+    TAIL_CALL return next(handle, symbol);
 }
 
 /* ------------------------------------------------------------------ test support ------------- */

@@ -1,0 +1,37 @@
+"""Fixtures of the shim tests: `make_step(memory=..., compute=..., scrub=...)` gives a Step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from fakegpu import MiB, FakeDevice, FakeGPU, build_shim, compiler
+
+from .shimstep import Step
+
+
+@pytest.fixture
+def make_step(tmp_path: Path) -> Iterator[Callable[..., Step]]:
+    if compiler() is None:
+        pytest.skip("no C compiler: the shim and the fake driver are built from C sources by the tests")
+    shim = build_shim()
+    steps: list[Step] = []
+
+    def make(*, device_memory: int = 64 * MiB, gpu_options: dict | None = None, **limits: object) -> Step:
+        index = len(steps)
+        gpu = FakeGPU(tmp_path / f"gpu{index}", [FakeDevice(memory=device_memory)], **(gpu_options or {}))
+        folder = tmp_path / f"step{index}"
+        folder.mkdir()
+        step = Step(gpu, folder, shim, **limits)  # type: ignore[arg-type]
+        steps.append(step)
+        return step
+
+    yield make
+    from secureml.enforcement.shim import remove_region
+
+    for step in steps:
+        remove_region(step.limits_file)
+
+

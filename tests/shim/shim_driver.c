@@ -1,0 +1,210 @@
+/* Test and benchmark driver for the quota shim: an ordinary CUDA driver API program, linked
+ * against libcuda.so.1 (the fake in tests), run with or without the shim preloaded.
+ *
+ *   shim_driver stress ITERATIONS SEED MAX_BYTES     random alloc/free; prints ok/refused counts
+ *   shim_driver hold BYTES                           allocate, print "ready", wait for stdin EOF
+ *   shim_driver fill CHUNK                           allocate CHUNK until refused; print the total
+ *   shim_driver launch SECONDS                       launch kernels back to back for SECONDS
+ *   shim_driver hooks                                every intercepted entry point once
+ *   shim_driver bench N                              ns per alloc+free pair and per launch
+ */
+#define _GNU_SOURCE
+#include "cuda_api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+CUresult cuInit(unsigned int);
+CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuCtxCreate_v2(CUcontext *, unsigned int, CUdevice);
+CUresult cuCtxSynchronize(void);
+CUresult cuStreamCreate(CUstream *, unsigned int);
+CUresult cuStreamSynchronize(CUstream);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *, CUdevice);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned int);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuArrayCreate_v2(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+CUresult cuArray3DCreate_v2(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int);
+CUresult cuArrayDestroy(CUarray);
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
+CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+#define CHECK(call)                                                                  \
+    do {                                                                             \
+        CUresult rc_ = (call);                                                       \
+        if (rc_ != CUDA_SUCCESS) {                                                   \
+            fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, rc_); \
+            exit(3);                                                                 \
+        }                                                                            \
+    } while (0)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t rng_state;
+static uint64_t rng(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static int stress(long iterations, uint64_t seed, size_t max_bytes) {
+    enum { LIVE = 64 };
+    CUdeviceptr live[LIVE] = {0};
+    long ok = 0, refused = 0;
+    rng_state = seed * 2654435761u + 1;
+    for (long i = 0; i < iterations; i++) {
+        int slot = (int)(rng() % LIVE);
+        if (live[slot]) {
+            CHECK(cuMemFree_v2(live[slot]));
+            live[slot] = 0;
+            continue;
+        }
+        size_t bytes = 1 + (size_t)(rng() % max_bytes);
+        CUresult rc = cuMemAlloc_v2(&live[slot], bytes);
+        if (rc == CUDA_SUCCESS) ok++;
+        else if (rc == CUDA_ERROR_OUT_OF_MEMORY) live[slot] = 0, refused++;
+        else CHECK(rc);
+    }
+    for (int s = 0; s < LIVE; s++)
+        if (live[s]) CHECK(cuMemFree_v2(live[s]));
+    printf("{\"ok\": %ld, \"refused\": %ld}\n", ok, refused);
+    return 0;
+}
+
+static int hold(size_t bytes) {
+    CUdeviceptr p;
+    CHECK(cuMemAlloc_v2(&p, bytes));
+    printf("ready %llu\n", (unsigned long long)p);
+    fflush(stdout);
+    while (getchar() != EOF) {}
+    return 0;
+}
+
+static int fill(size_t chunk) {
+    size_t total = 0;
+    CUdeviceptr p;
+    while (cuMemAlloc_v2(&p, chunk) == CUDA_SUCCESS) total += chunk;
+    printf("{\"total\": %zu}\n", total);
+    return 0;
+}
+
+static int launch(double seconds) {
+    double end = now_s() + seconds;
+    long n = 0;
+    while (now_s() < end) {
+        CHECK(cuLaunchKernel(NULL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+        n++;
+    }
+    CHECK(cuCtxSynchronize());
+    printf("{\"launches\": %ld}\n", n);
+    return 0;
+}
+
+/* Every hooked entry point: allocations are released again, so the run ends with nothing charged. */
+static int hooks(void) {
+    CUdeviceptr p;
+    size_t pitch, free_b, total;
+    CUstream s;
+    CUmemoryPool pool;
+    CHECK(cuStreamCreate(&s, 0));
+    CHECK(cuDeviceGetDefaultMemPool(&pool, 0));
+    CHECK(cuMemAlloc_v2(&p, 1000));
+    CHECK(cuMemcpyHtoD_v2(p, "0123456789", 10));
+    CHECK(cuMemFree_v2(p));
+    CHECK(cuMemAllocPitch_v2(&p, &pitch, 1000, 10, 4));
+    CHECK(cuMemFree_v2(p));
+    CHECK(cuMemAllocManaged(&p, 4096, 1));
+    CHECK(cuMemFree_v2(p));
+    CHECK(cuMemAllocAsync(&p, 4096, s));
+    CHECK(cuMemFreeAsync(p, s));
+    CHECK(cuMemAllocFromPoolAsync(&p, 4096, pool, s));
+    CHECK(cuMemFreeAsync(p, s));
+    CHECK(cuStreamSynchronize(s));
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle h;
+    CHECK(cuMemCreate(&h, 2 << 20, &prop, 0));
+    CHECK(cuMemRelease(h));
+    CUDA_ARRAY_DESCRIPTOR d2 = {64, 64, CU_AD_FORMAT_FLOAT, 4};
+    CUDA_ARRAY3D_DESCRIPTOR d3 = {32, 32, 8, CU_AD_FORMAT_HALF, 2, 0};
+    CUarray a;
+    CUmipmappedArray m;
+    CHECK(cuArrayCreate_v2(&a, &d2));
+    CHECK(cuArrayDestroy(a));
+    CHECK(cuArray3DCreate_v2(&a, &d3));
+    CHECK(cuArrayDestroy(a));
+    CHECK(cuMipmappedArrayCreate(&m, &d3, 4));
+    CHECK(cuMipmappedArrayDestroy(m));
+    CHECK(cuMemGetInfo_v2(&free_b, &total));
+    CHECK(cuDeviceTotalMem_v2(&total, 0));
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 1;
+    CHECK(cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+    CHECK(cuLaunchKernelEx(&cfg, NULL, NULL, NULL));
+    CHECK(cuLaunchCooperativeKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL));
+    CHECK(cuGraphLaunch(NULL, s));
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult st;
+    CHECK(cuGetProcAddress_v2("cuLaunchKernel", &fn, 12040, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+    CHECK(((CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **))fn)(
+        NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+    CHECK(cuCtxSynchronize());
+    printf("{\"hooks\": \"ok\", \"total\": %zu}\n", total);
+    return 0;
+}
+
+static int bench(long n) {
+    CUdeviceptr p;
+    double t0 = now_s();
+    for (long i = 0; i < n; i++) {
+        CHECK(cuMemAlloc_v2(&p, 4096));
+        CHECK(cuMemFree_v2(p));
+    }
+    double t1 = now_s();
+    for (long i = 0; i < n; i++) CHECK(cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+    double t2 = now_s();
+    printf("{\"alloc_free_ns\": %.1f, \"launch_ns\": %.1f}\n", (t1 - t0) * 1e9 / (double)n, (t2 - t1) * 1e9 / (double)n);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return 2;
+    CUdevice dev;
+    CUcontext ctx;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuCtxCreate_v2(&ctx, 0, dev));
+    if (!strcmp(argv[1], "stress") && argc == 5) return stress(atol(argv[2]), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
+    if (!strcmp(argv[1], "hold") && argc == 3) return hold(strtoull(argv[2], NULL, 10));
+    if (!strcmp(argv[1], "fill") && argc == 3) return fill(strtoull(argv[2], NULL, 10));
+    if (!strcmp(argv[1], "launch") && argc == 3) return launch(atof(argv[2]));
+    if (!strcmp(argv[1], "hooks")) return hooks();
+    if (!strcmp(argv[1], "bench") && argc == 3) return bench(atol(argv[2]));
+    return 2;
+}

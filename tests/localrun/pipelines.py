@@ -3,6 +3,7 @@
 from kfp import dsl
 
 from secureml import MIG, WholeGPU, secure_component
+from secureml.components import gpu_preflight_op, gpu_scrub_op
 
 IMAGE = "ghcr.io/acme/ml-images/prep@sha256:" + "1" * 64
 
@@ -57,4 +58,8 @@ def on_whole_gpu(value: int) -> int:
 
 @dsl.pipeline(name="whole-gpu")
 def whole_gpu(value: int = 1) -> int:
-    return on_whole_gpu(value=value).output
+    """A GPU step, then the library's preflight and scrub steps on the same kind of GPU."""
+    stepped = on_whole_gpu(value=value)
+    checked = gpu_preflight_op(image=IMAGE, gpu=WholeGPU(1))().after(stepped)
+    gpu_scrub_op(image=IMAGE, gpu=WholeGPU(1))(verify="full").after(checked)
+    return stepped.output

@@ -73,13 +73,24 @@ def test_whole_gpu_step_runs_every_gpu_stage_on_the_fake(tmp_path: Path) -> None
     )
     assert result.succeeded, result.failure
     assert result.steps_without_record == []
-    (record,) = result.records
+    by_step = {r["step"]: r for r in result.records}
+    assert set(by_step) == {"on-whole-gpu", "gpu-preflight", "gpu-scrub"}
+    assert all(r["exit_code"] == 0 and r["isolation"] == "dedicated" for r in result.records)
+    record = by_step["on-whole-gpu"]
     stages = {stage["name"]: stage for stage in record["stages"]}
     assert [stages[n]["status"] for n in ("identity", "preflight", "scrub-before", "run", "scrub-after")] == ["ok"] * 5
     assert stages["scrub-before"]["detail"]["coverage"] == 1.0
     assert record["isolation"] == "dedicated"
     assert record["gpu"]["devices"][0]["uuid"].startswith("GPU-")
     assert not list((layout.root / "fakegpu").rglob("*.mem*")), "fake device memory is removed"
+
+    # the library's steps ran as steps of their own, on their own (fake) GPU, and reported
+    outputs = layout.pipeline_root
+    (preflight,) = [json.loads(p.read_text()) for p in outputs.rglob("gpu-preflight/report")]
+    assert preflight["driver_version"] == "550.54.15" and len(preflight["devices"]) == 1
+    (scrub,) = [json.loads(p.read_text()) for p in outputs.rglob("gpu-scrub/report")]
+    assert scrub["verify"] == "full" and scrub["coverage"] == 1.0
+    assert scrub["zeroed_bytes"] == scrub["devices"][0]["total_bytes"]
     from secureml.components.audit_report import render_text
 
     assert "whole x1 (SIMULATED)" in render_text(result.records, simulated_gpu=True)

@@ -258,14 +258,13 @@ class DevWorkloadAPI:
             threading.Thread(target=self._serve_connection, args=(conn,), daemon=True).start()
 
     def _serve_connection(self, conn: socket.socket) -> None:
-        workload = _attest(conn)
-        self.workloads.append(workload)
-        spiffe_id = self._identity_for(workload)
-        backend_path = self._backend_for(spiffe_id)
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            upstream.connect(str(backend_path))
-        except OSError:
+            workload = _attest(conn)
+            self.workloads.append(workload)
+            upstream.connect(str(self._backend_for(self._identity_for(workload))))
+        except Exception:  # a caller we cannot attest, or a registration that raised: hang up
+            _close_quietly(upstream)
             _close_quietly(conn)
             return
         self._track(upstream)

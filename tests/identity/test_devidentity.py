@@ -98,3 +98,18 @@ def test_socket_is_removed_on_exit_and_bad_arguments_are_refused(tmp_path: Path)
         DevWorkloadAPI(tmp_path / "b.sock", spiffe_id="https://not-spiffe")
     with pytest.raises(ValueError):
         DevWorkloadAPI(tmp_path / "b.sock", spiffe_id=SPIFFE_ID, mode="sleepy")  # type: ignore[arg-type]
+
+
+def test_a_registration_that_raises_hangs_up_instead_of_hanging(tmp_path: Path) -> None:
+    import time
+
+    from secureml.enforcement.identity import IdentityError, fetch_and_check_identity
+
+    def broken(workload: Workload) -> str:
+        raise KeyError("no such step")
+
+    with DevWorkloadAPI(tmp_path / "a.sock", spiffe_id=broken, trust_domain="acme.example") as api:
+        started = time.monotonic()
+        with pytest.raises(IdentityError, match="failed"):
+            fetch_and_check_identity(SPIFFE_ID, api.endpoint, tmp_path / "out", 5.0)
+    assert time.monotonic() - started < 3.0

@@ -234,13 +234,18 @@ def check_request(
     return shared
 
 
+def _unavailable(nvml: Any) -> tuple[type[Exception], ...]:
+    """Errors that mean "NVML cannot tell here" (old GPU, no permission in the container): recorded."""
+    return (nvml.NVMLError_NotSupported, nvml.NVMLError_NoPermission)
+
+
 def _health(nvml: Any, handle: Any, gpu: VisibleDevice) -> dict[str, Any]:
     """Retired pages, row remapping and critical XID events of one physical GPU."""
     health: dict[str, Any] = {}
     try:
         pending = nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle)
         health["retired_pages_pending"] = bool(pending)
-    except nvml.NVMLError_NotSupported:
+    except _unavailable(nvml):
         health["retired_pages_pending"] = "not supported"
     if health["retired_pages_pending"] is True:
         raise _fail(
@@ -253,7 +258,7 @@ def _health(nvml: Any, handle: Any, gpu: VisibleDevice) -> dict[str, Any]:
         _corr, _unc, remap_pending, remap_failed = nvml.nvmlDeviceGetRemappedRows(handle)
         health["row_remap_pending"] = bool(remap_pending)
         health["row_remap_failure"] = bool(remap_failed)
-    except nvml.NVMLError_NotSupported:
+    except _unavailable(nvml):
         health["row_remap_pending"] = health["row_remap_failure"] = "not supported"
     if health["row_remap_pending"] is True or health["row_remap_failure"] is True:
         state = "failed" if health["row_remap_failure"] is True else "is pending"
@@ -276,15 +281,16 @@ def _health(nvml: Any, handle: Any, gpu: VisibleDevice) -> dict[str, Any]:
 
 
 def _pending_xid(nvml: Any, handle: Any) -> int | str | None:
-    """A critical XID reported while listening briefly, `None` if none, or "not supported"."""
+    """A critical XID reported while listening briefly, `None` if none, or "not supported"
+    (also where the container may not listen)."""
     try:
         event_set = nvml.nvmlEventSetCreate()
-    except nvml.NVMLError_NotSupported:
+    except _unavailable(nvml):
         return "not supported"
     try:
         try:
             nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, event_set)
-        except nvml.NVMLError_NotSupported:
+        except _unavailable(nvml):
             return "not supported"
         try:
             event = nvml.nvmlEventSetWait_v2(event_set, XID_LISTEN_MS)

@@ -34,14 +34,8 @@ def system_image_globs() -> list[str]:
 
 
 def _identities(profile: TenantProfile) -> list[Manifest]:
+    """The trusted signers (the profile refuses `required` signatures without any)."""
     signatures = profile.spec.images.signatures
-    if not signatures.identities:
-        raise SecuremlError(
-            "image signatures are required but no signer identity is trusted",
-            why="an image policy without identities would admit any signer, or none",
-            fix="add spec.images.signatures.identities (issuer + subject or subjectRegExp)",
-            where=f"profile {profile.metadata.name}",
-        )
     identities = []
     for identity in signatures.identities:
         entry: Manifest = {"issuer": identity.issuer}

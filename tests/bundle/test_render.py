@@ -223,3 +223,24 @@ def test_cli_render_and_diff(tmp_path: Path) -> None:
     broken.write_text("apiVersion: secureml.dev/v1alpha1\nkind: TenantProfile\nmetadata: {name: x}\nspec: {}\n")
     assert runner.invoke(app, ["profile", "diff", profiles[0], str(broken)]).exit_code == 2
     assert runner.invoke(app, ["profile", "render", str(broken), "-o", str(tmp_path)]).exit_code != 0
+
+
+def test_trusted_root_choices(tmp_path: Path) -> None:
+    from secureml.bundle import imagepolicy
+
+    staging = _changed("team-a", **{"images.signatures.trustedRoot": "staging"})
+    (cip, _) = imagepolicy.render(staging, BundleOptions())
+    authority = cip["spec"]["authorities"][0]
+    assert authority["keyless"]["trustRootRef"] == authority["ctlog"]["trustRootRef"] == "sigstore-staging"
+    assert authority["keyless"]["url"] == "https://fulcio.sigstage.dev"
+    root = tmp_path / "trusted_root.json"
+    root.write_text('{"mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1"}')
+    private = _changed("team-a", **{"images.signatures.trustedRoot": str(root)})
+    (ivp,) = imagepolicy.render(private, BundleOptions(image_policy="kyverno"))
+    assert ivp["spec"]["attestors"][0]["cosign"]["trustedRoot"] == {"value": root.read_text()}
+    (cip, _) = imagepolicy.render(private, BundleOptions())
+    assert cip["spec"]["authorities"][0]["keyless"]["trustRootRef"] == "secureml-team-a-trust-root"
+    unsigned = _changed("team-a", **{"images.signatures.required": False})
+    (cip, _) = imagepolicy.render(unsigned, BundleOptions())
+    assert cip["spec"]["authorities"] == [{"name": "unsigned-allowed", "static": {"action": "pass"}}]
+    assert imagepolicy.render(unsigned, BundleOptions(image_policy="kyverno")) == []

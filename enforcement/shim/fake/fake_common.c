@@ -391,6 +391,9 @@ void fake_sweep_dead(struct fake_gpu *g, int slot) {
 
 static int try_place(struct fake_gpu *g, int slot, uint64_t size, uint32_t kind, uint64_t *off) {
     struct fake_slot_state *ss = &g->st->slots[slot];
+    /* The real driver frees a process's memory when it exits; the fake notices lazily, but always
+     * before a dead process's blocks could raise the high-water mark. */
+    if (ss->used + size > ss->peak) fake_sweep_dead(g, slot);
     uint64_t cap = fake_slot_memory(&g->cfg, slot);
     uint64_t reserved = fake_slot_reserved(&g->cfg, slot);
     if (ss->nblocks >= FAKE_MAX_BLOCKS || reserved > cap || ss->used + size > cap - reserved) return -1;

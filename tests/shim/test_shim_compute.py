@@ -1,0 +1,49 @@
+"""Compute limit: launches are paced so that the step's share of the (simulated) device stays at
+the limit, steadily, however many processes launch. The fake counts device time itself."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+
+from fakegpu import MiB
+
+RUN_S = 2.5
+WINDOW_S = 0.25
+SETTLE_S = 0.75
+
+
+def _shares(step, workers) -> list[float]:
+    """Busy share (percent) of the device in consecutive windows after the controller settled."""
+    time.sleep(SETTLE_S)
+    shares, previous = [], step.gpu.stats()
+    while all(w.poll() is None for w in workers) and len(shares) < int((RUN_S - SETTLE_S - 0.3) / WINDOW_S):
+        time.sleep(WINDOW_S)
+        current = step.gpu.stats()
+        shares.append(100 * (current["busy_ns"] - previous["busy_ns"]) / (current["now_ns"] - previous["now_ns"]))
+        previous = current
+    for worker in workers:
+        out, err = worker.communicate(timeout=30)
+        assert worker.returncode == 0, err
+    return shares
+
+
+@pytest.mark.parametrize(("limit", "processes"), [(30, 1), (45, 3)])
+def test_the_compute_share_is_held_steadily(make_step, limit: int, processes: int) -> None:
+    step = make_step(memory=16 * MiB, compute=limit, gpu_options={"kernel_us": 500, "queue_depth": 4})
+    workers = [step.popen("launch", str(RUN_S)) for _ in range(processes)]
+    shares = _shares(step, workers)
+    assert len(shares) >= 4
+    mean = statistics.fmean(shares)
+    assert abs(mean - limit) <= 0.1 * limit, shares  # within +/-10% of the target
+    assert all(0.6 * limit <= s <= 1.4 * limit for s in shares), shares  # no swings around it
+    assert step.counters()["throttled"] > 0
+
+
+def test_without_a_compute_limit_nothing_is_throttled(make_step) -> None:
+    step = make_step(memory=16 * MiB, compute=100, gpu_options={"kernel_us": 500, "queue_depth": 4})
+    shares = _shares(step, [step.popen("launch", str(RUN_S))])
+    assert statistics.fmean(shares) > 90
+    assert step.counters()["throttled"] == 0

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# A file a simulated local run leaves in its audit folder: reports made from that folder later
+# still label the GPU columns SIMULATED (the records themselves come from an unchanged launcher).
+SIMULATION_MARKER = "SIMULATED-GPU.txt"
+
 # The launcher's stages in the order they run (enforcement/launch.py).
 STAGES = ("identity", "preflight", "scrub-before", "shim", "run", "scrub-after")
 _STATUS_MARK = {"ok": "ok", "failed": "FAILED", "warning": "warn", "skipped": "-"}
@@ -178,10 +182,15 @@ def write_reports(
     title: str,
     simulated_gpu: bool = False,
 ) -> list[dict[str, Any]]:
-    """Load every record under `audit_dir` and write both reports; return the records."""
+    """Load every record under `audit_dir` and write both reports; return the records.
+
+    GPU columns are labelled SIMULATED when `simulated_gpu` is set or the folder carries the
+    marker of a simulated local run.
+    """
     from secureml.enforcement.audit import load_audit_records
 
     records = load_audit_records(audit_dir)
+    simulated_gpu = simulated_gpu or (Path(audit_dir) / SIMULATION_MARKER).is_file()
     Path(markdown_path).write_text(render_markdown(records, title=title, simulated_gpu=simulated_gpu))
     Path(html_path).write_text(render_html(records, title=title, simulated_gpu=simulated_gpu))
     return records

@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from secureml import contract
+from secureml.components.audit_report import SIMULATION_MARKER, describe_gpu
 from secureml.errors import InputError, SecuremlError
 
 AUDIT_SUBDIR = "audit"
@@ -189,7 +190,7 @@ def check_before_running(
             fix="add --dev-identity: a local Workload API with a throwaway CA issues each step "
             "the ID the profile's template gives it",
         )
-    gpu_steps = [f"{s.name} ({describe(s.gpu_request)})" for s in steps if s.gpu_request]
+    gpu_steps = [f"{s.name} ({describe_gpu(s.gpu_request)})" for s in steps if s.gpu_request]
     if gpu_steps and not simulate_gpu and not has_gpu:
         raise SecuremlError(
             f"step(s) {', '.join(gpu_steps)} need a GPU, and this machine has none",
@@ -204,12 +205,6 @@ def check_before_running(
             why="a local run exists to exercise the same runtime checks as the cluster",
             fix="compile the pipeline with `secureml compile` (it adds the launcher to every step)",
         )
-
-
-def describe(request: dict[str, Any] | None) -> str:
-    from secureml.components.audit_report import describe_gpu
-
-    return describe_gpu(request)
 
 
 def machine_has_gpu() -> bool:
@@ -426,6 +421,10 @@ def run_compiled(
         process_env: dict[str, str] = {}
         gpu_env = None
         if simulate_gpu and any(s.gpu_request for s in steps):
+            (layout.audit_dir / SIMULATION_MARKER).write_text(
+                "The GPU stages of this run ran against the fake CUDA driver and fake NVML "
+                "(secureml run --simulate-gpu), not a real GPU.\n"
+            )
             simulation = stack.enter_context(simulated_gpus(steps, layout.root / "fakegpu"))
             process_env.update(simulation.process_env)
             gpu_env = simulation.step_env

@@ -63,3 +63,13 @@ def whole_gpu(value: int = 1) -> int:
     checked = gpu_preflight_op(image=IMAGE, gpu=WholeGPU(1))().after(stepped)
     gpu_scrub_op(image=IMAGE, gpu=WholeGPU(1))(verify="full").after(checked)
     return stepped.output
+
+
+@secure_component(image="docker.io/library/python@sha256:" + "2" * 64)
+def from_elsewhere() -> None:
+    pass
+
+
+@dsl.pipeline(name="foreign-image")
+def foreign_image() -> None:
+    from_elsewhere()

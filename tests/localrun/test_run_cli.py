@@ -54,3 +54,14 @@ def test_a_failing_step_exits_1_with_the_table(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "fail-on-purpose  FAILED at run  3" in result.output
     assert "the pipeline failed" in result.output
+
+
+def test_a_pipeline_that_breaks_the_profile_never_runs(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["run", str(PIPELINES), "--pipeline", "foreign-image", "--profile", str(PROFILE), "--local",
+         "--dev-identity", "--output-dir", str(tmp_path / "out")],
+    )
+    assert result.exit_code == 1
+    assert "from-elsewhere" in result.output and "docker.io" in result.output
+    assert not (tmp_path / "out").exists()

@@ -91,7 +91,10 @@ def test_whole_gpu_step_runs_every_gpu_stage_on_the_fake(tmp_path: Path) -> None
     (scrub,) = [json.loads(p.read_text()) for p in outputs.rglob("gpu-scrub/report")]
     assert scrub["verify"] == "full" and scrub["coverage"] == 1.0
     assert scrub["zeroed_bytes"] == scrub["devices"][0]["total_bytes"]
-    from secureml.components.audit_report import render_text
+    from secureml.components.audit_report import render_text, write_reports
 
     assert "whole x1 (SIMULATED)" in render_text(result.records, simulated_gpu=True)
+    # a report made later from the run's audit folder still says the GPU was simulated
+    write_reports(layout.audit_dir, tmp_path / "r.md", tmp_path / "r.html", title="later")
+    assert "whole x1 (SIMULATED)" in (tmp_path / "r.md").read_text()
     assert os.environ.get("LD_LIBRARY_PATH") == library_path, "the run restores its environment"

@@ -21,16 +21,20 @@ import os
 import re
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from secureml import contract
 from secureml.components.audit_report import SIMULATION_MARKER, describe_gpu
 from secureml.errors import InputError, SecuremlError
+
+if TYPE_CHECKING:
+    from secureml.devidentity import DevWorkloadAPI, Workload
+    from secureml.profile import TenantProfile
 
 AUDIT_SUBDIR = "audit"
 IDENTITY_SUBDIR = "identity"
@@ -344,10 +348,10 @@ def simulated_gpus(steps: list[LocalStep], folder: Path) -> Iterator[GpuSimulati
                 leftover.unlink(missing_ok=True)
 
 
-def identity_by_step(profile: Any) -> Any:
+def identity_by_step(profile: TenantProfile) -> Callable[[Workload], str | None]:
     """The dev Workload API's registration: pipeline and step of the caller -> the profile's ID."""
 
-    def identity(workload: Any) -> str | None:
+    def identity(workload: Workload) -> str | None:
         pipeline = workload.env.get(contract.ENV_PIPELINE)
         step = workload.env.get(contract.ENV_STEP)
         if not pipeline or not step:
@@ -358,7 +362,7 @@ def identity_by_step(profile: Any) -> Any:
 
 
 @contextlib.contextmanager
-def dev_workload_api(profile: Any, enabled: bool) -> Iterator[Any]:
+def dev_workload_api(profile: TenantProfile, enabled: bool) -> Iterator[DevWorkloadAPI | None]:
     """A `DevWorkloadAPI` on a short socket path (unix paths are limited), or None."""
     if not enabled:
         yield None
@@ -392,7 +396,7 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
 
 def run_compiled(
     compiled: LocalPipeline,
-    profile: Any,
+    profile: TenantProfile,
     layout: RunLayout,
     *,
     arguments: Mapping[str, Any] | None = None,
@@ -460,7 +464,7 @@ def run_compiled(
 
 def run_pipeline(
     pipeline: Any,
-    profile: Any,
+    profile: TenantProfile,
     layout: RunLayout,
     *,
     arguments: Mapping[str, Any] | None = None,

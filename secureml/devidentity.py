@@ -227,7 +227,7 @@ class DevWorkloadAPI:
     def stop(self) -> None:
         self._stopping.set()
         if self._listener is not None:
-            self._listener.close()
+            _close_quietly(self._listener)  # shutdown() also wakes the thread blocked in accept()
             self._listener = None
         with self._lock:
             for sock in list(self._open_sockets):

@@ -267,8 +267,9 @@ def _secure_task(name: str, task: PipelineTask, ctx: _Context, step_prefix: str)
     if found:
         ctx.violations.extend(found)
         return
-    ctx.images.append((name, view.image))
-    ctx.steps.append(_apply(task, view, step, ctx))
+    report = _apply(task, view, step, ctx)
+    ctx.images.append((name, report.image))
+    ctx.steps.append(report)
 
 
 def _view(name: str, task: PipelineTask) -> TaskView:
@@ -312,8 +313,13 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
     settings = view.settings
     request = settings.gpu if settings else None
     placed = gpu.placement(request, profile)
+    # The fully qualified reference (docker.io/library/python:3.11 for python:3.11): what the
+    # compile rules judged is then literally what the admission policy and the runtime see.
+    ref = ImageRef.parse(view.image)
+    image = str(ref)
+    task.set_container_image(image)
     report = StepReport(task=view.name, step=step, kind="secure" if settings else "plain",
-                        image=view.image, isolation=placed.isolation)
+                        image=image, isolation=placed.isolation)
 
     if placed.accelerator_type:
         task.set_accelerator_type(placed.accelerator_type)
@@ -341,7 +347,6 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
     for key, value in labels.items():
         kubernetes.add_pod_label(task, key, value)
 
-    ref = ImageRef.parse(view.image)
     spiffe_id = profile.spiffe_id(ctx.pipeline, step)
     annotations = {contract.ANNOTATION_SPIFFE_ID: spiffe_id}
     if ref.digest:
@@ -375,7 +380,7 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
         contract.ENV_PIPELINE: ctx.pipeline,
         contract.ENV_STEP: step,
         contract.ENV_ISOLATION: placed.isolation,
-        contract.ENV_IMAGE: view.image,
+        contract.ENV_IMAGE: image,
         contract.ENV_IDENTITY_REQUIRED: _flag(identity.required),
         contract.ENV_EXPECTED_SPIFFE_ID: spiffe_id,
         contract.ENV_SCRUB_BEFORE: _flag(has_gpu and spec.scrub.before),

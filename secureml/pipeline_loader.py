@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from secureml.errors import InputError
 
 if TYPE_CHECKING:
+    from kfp.dsl.base_component import BaseComponent
     from kfp.dsl.graph_component import GraphComponent
 
 
@@ -18,9 +20,36 @@ def load_pipeline(path: str | Path, name: str | None = None) -> GraphComponent:
     """The `@dsl.pipeline` object in the Python file `path`.
 
     With one pipeline in the file, that one; with several, the one whose Python name or pipeline
-    name is `name`. The file's folder is put first on `sys.path` while it is imported, so sibling
-    modules import as they do when the file is run.
+    name is `name`. Pipelines that only serve as nested pipelines of another are not counted.
     """
+    file = Path(path)
+    found = pipelines_in(file)
+    if name is not None:
+        for attr, value in found.items():
+            if name in (attr, value.name):
+                return value
+        raise InputError(
+            f"{file} has no pipeline named {name!r}",
+            fix="use one of: " + ", ".join(sorted(found)),
+            where=str(file),
+        )
+    candidates = top_level(found)
+    if len(candidates) > 1:
+        raise InputError(
+            f"{file} defines {len(candidates)} pipelines",
+            fix="choose one with --pipeline NAME: " + ", ".join(sorted(candidates)),
+            where=str(file),
+        )
+    return next(iter(candidates.values()))
+
+
+def pipelines_in(path: str | Path) -> dict[str, GraphComponent]:
+    """Every `@dsl.pipeline` object the Python file `path` defines or imports, by Python name.
+
+    The file's folder is put first on `sys.path` while it is imported, so sibling modules import as
+    they do when the file is run. Raise `InputError` when the import fails or finds no pipeline.
+    """
+    from kfp.dsl.base_component import BaseComponent
     from kfp.dsl.graph_component import GraphComponent
 
     file = Path(path)
@@ -49,29 +78,48 @@ def load_pipeline(path: str | Path, name: str | None = None) -> GraphComponent:
         sys.path.remove(folder)
 
     found = {attr: value for attr, value in vars(module).items() if isinstance(value, GraphComponent)}
+    problems: list[str] = []
+    if not found:  # a component file: each component becomes a one-step pipeline, as kfp compiles it
+        for attr, value in vars(module).items():
+            if isinstance(value, BaseComponent):
+                try:
+                    found[attr] = as_pipeline(value)
+                except (TypeError, ValueError) as err:
+                    problems.append(f"{attr}: {err}")
+    if problems and not found:
+        raise InputError(f"{file} has components but none can run as a pipeline on its own",
+                         why="; ".join(problems), fix="compile a pipeline that uses them", where=str(file))
     if not found:
-        raise InputError(f"{file} defines no pipeline", fix="decorate the pipeline function with @dsl.pipeline",
-                         where=str(file))
-    if name is not None:
-        for attr, value in found.items():
-            if name in (attr, value.name):
-                return value
-        raise InputError(
-            f"{file} has no pipeline named {name!r}",
-            fix="use one of: " + ", ".join(sorted(found)),
-            where=str(file),
-        )
-    # Pipelines used inside another one (nested) are not candidates on their own.
+        raise InputError(f"{file} defines no pipeline or component",
+                         fix="decorate the pipeline function with @dsl.pipeline", where=str(file))
+    return found
+
+
+def as_pipeline(component: BaseComponent) -> GraphComponent:
+    """A one-task pipeline around a lone component (its inputs become the pipeline's inputs)."""
+    from kfp.dsl import structures
+    from kfp.dsl.graph_component import GraphComponent
+
+    names = list(component.component_spec.inputs or {})
+
+    def single(*args: Any) -> None:
+        component(**dict(zip(names, args)))
+
+    single.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names]
+    )
+    spec = structures.ComponentSpec(name=component.component_spec.name,
+                                    description=component.component_spec.description,
+                                    inputs=component.component_spec.inputs,
+                                    implementation=structures.Implementation())
+    return GraphComponent(spec, single)
+
+
+def top_level(found: dict[str, GraphComponent]) -> dict[str, GraphComponent]:
+    """The pipelines of `found` that no other one of them uses as a nested pipeline."""
     nested = {id(inner.component_spec) for value in found.values() for inner in _inner(value)}
     top = {attr: value for attr, value in found.items() if id(value.component_spec) not in nested}
-    candidates = top or found
-    if len(candidates) > 1:
-        raise InputError(
-            f"{file} defines {len(candidates)} pipelines",
-            fix="choose one with --pipeline NAME: " + ", ".join(sorted(candidates)),
-            where=str(file),
-        )
-    return next(iter(candidates.values()))
+    return top or found
 
 
 def _inner(pipeline: GraphComponent) -> list[GraphComponent]:

@@ -232,3 +232,23 @@ def test_loaded_component_can_be_made_secure(tmp_path) -> None:  # noqa: ANN001
     container, _ = executor(compile_pipeline(loaded, make_profile()).yaml_text, "kfp-step")
     assert container["resources"]["accelerator"]["resourceType"] == "nvidia.com/mig-1g.10gb"
     assert container["image"] == f"ghcr.io/acme/ml-images/train@{DIGEST}"
+
+
+def test_component_file_compiles_as_a_one_step_pipeline_with_the_image_spelled_out(tmp_path) -> None:  # noqa: ANN001
+    from secureml.profile import load_profile
+
+    file = tmp_path / "comp.py"
+    file.write_text(
+        "from kfp import dsl\n\n"
+        "@dsl.component(base_image='python:3.11')\n"
+        "def add(a: int, b: int) -> int:\n"
+        "    return a + b\n"
+    )
+    permissive = load_profile(ROOT / "examples" / "profiles" / "permissive.yaml")
+    result = compile_pipeline(load_pipeline(file), permissive)
+    container, k8s = executor(result.yaml_text, "add")
+    assert container["image"] == "docker.io/library/python:3.11"
+    assert env_of(container)["SECUREML_IMAGE"] == "docker.io/library/python:3.11"
+    assert container["command"][:4] == LAUNCHER
+    assert docs(result.yaml_text)[0]["root"]["inputDefinitions"]["parameters"].keys() == {"a", "b"}
+    assert "secureml.dev/image-digest" not in k8s["podMetadata"]["annotations"]

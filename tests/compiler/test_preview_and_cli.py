@@ -106,7 +106,7 @@ def test_cli_requires_signatures_when_the_profile_does(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("source", "args", "message"),
     [
-        ("from kfp import dsl\n", [], "defines no pipeline"),
+        ("from kfp import dsl\n", [], "defines no pipeline or component"),
         ("raise RuntimeError('boom')\n", [], "RuntimeError: boom"),
         (None, ["--pipeline", "nope"], "no pipeline named 'nope'"),
     ],

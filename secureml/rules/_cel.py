@@ -50,9 +50,23 @@ def is_true(root: str, *fields: str) -> str:
 def every_container(predicate: str, var: str = "c") -> str:
     """`predicate` (over `var`) holds for every container, init container and ephemeral container."""
     parts = [
-        f"(!has({SPEC}.{lst}) || {SPEC}.{lst}.all({var}, {predicate}))" for lst in CONTAINER_LISTS
+        # `containers` is required in every pod (the API server rejects a pod without it).
+        f"{SPEC}.{lst}.all({var}, {predicate})"
+        if lst == "containers"
+        else f"(!has({SPEC}.{lst}) || {SPEC}.{lst}.all({var}, {predicate}))"
+        for lst in CONTAINER_LISTS
     ]
     return "(" + " && ".join(parts) + ")"
+
+
+def inherited_setting(pod_sets: str, if_pod_sets: str, otherwise: str) -> tuple[str, str]:
+    """Expression and message for a container setting that a pod-level setting may provide.
+
+    `pod_sets` is read once, outside the container loops (each read of `object` costs the engine a
+    copy of the pod); containers must satisfy `if_pod_sets` when it holds, `otherwise` if not.
+    """
+    expression = f"(({pod_sets}) ? {every_container(if_pod_sets)} : {every_container(otherwise)})"
+    return expression, f"(({pod_sets}) ? (%s) : (%s))"
 
 
 def offending_containers(predicate: str, var: str = "c") -> str:

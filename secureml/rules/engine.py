@@ -4,17 +4,27 @@ Each expression is compiled once per process and cached. The pod is given to CEL
 server gives it to a ValidatingAdmissionPolicy: as `object`, with fields that are null left out
 (the API server drops them when it decodes the pod). A rule that cannot be evaluated, or whose
 expression is not a boolean, denies the pod, as a policy with `failurePolicy: Fail` does.
+
+Speed: the engine copies the value of `object` on every access, so its cost grows with the size
+of the pod (KFP inlines a lightweight component's whole source in `args`). `evaluate` therefore
+hands CEL a projection: at the pod, metadata, spec, container and volume levels it keeps only the
+fields that some rule of the list names in its text. A rule cannot read a field its text does not
+name, so no verdict or message changes; deeper levels (maps of labels, limits, ...) are kept whole.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import cel
 
 from secureml.rules.model import Rule, Violation
+
+_FIELD_NAME = re.compile(r"\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
 @functools.cache
@@ -32,9 +42,41 @@ def admission_view(obj: Any) -> Any:
     return obj
 
 
+@functools.cache
+def fields_named(rules: tuple[Rule, ...]) -> frozenset[str]:
+    """Every field name the rules' expressions and message expressions select."""
+    names: set[str] = set()
+    for rule in rules:
+        names.update(_FIELD_NAME.findall(rule.expression))
+        names.update(_FIELD_NAME.findall(rule.message_expression))
+    return frozenset(names)
+
+
+def projection(pod: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]:
+    """`admission_view(pod)` keeping, at the structured levels, only the named `fields`."""
+
+    def keep(node: Any) -> dict[str, Any]:
+        if not isinstance(node, Mapping):
+            return node
+        return {k: admission_view(v) for k, v in node.items() if k in fields and v is not None}
+
+    view = keep(pod)
+    for level in ("metadata", "spec"):
+        if level in view:
+            view[level] = keep(pod[level])
+    spec = view.get("spec")
+    if isinstance(spec, dict):
+        for list_name in (*_CONTAINER_LISTS, "volumes"):
+            entries = spec.get(list_name)
+            if isinstance(entries, list):
+                spec[list_name] = [keep(entry) for entry in pod["spec"][list_name] if entry is not None]
+    return view
+
+
 def evaluate(obj: Mapping[str, Any], rules: Iterable[Rule]) -> list[Violation]:
     """The violations of `rules` by the pod `obj`; an empty list means the pod is allowed."""
-    context = cel.Context({"object": admission_view(obj)})
+    rules = tuple(rules)
+    context = cel.Context({"object": projection(obj, fields_named(rules))})
     violations: list[Violation] = []
     for rule in rules:
         try:
@@ -59,3 +101,6 @@ def _message(rule: Rule, context: cel.Context) -> str:
     except Exception:
         return rule.message
     return text if isinstance(text, str) and text else rule.message
+
+
+__all__: Sequence[str] = ("admission_view", "compiled", "evaluate", "fields_named", "projection")

@@ -13,6 +13,7 @@ from secureml.rules._cel import (
     SPEC,
     container_rule_message,
     every_container,
+    inherited_setting,
     field,
     has_path,
     is_true,
@@ -238,19 +239,36 @@ def _seccomp_baseline() -> Rule:
     )
 
 
+def _inheriting_rule(
+    rule_id: str, message: str, *, pod_sets: str, pod_ok: str, if_pod_sets: str, otherwise: str,
+    exempt: str, pod_message: str,
+) -> Rule:  # fmt: skip
+    """A restricted rule whose container setting may come from the pod (seccomp, runAsNonRoot)."""
+    containers, message_shape = inherited_setting(pod_sets, if_pod_sets, otherwise)
+    message_expression = message_shape % (
+        container_rule_message(if_pod_sets, message, pod_message),
+        container_rule_message(otherwise, message, pod_message),
+    )
+    return Rule(
+        id=rule_id,
+        message=message,
+        expression=f"{exempt} || ({pod_ok} && {containers})",
+        message_expression=message_expression,
+        applies_to=_levels(_RESTRICTED),
+    )
+
+
 def _seccomp_restricted() -> Rule:
     pod_set = has_path(SPEC, "securityContext", "seccompProfile")
-    pod_ok = f"(!({pod_set}) || {_seccomp_valid(_POD_SC)})"
-    container_ok = (
-        f"({has_path('c', 'securityContext', 'seccompProfile')} ? {_seccomp_valid(_C_SC)} : ({pod_set}))"
-    )
-    return _container_rule(
+    container_set = has_path("c", "securityContext", "seccompProfile")
+    return _inheriting_rule(
         "pss.seccompProfile_restricted",
         "must set securityContext.seccompProfile.type to RuntimeDefault or Localhost "
         "(or inherit it from the pod)",
-        container_ok,
-        _RESTRICTED,
-        pod_part=pod_ok,
+        pod_sets=f"{pod_set} && {_seccomp_valid(_POD_SC)}",
+        pod_ok=f"(!{pod_set} || {_seccomp_valid(_POD_SC)})",
+        if_pod_sets=f"(!{container_set} || {_seccomp_valid(_C_SC)})",
+        otherwise=f"({container_set} && {_seccomp_valid(_C_SC)})",
         exempt=_WINDOWS,
         pod_message="pod must not set securityContext.seccompProfile.type to Unconfined",
     )
@@ -317,17 +335,14 @@ def _allow_privilege_escalation() -> Rule:
 
 def _run_as_non_root() -> Rule:
     pod_set = has_path(SPEC, "securityContext", "runAsNonRoot")
-    pod_true = f"({pod_set} && {_POD_SC}.runAsNonRoot == true)"
-    pod_not_false = f"!({pod_set} && {_POD_SC}.runAsNonRoot == false)"
-    container_ok = (
-        f"({has_path('c', 'securityContext', 'runAsNonRoot')} ? {_C_SC}.runAsNonRoot == true : {pod_true})"
-    )
-    return _container_rule(
+    container_set = has_path("c", "securityContext", "runAsNonRoot")
+    return _inheriting_rule(
         "pss.runAsNonRoot",
         "must set securityContext.runAsNonRoot=true (on the pod or the container)",
-        container_ok,
-        _RESTRICTED,
-        pod_part=pod_not_false,
+        pod_sets=f"{pod_set} && {_POD_SC}.runAsNonRoot == true",
+        pod_ok=f"!({pod_set} && {_POD_SC}.runAsNonRoot == false)",
+        if_pod_sets=f"(!{container_set} || {_C_SC}.runAsNonRoot == true)",
+        otherwise=f"({container_set} && {_C_SC}.runAsNonRoot == true)",
         exempt=_USER_NAMESPACE,
         pod_message="pod must not set securityContext.runAsNonRoot=false",
     )

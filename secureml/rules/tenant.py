@@ -16,6 +16,7 @@ from secureml.rules._cel import (
     container_rule_message,
     every_container,
     has_path,
+    inherited_setting,
     int_range_regex,
     quote,
     string_list,
@@ -350,21 +351,24 @@ class _Catalogue:
                 )
             )
         pod_sc = f"{SPEC}.securityContext"
-        pod_non_root = f"({has_path(SPEC, 'securityContext', 'runAsNonRoot')} && {pod_sc}.runAsNonRoot == true)"
+        pod_non_root = f"{has_path(SPEC, 'securityContext', 'runAsNonRoot')} && {pod_sc}.runAsNonRoot == true"
         pod_root_uid = f"({has_path(SPEC, 'securityContext', 'runAsUser')} && {pod_sc}.runAsUser == 0)"
-        non_root = (
-            f"({has_path('c', 'securityContext', 'runAsNonRoot')} ? c.securityContext.runAsNonRoot == true : {pod_non_root}) && "
-            f"!({has_path('c', 'securityContext', 'runAsUser')} && c.securityContext.runAsUser == 0)"
-        )
+        not_uid_0 = f"!({has_path('c', 'securityContext', 'runAsUser')} && c.securityContext.runAsUser == 0)"
+        container_set = has_path("c", "securityContext", "runAsNonRoot")
+        if_pod_sets = f"((!{container_set} || c.securityContext.runAsNonRoot == true) && {not_uid_0})"
+        otherwise = f"({container_set} && c.securityContext.runAsNonRoot == true && {not_uid_0})"
+        containers, message_shape = inherited_setting(pod_non_root, if_pod_sets, otherwise)
+        tail = "must run as non-root (runAsNonRoot=true, runAsUser not 0)"
+        pod_message = "pod must not set securityContext.runAsUser=0"
         rules.append(
             self.rule(
                 "secureml.runAsNonRoot",
                 "must run as non-root (runAsNonRoot=true, runAsUser not 0), user namespace or not",
-                f"!{pod_root_uid} && {every_container(non_root)}",
-                container_rule_message(
-                    non_root,
-                    "must run as non-root (runAsNonRoot=true, runAsUser not 0)",
-                    "pod must not set securityContext.runAsUser=0",
+                f"!{pod_root_uid} && {containers}",
+                message_shape
+                % (
+                    container_rule_message(if_pod_sets, tail, pod_message),
+                    container_rule_message(otherwise, tail, pod_message),
                 ),
             )
         )

@@ -4,6 +4,8 @@
 #define SECUREML_NVML_API_H
 
 #ifdef SECUREML_REAL_NVML_H
+/* The fake also exports the unversioned names, which nvml.h would otherwise map to _v2. */
+#define NVML_NO_UNVERSIONED_FUNC_DEFS 1
 #include <nvml.h>
 #else
 

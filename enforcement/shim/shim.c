@@ -135,8 +135,19 @@ REAL(nvmlReturn_t, nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t, nvmlMemory_v2_t *)
 typedef void *(*dlsym_fn)(void *, const char *);
 static dlsym_fn g_real_dlsym;
 
+/* dlsym runs very early (sanitizer runtimes and the loader call it before anything is set up):
+ * the path through it is kept free of instrumentation and of intercepted libc calls. */
+#if defined(__has_attribute)
+#if __has_attribute(no_sanitize)
+#define EARLY __attribute__((no_sanitize("address", "undefined")))
+#endif
+#endif
+#ifndef EARLY
+#define EARLY
+#endif
+
 /* libc's own dlsym, found with dlvsym so that our dlsym is never involved. */
-static dlsym_fn real_dlsym(void) {
+static EARLY dlsym_fn real_dlsym(void) {
     dlsym_fn f = __atomic_load_n(&g_real_dlsym, __ATOMIC_ACQUIRE);
     if (f) return f;
     static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
@@ -422,8 +433,9 @@ static void format_uuid(const unsigned char *u, char *out, size_t n, const char 
              u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
-/* Writes the step's counters (all processes) to the counters file: temp file, then rename. */
-static void write_counters(void) {
+/* Writes the step's counters (all processes) to the counters file: temp file, then rename. Called
+ * with the region lock held (when there is a region), so the last write reflects the last change. */
+static void write_counters_locked(void) {
     if (!S.counters_path[0]) return;
     char buf[8192];
     size_t n = 0;
@@ -436,7 +448,6 @@ static void write_counters(void) {
     int devices = 0;
     if (S.region) {
         struct region *r = S.region;
-        region_lock();
         scrub_failures = r->scrub_failures;
         for (int d = 0; d < REGION_DEVICES; d++) {
             struct region_device *dv = &r->dev[d];
@@ -451,7 +462,6 @@ static void write_counters(void) {
             if (dv->peak > peak) peak = dv->peak;
             devices++;
         }
-        region_unlock();
     }
     OUT("devices=%d\nrefused=%llu\npeak=%llu\nthrottled=%llu\nscrub_failures=%llu\n", devices, (unsigned long long)refused,
         (unsigned long long)peak, (unsigned long long)throttled, (unsigned long long)scrub_failures);
@@ -464,6 +474,13 @@ static void write_counters(void) {
     ssize_t w = write(fd, buf, n);
     close(fd);
     if (w != (ssize_t)n || rename(tmp, S.counters_path)) unlink(tmp);
+}
+
+static void write_counters(void) {
+    if (!S.counters_path[0]) return;
+    if (S.region) region_lock();
+    write_counters_locked();
+    if (S.region) region_unlock();
 }
 
 /* Rewrites the counters file when `every_ns` has passed since this process last did. */
@@ -490,8 +507,8 @@ __attribute__((destructor)) static void shim_fini(void) {
         pr->pid = 0;
         S.me = -1;
     }
+    write_counters_locked();
     region_unlock();
-    write_counters();
 }
 
 /* ------------------------------------------------------------------ devices ------------------ */
@@ -1180,10 +1197,15 @@ static const struct hook {
 };
 #define NHOOKS (sizeof HOOKS / sizeof HOOKS[0])
 
-static void *hook_by_name(const char *symbol) {
-    if (!symbol || symbol[0] == 'd' || (symbol[0] != 'c' && symbol[0] != 'n')) return NULL;
+static EARLY int same_name(const char *a, const char *b) {
+    while (*a && *a == *b) a++, b++;
+    return *a == *b;
+}
+
+static EARLY void *hook_by_name(const char *symbol) {
+    if (!symbol || (symbol[0] != 'c' && symbol[0] != 'n')) return NULL;
     for (size_t i = 0; i < NHOOKS; i++)
-        if (!strcmp(HOOKS[i].name, symbol)) return HOOKS[i].hook;
+        if (same_name(HOOKS[i].name, symbol)) return HOOKS[i].hook;
     return NULL;
 }
 
@@ -1235,19 +1257,9 @@ EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int 
 #define TAIL_CALL_FN
 #endif
 
-EXPORT TAIL_CALL_FN void *dlsym(void *handle, const char *symbol) {
+EXPORT EARLY TAIL_CALL_FN void *dlsym(void *handle, const char *symbol) {
     void *hook = hook_by_name(symbol);
     if (hook) return hook;
     dlsym_fn next = real_dlsym();
     TAIL_CALL return next(handle, symbol);
-}
-
-/* ------------------------------------------------------------------ test support ------------- */
-
-/* Runs the limits parser over `len` bytes (used by the parser's fuzz test through ctypes). */
-EXPORT int secureml_shim_parse_limits(const char *text, size_t len, uint64_t *memory, uint32_t *compute, uint32_t *scrub) {
-    struct shim_limits l;
-    if (shim_parse_limits(text, len, &l, NULL, 0)) return -1;
-    *memory = l.memory, *compute = l.compute, *scrub = l.scrub_on_free;
-    return 0;
 }

@@ -34,6 +34,8 @@ TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+# libyaml's loader when PyYAML has it (same documents as SafeLoader, several times faster).
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _FIX = "give a Pod or a workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob)"
 
 
@@ -67,7 +69,7 @@ def read_pods(paths: Iterable[str], stdin: TextIO | None = None) -> list[PodObje
 def pods_in_text(text: str, *, source: str) -> Iterator[PodObject]:
     """The pods of every document of the YAML `text` (documents that are empty are skipped)."""
     try:
-        documents = list(yaml.safe_load_all(text))
+        documents = list(yaml.load_all(text, Loader=YAML_LOADER))
     except yaml.YAMLError as err:
         raise InputError(f"{source}: not valid YAML", why=str(err), fix="fix the YAML syntax") from None
     for index, document in enumerate(documents):

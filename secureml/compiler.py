@@ -7,9 +7,12 @@ spec. For each container task the wrapper
 1. reads what the task will do (image, command, environment, accelerator, kfp.kubernetes settings)
    and checks it against the profile (`secureml.compile_rules`), collecting every violation;
 2. when nothing is wrong, writes the tenant's controls into the task with kfp's own API:
-   `set_accelerator_type/limit`, `set_env_variable`, and `kfp.kubernetes` (node selector and
-   affinity, tolerations, pod labels and annotations, security context, emptyDir scratch
-   mounts, timeout); and puts the launcher prefix before the task's command.
+   `kfp.kubernetes` for the pod (node selector and affinity, tolerations, pod labels and
+   annotations, security context, emptyDir scratch mounts, timeout); the accelerator, the
+   environment, the fully spelled image and the launcher prefix go into the task's own
+   `container_spec`, exactly what `set_accelerator_type/limit`, `set_env_variable` and
+   `set_container_image` write, without the `inspect.stack()` each of those setters pays per
+   call (it was the largest cost of compiling long pipelines).
 
 kfp then builds and writes the YAML as usual; no IR is written by hand. Nested pipelines are
 re-traced the same way (found through the names their parent's function uses). After the build,
@@ -88,6 +91,7 @@ class CompiledPipeline:
     profile: str
     steps: list[StepReport]
     admission_checked: bool = False
+    component: GraphComponent | None = None  # the secured pipeline, e.g. to submit with kfp.Client
 
     def report(self) -> dict[str, Any]:
         return {
@@ -148,22 +152,53 @@ def compile_pipeline(
         _apply_signatures(ctx, image_verifier(ctx.images))
     if ctx.violations or secured is None:
         raise CompileError(pipeline.name, ctx.violations)
-    yaml_text = _write_yaml(secured)
+    documents = _documents(secured)
+    yaml_text = _write_yaml(secured, documents)
     admission_checked = False
     if check_admission:
-        admission_checked = _check_admission(yaml_text, profile, ctx)
+        admission_checked = _check_admission(documents, profile, ctx)
         if ctx.violations:
             raise CompileError(pipeline.name, ctx.violations)
-    return CompiledPipeline(pipeline.name, yaml_text, profile.metadata.name, ctx.steps, admission_checked)
+    return CompiledPipeline(pipeline.name, yaml_text, profile.metadata.name, ctx.steps, admission_checked, secured)
 
 
-def _write_yaml(component: GraphComponent) -> str:
-    from kfp import compiler
+def _documents(component: GraphComponent) -> list[dict[str, Any]]:
+    """The pipelineSpec and (when there is one) platformSpec documents kfp writes."""
+    from google.protobuf import json_format
 
-    with tempfile.TemporaryDirectory(prefix="secureml-compile-") as tmp:
-        path = Path(tmp) / "pipeline.yaml"
-        compiler.Compiler().compile(component, str(path))
-        return path.read_text(encoding="utf-8")
+    documents = [json_format.MessageToDict(component.pipeline_spec)]
+    if component.platform_spec.platforms:
+        documents.append(json_format.MessageToDict(component.platform_spec))
+    return documents
+
+
+def _write_yaml(component: GraphComponent, documents: list[dict[str, Any]]) -> str:
+    """The pipeline YAML, as `kfp.compiler.Compiler().compile` writes it: kfp's comment header and
+    the pipelineSpec and platformSpec documents (`MessageToDict` of kfp's protos, keys sorted).
+
+    The documents are emitted with libyaml when PyYAML has it (same data, a few long strings
+    folded differently, about ten times faster than the pure-Python emitter kfp uses); a pipeline
+    whose importer downloads to a workspace goes through kfp's own writer, which validates that.
+    """
+    import yaml
+    from kfp.compiler import pipeline_spec_builder as builder
+
+    pipeline_dict = documents[0]
+    dumper = getattr(yaml, "CSafeDumper", None)
+    if dumper is None or _downloads_to_workspace(pipeline_dict):
+        from kfp import compiler
+
+        with tempfile.TemporaryDirectory(prefix="secureml-compile-") as tmp:
+            path = Path(tmp) / "pipeline.yaml"
+            compiler.Compiler().compile(component, str(path))
+            return path.read_text(encoding="utf-8")
+    header = builder.extract_comments_from_pipeline_spec(pipeline_dict, component.description)
+    return header + yaml.dump_all(documents, sort_keys=True, Dumper=dumper)
+
+
+def _downloads_to_workspace(pipeline_dict: dict[str, Any]) -> bool:
+    executors = pipeline_dict.get("deploymentSpec", {}).get("executors", {})
+    return any(spec.get("importer", {}).get("downloadToWorkspace") for spec in executors.values())
 
 
 # --- re-tracing ---------------------------------------------------------------------------------
@@ -317,13 +352,15 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
     # compile rules judged is then literally what the admission policy and the runtime see.
     ref = ImageRef.parse(view.image)
     image = str(ref)
-    task.set_container_image(image)
+    task.container_spec.image = image  # set_container_image without its inspect.stack() cost
     report = StepReport(task=view.name, step=step, kind="secure" if settings else "plain",
                         image=image, isolation=placed.isolation)
 
-    if placed.accelerator_type:
-        task.set_accelerator_type(placed.accelerator_type)
-        task.set_accelerator_limit(placed.accelerator_count)
+    if placed.accelerator_type:  # what set_accelerator_type/limit write (see the module docstring)
+        resources = task.container_spec.resources or structures.ResourceSpec()
+        resources.accelerator_type = placed.accelerator_type
+        resources.accelerator_count = str(placed.accelerator_count)
+        task.container_spec.resources = resources
         report.resources = f"{placed.accelerator_type} x{placed.accelerator_count}"
     for key, value in placed.node_selector.items():
         kubernetes.add_node_selector(task, key, value)
@@ -394,12 +431,11 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
         env[contract.ENV_SHIM_LIMITS_FILE] = contract.SHIM_LIMITS_PATH
     if identity.required:
         env[contract.SPIFFE_SOCKET_ENV] = f"unix://{identity.socket_path}"
-    for key, value in env.items():
-        task.set_env_variable(key, value)
+    # What task.set_env_variable does, in one step: kfp's setters call inspect.stack() each time,
+    # which made this loop the largest cost of compiling a long pipeline.
+    task.container_spec.env = {**(task.container_spec.env or {}), **env}
 
     task.container_spec.command = [*contract.LAUNCHER_PREFIX, *view.command]
-    if task.container_spec.resources is None:
-        task.container_spec.resources = structures.ResourceSpec()
 
     report.spiffe_id = spiffe_id if identity.required else None
     report.controls = _controls(profile, has_gpu, shim_on, scratch)
@@ -443,18 +479,16 @@ def _apply_signatures(ctx: _Context, results: Sequence[Any]) -> None:
                                             result.fix or "sign the image"))
 
 
-def _check_admission(yaml_text: str, profile: TenantProfile, ctx: _Context) -> bool:
+def _check_admission(documents: list[dict[str, Any]], profile: TenantProfile, ctx: _Context) -> bool:
     """Evaluate the tenant's admission rules on every previewed pod; False when the rule engine
-    or the bundle's mutations are not available in this installation."""
-    import yaml
-
+    is not available in this installation."""
     from secureml.preview import preview_pods
 
     try:
-        from secureml.rules import evaluate, rules_for_profile  # type: ignore[attr-defined]
+        from secureml.rules import evaluate, rules_for_profile
     except ImportError:
         return False
-    pods = preview_pods(list(yaml.safe_load_all(yaml_text)), profile)
+    pods = preview_pods(documents, profile)  # the documents as written, without a YAML round trip
     rules = rules_for_profile(profile)
     for task, pod in pods.items():
         for violation in evaluate(pod, rules):

@@ -115,7 +115,16 @@ def secure_component(
                 kwargs["base_image"] = image
             try:
                 component = dsl.component(target, **kwargs)
-            except TypeError as err:
+            except (TypeError, ValueError) as err:
+                if any(isinstance(a, str) for a in getattr(target, "__annotations__", {}).values()):
+                    raise SecuremlError(
+                        "the component's type annotations are strings",
+                        why="kfp reads the parameter types when the component is made; "
+                        "`from __future__ import annotations` turns them into strings",
+                        fix="remove `from __future__ import annotations` from the file that defines "
+                        "the component",
+                        where=where,
+                    ) from None
                 raise SecuremlError(str(err), fix="check the keywords against kfp.dsl.component",
                                     where=where) from None
         else:

@@ -252,3 +252,16 @@ def test_component_file_compiles_as_a_one_step_pipeline_with_the_image_spelled_o
     assert container["command"][:4] == LAUNCHER
     assert docs(result.yaml_text)[0]["root"]["inputDefinitions"]["parameters"].keys() == {"a", "b"}
     assert "secureml.dev/image-digest" not in k8s["podMetadata"]["annotations"]
+
+
+def test_yaml_writer_matches_kfps_own_writer(tmp_path) -> None:  # noqa: ANN001
+    import yaml
+    from kfp import compiler
+
+    result = compile_pipeline(load_pipeline(REFERENCE), make_profile())
+    path = tmp_path / "kfp.yaml"
+    compiler.Compiler().compile(result.component, str(path))
+    kfp_text = path.read_text()
+    assert list(yaml.safe_load_all(kfp_text)) == list(yaml.safe_load_all(result.yaml_text))
+    comments = [line for line in kfp_text.splitlines() if line.startswith("#")]
+    assert comments == [line for line in result.yaml_text.splitlines() if line.startswith("#")]

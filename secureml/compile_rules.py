@@ -198,8 +198,8 @@ def _check_gpu(request: gpu.GPURequest, profile: TenantProfile, add) -> None:  #
                 f"ask for {_stronger_requests(profile)} instead")
             return
         if request.memory_bytes > time_slice.max_memory:
-            add("gpu.timeslice-memory", f"memory {request.memory_bytes} bytes exceeds the limit "
-                f"{time_slice.max_memory} bytes", f"ask for at most memory={time_slice.max_memory}")
+            add("gpu.timeslice-memory", f"memory {_size(request.memory_bytes)} exceeds the limit "
+                f"{_size(time_slice.max_memory)}", f"ask for at most memory={_size(time_slice.max_memory)!r}")
         if request.compute > time_slice.max_compute:
             add("gpu.timeslice-compute", f"compute {request.compute}% exceeds the limit "
                 f"{time_slice.max_compute}%", f"ask for at most compute={time_slice.max_compute}")
@@ -220,6 +220,14 @@ def _check_gpu(request: gpu.GPURequest, profile: TenantProfile, add) -> None:  #
                     f"models ({', '.join(settings.models)})",
                     f"use one of {', '.join(products)} or leave product out")
     _check_quota(request, profile, add)
+
+
+def _size(amount: int) -> str:
+    """Bytes as a Kubernetes quantity when a binary unit divides them exactly (16Gi), else bytes."""
+    for unit, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if amount % factor == 0:
+            return f"{amount // factor}{unit}"
+    return str(amount)
 
 
 def _check_mig(request: gpu.MIG, profile: TenantProfile, add) -> None:  # noqa: ANN001

@@ -154,3 +154,27 @@ def test_reference_pipeline_runs_under_kfp_local(tmp_path: Path) -> None:
     assert result.output < 0.01  # the fitted line is close to y = 3x + 2
     outputs = list(tmp_path.rglob("model"))
     assert outputs and yaml.safe_load(outputs[0].read_text())["w"] == pytest.approx(3.0, abs=0.1)
+
+
+def test_the_walkthroughs_rule_breaker_reports_what_the_walkthrough_shows(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    result = runner.invoke(app, ["compile", str(ROOT / "examples" / "rule_breaker.py"), "--profile", str(DEV_PROFILE),
+                                 "--report", str(report)])
+    assert result.exit_code == 1
+    found = [(v["task"], v["rule"]) for v in json.loads(report.read_text())["violations"]]
+    assert found == [
+        ("train", "env.forbidden"), ("train", "gpu.mig-profile-not-allowed"),
+        ("evaluate", "image.digest"), ("evaluate", "gpu.timeslice-memory"), ("evaluate", "gpu.timeslice-compute"),
+        ("report", "image.registry"), ("report", "image.digest"), ("report", "runtime.install"),
+    ]
+    walkthrough = (ROOT / "examples" / "README.md").read_text()
+    assert all(f"[{rule}]" in walkthrough for _, rule in found)
+
+
+def test_cli_refuses_an_unsigned_profile_when_a_signed_one_is_required(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["compile", str(REFERENCE), "--profile", str(DEV_PROFILE), "-o", str(tmp_path / "p.yaml"),
+                                 "--require-signed-profile", "--certificate-identity", "platform@acme.example",
+                                 "--certificate-oidc-issuer", "https://accounts.google.com"])
+    assert result.exit_code == 1
+    assert "has no signature bundle" in result.output
+    assert not (tmp_path / "p.yaml").exists()

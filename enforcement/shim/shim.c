@@ -543,9 +543,12 @@ static int slot_of_ordinal(CUdevice dev) {
     return s;
 }
 
+#define NO_CONTEXT (-2)
+
+/* Region device of the calling thread's current context; NO_CONTEXT when there is none. */
 static int current_slot(void) {
     CUdevice dev;
-    if (!r_cuCtxGetDevice || r_cuCtxGetDevice(&dev) != CUDA_SUCCESS) return -1;
+    if (!r_cuCtxGetDevice || r_cuCtxGetDevice(&dev) != CUDA_SUCCESS) return NO_CONTEXT;
     return slot_of_ordinal(dev);
 }
 
@@ -681,6 +684,7 @@ static CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, ui
         init();                                                                                        \
         int slot_ = (slot_expr);                                                                       \
         uint64_t bytes_ = (bytes_expr), charged_ = charge_of(bytes_);                                  \
+        if (slot_ == NO_CONTEXT) return CUDA_ERROR_INVALID_CONTEXT;                                   \
         if (charge(slot_, charged_)) return CUDA_ERROR_OUT_OF_MEMORY;                                  \
         CUresult rc_ = (call);                                                                         \
         if (rc_ != CUDA_SUCCESS) {                                                                     \
@@ -765,6 +769,7 @@ EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, si
     if (!dptr || !pPitch) return CUDA_ERROR_INVALID_VALUE;
     /* The driver chooses the pitch: charge a bound first (rows padded to 512 bytes), then true up. */
     int slot = current_slot();
+    if (slot == NO_CONTEXT) return CUDA_ERROR_INVALID_CONTEXT;
     uint64_t row = charge_of(WidthInBytes), estimate;
     if (__builtin_mul_overflow(row, (uint64_t)Height, &estimate)) estimate = UINT64_MAX;
     if (charge(slot, estimate)) return CUDA_ERROR_OUT_OF_MEMORY;

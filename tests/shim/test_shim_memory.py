@@ -198,3 +198,21 @@ def test_without_the_shim_the_driver_alone_allows_everything(make_step) -> None:
     driver = driver_for(step.gpu)
     result = subprocess.run([str(driver), "fill", str(MiB)], env=step.gpu.env(), capture_output=True, text=True)
     assert json.loads(result.stdout) == {"total": 16 * MiB}
+
+
+def test_driver_errors_pass_through_unchanged(make_step) -> None:
+    step = make_step(memory=4 * MiB)
+    got = step.python(textwrap.dedent("""
+    import ctypes, json
+    cu = ctypes.CDLL("libcuda.so.1")
+    assert cu.cuInit(0) == 0
+    p = ctypes.c_uint64()
+    no_context = cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(1024))
+    ctx = ctypes.c_void_p()
+    assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, 0) == 0
+    bad_free = cu.cuMemFree_v2(ctypes.c_uint64(12345))
+    zero = cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(0))
+    full = cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(4 << 20))
+    print(json.dumps([no_context, bad_free, zero, full]))
+    """))
+    assert got == [201, 1, 1, 0]  # INVALID_CONTEXT, INVALID_VALUE, INVALID_VALUE, and the full quota still there

@@ -178,7 +178,9 @@ def _check_accelerator(view: TaskView, profile: TenantProfile, add) -> None:  # 
         return
     allowed = gpu.allowed_accelerators(profile)
     if name not in allowed:
-        add("accelerator.not-allowed", f"accelerator {name!r} is not one this tenant may use "
+        which = ("an accelerator chosen at run time (a pipeline parameter or task output)" if "{{channel:" in name
+                 else f"accelerator {name!r}")
+        add("accelerator.not-allowed", f"{which} is not one this tenant may use "
             f"(allowed: {', '.join(sorted(allowed)) or 'none'})",
             "remove set_accelerator_type and ask for the GPU with @secure_component(gpu=...)")
     else:

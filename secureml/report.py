@@ -1,4 +1,8 @@
-"""The compliance report of `secureml compile`: a table per step on the terminal, the same as JSON."""
+"""The compliance report of `secureml compile`: a table per step on the terminal, the same as JSON.
+
+A compliant report is `CompiledPipeline.report()`; a refused one `violation_report(...)`. Both have
+`pipeline`, `profile`, `result` ("compliant" | "violations"), `steps` and `violations`.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,6 @@ import json
 from typing import Any
 
 from secureml.compile_rules import Violation
-from secureml.compiler import CompiledPipeline
-
-
-def compliant_report(result: CompiledPipeline) -> dict[str, Any]:
-    return result.report()
 
 
 def violation_report(pipeline: str, profile: str, violations: list[Violation]) -> dict[str, Any]:

@@ -350,6 +350,15 @@ class _Catalogue:
                     "c.securityContext.readOnlyRootFilesystem == true)",
                 )
             )
+        rules.append(
+            self.rule(
+                "secureml.linuxOnly",
+                "pod must be a Linux pod (spec.os.name unset or linux): the launcher and the shim are "
+                "Linux-only, and Pod Security exempts Windows pods from its Linux checks",
+                f"!{has_path(SPEC, 'os', 'name')} || {SPEC}.os.name == 'linux'",
+                f"'pod must not set spec.os.name=' + {SPEC}.os.name",
+            )
+        )
         pod_sc = f"{SPEC}.securityContext"
         pod_non_root = f"{has_path(SPEC, 'securityContext', 'runAsNonRoot')} && {pod_sc}.runAsNonRoot == true"
         pod_root_uid = f"({has_path(SPEC, 'securityContext', 'runAsUser')} && {pod_sc}.runAsUser == 0)"

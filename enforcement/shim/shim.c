@@ -1236,7 +1236,10 @@ EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cud
     init();
     if (!r_cuGetProcAddress) return CUDA_ERROR_NOT_FOUND;
     CUresult rc = r_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
-    if (rc == CUDA_SUCCESS && pfn && symbol) *pfn = substitute(symbol, *pfn, flags);
+    void *found = rc == CUDA_SUCCESS && pfn ? *pfn : NULL;
+    if (found && symbol) *pfn = substitute(symbol, found, flags);
+    logf_(LOG_DEBUG, "cuGetProcAddress(%s, %d, %llu) = %d%s", symbol ? symbol : "(null)", cudaVersion, (unsigned long long)flags,
+          (int)rc, found && *pfn != found ? " (hooked)" : "");
     return rc;
 }
 
@@ -1245,7 +1248,10 @@ EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int 
     init();
     if (!r_cuGetProcAddress_v2) return CUDA_ERROR_NOT_FOUND;
     CUresult rc = r_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
-    if (rc == CUDA_SUCCESS && pfn && symbol) *pfn = substitute(symbol, *pfn, flags);
+    void *found = rc == CUDA_SUCCESS && pfn ? *pfn : NULL;
+    if (found && symbol) *pfn = substitute(symbol, found, flags);
+    logf_(LOG_DEBUG, "cuGetProcAddress_v2(%s, %d, %llu) = %d%s", symbol ? symbol : "(null)", cudaVersion, (unsigned long long)flags,
+          (int)rc, found && *pfn != found ? " (hooked)" : "");
     return rc;
 }
 

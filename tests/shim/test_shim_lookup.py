@@ -4,8 +4,11 @@ driver picks by version and stream flags. Calls through what a look-up returns a
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
-from fakegpu import MiB, build_native
+import pytest
+
+from fakegpu import MiB, build_native, run_python
 
 from .shimstep import CUDA_PY, HERE
 
@@ -101,3 +104,27 @@ def test_rtld_next_still_means_after_the_caller(make_step) -> None:
         LD_PRELOAD=f"{step.shim}:{probe}",
     )
     assert got == [0, True]
+
+
+def test_the_cuda_runtimes_own_look_ups_receive_the_hooks(make_step) -> None:
+    """The real libcudart (where a toolkit is installed) fetches driver entry points through
+    dlsym + cuGetProcAddress_v2; the shim's debug log shows each answer it replaced with a hook.
+    (The fake driver lacks the runtime's private tables, so the runtime goes no further.)"""
+    import glob
+    import re
+
+    runtimes = sorted(glob.glob("/usr/local/cuda*/lib64/libcudart.so.[0-9]*"))
+    if not runtimes:
+        pytest.skip("no CUDA runtime (/usr/local/cuda*/lib64/libcudart.so.N) installed")
+    runtime = Path(runtimes[-1])
+    major = int(re.search(r"\.so\.(\d+)", runtime.name).group(1))
+    step = make_step(memory=4 * MiB, gpu_options={"cuda_version": major * 1000})
+    result = run_python(
+        f"import ctypes; rt = ctypes.CDLL({str(runtime)!r}); n = ctypes.c_int(); rt.cudaGetDeviceCount(ctypes.byref(n))",
+        step.env(SECUREML_SHIM_LOG_LEVEL="debug"),
+    )
+    assert result.returncode == 0, result.stderr
+    hooked = set(re.findall(r"cuGetProcAddress_v2\((\w+), \d+, (\d)\) = 0 \(hooked\)", result.stderr))
+    for wanted in [("cuMemAlloc", "0"), ("cuMemFree", "0"), ("cuMemGetInfo", "0"), ("cuLaunchKernel", "0"),
+                   ("cuLaunchKernel", "2"), ("cuMemAllocAsync", "2"), ("cuGraphLaunch", "2"), ("cuGetProcAddress", "0")]:
+        assert wanted in hooked, (wanted, result.stderr[-3000:])

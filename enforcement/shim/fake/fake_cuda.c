@@ -168,7 +168,9 @@ FAKE_EXPORT CUresult CUDAAPI cuInit(unsigned int Flags) {
 
 FAKE_EXPORT CUresult CUDAAPI cuDriverGetVersion(int *driverVersion) {
     if (!driverVersion) return CUDA_ERROR_INVALID_VALUE;
-    *driverVersion = g_init_rc == CUDA_SUCCESS ? G.cfg.cuda_version : 12040;
+    /* Like the real driver this works before cuInit: the version comes from the configuration. */
+    if (g_init_rc < 0) cuInit(0);
+    *driverVersion = G.st ? G.cfg.cuda_version : 12040;
     return CUDA_SUCCESS;
 }
 

@@ -21,6 +21,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import uuid as uuidlib
 from dataclasses import dataclass, field
@@ -339,8 +340,6 @@ def real_gpu_available() -> bool:
 
 def run_python(code: str, env: dict[str, str], *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run `code` in a fresh interpreter with `env` (e.g. `gpu.env()`); stdout/stderr captured."""
-    import sys
-
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -72,6 +72,7 @@ static struct shim {
     struct entry *table;
     size_t cap, count;
     uint64_t last_counters_ns;
+    uint64_t last_reclaim_ns;
     void *cuda, *nvml;
     int nvml_ready; /* 0 not tried, 1 ready, -1 unavailable */
     pthread_mutex_t nvml_lock;
@@ -915,10 +916,9 @@ static uint64_t used_on(int slot) {
 
 /* Sweeps dead processes at most once per period so that reports recover after a crash. */
 static void reclaim_occasionally(void) {
-    static uint64_t last;
     uint64_t t = now_ns();
-    if (!S.region || t - __atomic_load_n(&last, __ATOMIC_RELAXED) < CONTROL_PERIOD_NS) return;
-    __atomic_store_n(&last, t, __ATOMIC_RELAXED);
+    if (!S.region || t - __atomic_load_n(&S.last_reclaim_ns, __ATOMIC_RELAXED) < CONTROL_PERIOD_NS) return;
+    __atomic_store_n(&S.last_reclaim_ns, t, __ATOMIC_RELAXED);
     region_lock();
     reclaim_dead();
     region_unlock();

@@ -183,6 +183,19 @@ class _Stats(ctypes.Structure):
     ]
 
 
+def _inspector() -> ctypes.CDLL:
+    """The fake driver built under another soname, for reading stats inside the test process
+    without making `libcuda.so.1` resolvable there (a later dlopen of it must not find the fake)."""
+    path = build_native(
+        "libfakegpu-inspect.so",
+        [FAKE_DIR / "fake_cuda.c", FAKE_DIR / "fake_common.c"],
+        shared=True,
+        flags=("-Wl,-soname,libfakegpu-inspect.so", "-Wl,-Bsymbolic"),
+        headers=_headers(),
+    )
+    return ctypes.CDLL(str(path))
+
+
 class FakeGPU:
     """A configured fake GPU machine rooted in `directory` (config, shared state, device memory)."""
 
@@ -287,8 +300,7 @@ class FakeGPU:
         total, used, peak (bytes, in 512-byte units), allocs, frees, failed, live_blocks, launches,
         busy_ns (simulated kernel time executed so far), now_ns (CLOCK_MONOTONIC), util_percent."""
         dev, mig_index = self._slot_args(device, mig)
-        lib = ctypes.CDLL(str(self.lib_dir / "libcuda.so.1"))
-        fn = lib.fakegpu_read_stats
+        fn = _inspector().fakegpu_read_stats
         fn.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Stats)]
         fn.restype = ctypes.c_int
         out = _Stats()

@@ -19,9 +19,10 @@ def make_step(tmp_path: Path) -> Iterator[Callable[..., Step]]:
     shim = build_shim()
     steps: list[Step] = []
 
-    def make(*, device_memory: int = 64 * MiB, gpu_options: dict | None = None, **limits: object) -> Step:
+    def make(*, device_memory: int = 64 * MiB, devices: int = 1, gpu_options: dict | None = None, **limits: object) -> Step:
         index = len(steps)
-        gpu = FakeGPU(tmp_path / f"gpu{index}", [FakeDevice(memory=device_memory)], **(gpu_options or {}))
+        fakes = [FakeDevice(memory=device_memory) for _ in range(devices)]
+        gpu = FakeGPU(tmp_path / f"gpu{index}", fakes, **(gpu_options or {}))
         folder = tmp_path / f"step{index}"
         folder.mkdir()
         step = Step(gpu, folder, shim, **limits)  # type: ignore[arg-type]

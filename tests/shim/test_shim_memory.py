@@ -216,3 +216,20 @@ def test_driver_errors_pass_through_unchanged(make_step) -> None:
     print(json.dumps([no_context, bad_free, zero, full]))
     """))
     assert got == [201, 1, 1, 0]  # INVALID_CONTEXT, INVALID_VALUE, INVALID_VALUE, and the full quota still there
+
+
+def test_each_device_has_its_own_quota_whatever_the_visible_order(make_step) -> None:
+    """Accounts are keyed by device UUID: a process that reorders CUDA_VISIBLE_DEVICES charges the
+    same physical device as its siblings and gets no second quota."""
+    step = make_step(memory=8 * MiB, devices=2)
+    holder = step.popen("hold", str(3 * MiB), CUDA_VISIBLE_DEVICES="1,0")  # ordinal 0 = device 1
+    try:
+        assert holder.stdout.readline().startswith("ready")
+        got = step.python(CUDA_PY.replace("cuCtxCreate_v2(ctypes.byref(ctx), 0, 0)", "cuCtxCreate_v2(ctypes.byref(ctx), 0, 1)")
+                          + "print(json.dumps(sum(1 for _ in iter(lambda: alloc(1 << 20)[0] == 0, False))))")
+        assert got == 5  # ordinal 1 = device 1 in the default order: 8 MiB minus the holder's 3
+        assert step.run("fill", str(MiB)) == {"total": 8 * MiB}  # device 0 is untouched
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=10)
+    assert step.gpu.stats(1)["peak"] <= 8 * MiB and step.gpu.stats(0)["peak"] == 8 * MiB

@@ -265,3 +265,21 @@ def test_yaml_writer_matches_kfps_own_writer(tmp_path) -> None:  # noqa: ANN001
     assert list(yaml.safe_load_all(kfp_text)) == list(yaml.safe_load_all(result.yaml_text))
     comments = [line for line in kfp_text.splitlines() if line.startswith("#")]
     assert comments == [line for line in result.yaml_text.splitlines() if line.startswith("#")]
+
+
+def test_the_launcher_accepts_what_the_compiler_writes(reference_yaml: str, tmp_path) -> None:  # noqa: ANN001
+    from secureml.enforcement.config import load_config, read_shim_limits
+
+    for task, isolation in (("prep", "none"), ("train", "mig"), ("evaluate", "timeslice-shim")):
+        container, k8s = executor(reference_yaml, task)
+        env = env_of(container)
+        config = load_config(env)
+        assert (config.isolation, config.step, config.identity_required) == (isolation, task, True)
+        if isolation != "none":
+            assert config.gpu_request.to_json() == json.loads(env["SECUREML_GPU_REQUEST"])
+        limits = k8s["podMetadata"]["annotations"].get("secureml.dev/limits")
+        if limits:
+            path = tmp_path / f"{task}.limits"
+            path.write_text(limits)
+            parsed = read_shim_limits(path)
+            assert (parsed.memory, parsed.compute) == (8 * 2**30, 25)

@@ -178,3 +178,29 @@ def test_cli_refuses_an_unsigned_profile_when_a_signed_one_is_required(tmp_path:
     assert result.exit_code == 1
     assert "has no signature bundle" in result.output
     assert not (tmp_path / "p.yaml").exists()
+
+
+EXPECTED_BY_PROFILE = {
+    "team-a": [],
+    "team-dra": [],
+    "team-conf": [("evaluate", "gpu.timeslice-forbidden"), ("evaluate", "image.registry"),
+                  ("evaluate", "isolation.below-tier"), ("prep", "image.registry"), ("train", "image.registry")],
+    "team-restricted": [("evaluate", "gpu.timeslice-forbidden"), ("evaluate", "image.registry"),
+                        ("evaluate", "isolation.below-tier"), ("prep", "image.registry"),
+                        ("train", "gpu.mig-forbidden"), ("train", "image.registry"), ("train", "isolation.below-tier")],
+}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "profiles").glob("*.yaml")), ids=lambda p: p.stem)
+def test_reference_pipeline_against_every_example_profile(path: Path) -> None:
+    from secureml.compiler import CompileError
+    from secureml.profile import load_profile
+
+    profile = load_profile(path)  # signatures are not looked at without an image verifier
+    try:
+        compile_pipeline(load_pipeline(REFERENCE), profile)
+        found = []
+    except CompileError as err:
+        found = sorted((v.task, v.rule) for v in err.violations)
+    if path.stem in EXPECTED_BY_PROFILE:
+        assert found == EXPECTED_BY_PROFILE[path.stem]

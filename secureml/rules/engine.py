@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import cel
@@ -102,5 +102,3 @@ def _message(rule: Rule, context: cel.Context) -> str:
         return rule.message
     return text if isinstance(text, str) and text else rule.message
 
-
-__all__: Sequence[str] = ("admission_view", "compiled", "evaluate", "fields_named", "projection")

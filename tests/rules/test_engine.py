@@ -1,0 +1,59 @@
+"""The offline engine: the projection it hands CEL changes no verdict or message; errors deny."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cel
+
+from secureml.rules import Rule, evaluate, rules_for_level, rules_for_profile
+from secureml.rules.engine import admission_view, compiled
+from secureml.workloads import pods_in_text
+from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, FIXTURES, example_profile
+
+
+def _unprojected(pod: dict, rules: list[Rule]) -> list[tuple[str, str]]:
+    """Evaluation on the whole pod, the plain way."""
+    context = cel.Context({"object": admission_view(pod)})
+    out = []
+    for rule in rules:
+        if compiled(rule.expression).execute(context) is not True:
+            out.append((rule.id, compiled(rule.message_expression).execute(context)))
+    return out
+
+
+def _pods(*, kyverno: bool) -> list[dict]:
+    paths = sorted(ATTACKS_DIR.glob("*.yaml")) + sorted((ATTACKS_DIR.parent / "allowed").glob("*.yaml"))
+    suite = FIXTURES / "kyverno-pod-security" / "pod-security"
+    if kyverno and suite.is_dir():
+        paths += sorted(suite.glob("*/*/.kyverno-test/resource.yaml"))
+    pods = []
+    for path in paths:
+        pods += [p.pod for p in pods_in_text(Path(path).read_text(), source=str(path))]
+    return pods
+
+
+def test_projection_changes_nothing() -> None:
+    """Pod Security over every corpus pod, each example profile over the secureml pods."""
+    cases = [(rules_for_level(level), _pods(kyverno=True)) for level in ("baseline", "restricted")]
+    cases += [(rules_for_profile(example_profile(n)), _pods(kyverno=False)) for n in EXAMPLE_PROFILES]
+    assert len(cases[0][1]) > 500
+    for rules, pods in cases:
+        for pod in pods:
+            got = [(v.rule_id, v.message) for v in evaluate(pod, rules)]
+            assert got == _unprojected(pod, rules), pod["metadata"].get("name")
+
+
+def test_errors_and_non_booleans_deny() -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
+    broken = Rule("x.error", "static", "object.spec.missing.field == 1", "'never'", ("level:test",))
+    not_bool = Rule("x.type", "static", "'yes'", "'never'", ("level:test",))
+    (error, wrong_type) = evaluate(pod, [broken, not_bool])
+    assert error.rule_id == "x.error" and "could not be evaluated" in error.message
+    assert wrong_type.rule_id == "x.type" and "not a boolean" in wrong_type.message
+
+
+def test_message_falls_back_to_the_static_message() -> None:
+    pod = {"metadata": {}, "spec": {"containers": [{"name": "c"}]}}
+    rule = Rule("x.msg", "static message", "false", "object.nope", ("level:test",))
+    assert [v.message for v in evaluate(pod, [rule])] == ["static message"]

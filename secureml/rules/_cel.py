@@ -101,57 +101,27 @@ def container_rule_message(predicate: str, tail: str, pod_message: str | None = 
 def int_range_regex(low: int, high: int) -> str:
     """A regular expression (RE2 and Rust `regex` alike) for the decimal integers low..high.
 
-    No leading zeros, no sign. CEL cannot parse numbers out of a string with the functions both
-    engines share, so a bound on a number inside an annotation is checked as a pattern.
+    No leading zeros, no sign; `low` is 0 or 1. CEL cannot parse numbers out of a string with the
+    functions both engines share, so a bound on a number inside an annotation is checked as a
+    pattern. The pattern is kept short (one alternative for all shorter numbers, one per digit of
+    `high`): both engines compile it on every `matches` call.
     """
-    if not 0 <= low <= high:
-        raise ValueError(f"bad range {low}..{high}")
-    return "(?:" + "|".join(_range_alternatives(low, high)) + ")"
-
-
-def _range_alternatives(low: int, high: int) -> list[str]:
-    """Alternatives covering [low, high], split into runs of equal digit count."""
-    alternatives: list[str] = []
-    start = low
-    while start <= high:
-        width = len(str(start))
-        end = min(high, 10**width - 1)
-        alternatives.extend(_same_width(str(start), str(end)))
-        start = end + 1
-    return alternatives
-
-
-def _same_width(lo: str, hi: str) -> list[str]:
-    """Patterns for the integers lo..hi that have the same number of digits."""
-    if len(lo) == 1:
-        return [f"[{lo}-{hi}]" if lo != hi else lo]
-    if lo == hi:
-        return [lo]
-    if lo[0] == hi[0]:
-        return [lo[0] + rest for rest in _same_width_tail(lo[1:], hi[1:])]
-    out = [lo[0] + rest for rest in _same_width_tail(lo[1:], "9" * (len(lo) - 1))]
-    first, last = int(lo[0]) + 1, int(hi[0]) - 1
-    if first <= last:
-        digit = f"[{first}-{last}]" if first != last else str(first)
-        out.append(f"{digit}[0-9]{{{len(lo) - 1}}}")
-    out.extend(hi[0] + rest for rest in _same_width_tail("0" * (len(hi) - 1), hi[1:]))
-    return out
-
-
-def _same_width_tail(lo: str, hi: str) -> list[str]:
-    """Like `_same_width` but leading zeros are allowed (inner digits of a longer number)."""
-    if lo == hi:
-        return [lo]
-    if len(lo) == 1:
-        return [f"[{lo}-{hi}]"]
-    if lo[0] == hi[0]:
-        return [lo[0] + rest for rest in _same_width_tail(lo[1:], hi[1:])]
-    if lo[1:] == "0" * (len(lo) - 1) and hi[1:] == "9" * (len(hi) - 1):
-        return [f"[{lo[0]}-{hi[0]}][0-9]{{{len(lo) - 1}}}"]
-    out = [lo[0] + rest for rest in _same_width_tail(lo[1:], "9" * (len(lo) - 1))]
-    first, last = int(lo[0]) + 1, int(hi[0]) - 1
-    if first <= last:
-        digit = f"[{first}-{last}]" if first != last else str(first)
-        out.append(f"{digit}[0-9]{{{len(lo) - 1}}}")
-    out.extend(hi[0] + rest for rest in _same_width_tail("0" * (len(hi) - 1), hi[1:]))
-    return out
+    if low not in (0, 1) or high < max(low, 1):
+        raise ValueError(f"unsupported range {low}..{high}")
+    digits = str(high)
+    width = len(digits)
+    alternatives = ["0"] if low == 0 else []
+    if width > 1:
+        shorter = f"[0-9]{{0,{width - 2}}}" if width > 2 else ""
+        alternatives.append(f"[1-9]{shorter}")
+    for position, digit in enumerate(digits):
+        smallest = 1 if position == 0 else 0
+        largest = int(digit) - 1
+        if largest < smallest:
+            continue
+        rest = width - position - 1
+        span = str(smallest) if smallest == largest else f"[{smallest}-{largest}]"
+        tail = f"[0-9]{{{rest}}}" if rest > 1 else ("[0-9]" if rest == 1 else "")
+        alternatives.append(digits[:position] + span + tail)
+    alternatives.append(digits)
+    return "(?:" + "|".join(alternatives) + ")"

@@ -296,14 +296,10 @@ class _Catalogue:
         compute = int_range_regex(1, ts.max_compute)
         scrub = "1" if self.spec.runtime.scrub_on_free else "[01]"
         limits_re = f"^version=1\\nmemory={memory}\\ncompute={compute}\\nscrub_on_free={scrub}\\n$"
-        # The request is JSON; CEL cannot parse it, so each member is matched on its own, in any
-        # order, with the bounds as number patterns.
-        request_patterns = [
-            '^\\{.*\\}$',
-            '"kind"\\s*:\\s*"timeslice"\\s*[,}]',
-            f'"memory"\\s*:\\s*{memory}\\s*[,}}]',
-            f'"compute"\\s*:\\s*{compute}\\s*[,}}]',
-        ]
+        # The request is JSON, which CEL cannot parse: it must be exactly the compact form the
+        # compiler writes (gpu.TimeSlice.to_json), with the bounds as number patterns. One fixed
+        # shape leaves no room for a repeated or nested member that a JSON reader would prefer.
+        request_re = f'^\\{{"kind":"timeslice","memory":{memory},"compute":{compute}\\}}$'
         time_sliced = _label_is("timeslice-shim")
         if self.gpu.backend == "device-plugin":
             shared = quote(ts.resource_name)
@@ -312,9 +308,9 @@ class _Catalogue:
             f"{_has_annotation(contract.ANNOTATION_LIMITS)} && "
             f"{_annotation(contract.ANNOTATION_LIMITS)}.matches({quote(limits_re)})"
         )
-        request_ok = f"{_has_annotation(contract.ANNOTATION_GPU_REQUEST)} && " + " && ".join(
-            f"{_annotation(contract.ANNOTATION_GPU_REQUEST)}.matches({quote(pattern)})"
-            for pattern in request_patterns
+        request_ok = (
+            f"{_has_annotation(contract.ANNOTATION_GPU_REQUEST)} && "
+            f"{_annotation(contract.ANNOTATION_GPU_REQUEST)}.matches({quote(request_re)})"
         )
         bounds = f"memory <= {ts.max_memory} bytes, compute <= {ts.max_compute}%"
         return [
@@ -330,7 +326,8 @@ class _Catalogue:
             self.rule(
                 "secureml.gpuRequest",
                 f"a time-sliced pod must carry {contract.ANNOTATION_GPU_REQUEST} "
-                f'{{"kind":"timeslice",...}} within the profile ({bounds})',
+                f'exactly {{"kind":"timeslice","memory":<bytes>,"compute":<percent>}} within the profile '
+                f"({bounds})",
                 f"!{time_sliced} || ({request_ok})",
                 f"!{_has_annotation(contract.ANNOTATION_GPU_REQUEST)} ? "
                 f"{quote('time-sliced pod has no ' + contract.ANNOTATION_GPU_REQUEST + ' annotation')} : "

@@ -97,12 +97,20 @@ def test_shim_limits_bounds_are_inclusive() -> None:
     assert "secureml.shimLimits" in failed(_timeslice(0, 10))
 
 
-def test_gpu_request_member_order_and_spacing_do_not_matter() -> None:
-    request = '{ "compute": 50, "memory": 1024, "kind": "timeslice" }'
-    assert failed(_timeslice(1024, 50, request)) == set()
-    wrong = '{"kind":"timeslice","memory":1024,"compute":50,"extra":{"memory":99999999999999}}'
-    assert failed(_timeslice(1024, 50, wrong)) == set()  # the bounds hold for the real members
-    assert failed(_timeslice(1024, 50, '{"kind":"timeslice","memory":1024}')) == {"secureml.gpuRequest"}
+def test_gpu_request_is_the_compilers_exact_form() -> None:
+    """Only the compact JSON the compiler writes; nothing a JSON reader could read differently."""
+    from secureml.gpu import TimeSlice
+
+    assert failed(_timeslice(1024, 50, TimeSlice(memory=1024, compute=50).to_json())) == set()
+    for request in (
+        '{"kind":"timeslice","memory":1024}',
+        '{ "kind": "timeslice", "memory": 1024, "compute": 50 }',
+        '{"compute":50,"memory":1024,"kind":"timeslice"}',
+        '{"kind":"timeslice","memory":99999999999999,"compute":50,"x":{"memory":1}}',
+        '{"kind":"timeslice","memory":1024,"compute":50,"memory":99999999999999}',
+        '{"kind":"timeslice","memory":1024,"compute":50}\n',
+    ):
+        assert failed(_timeslice(1024, 50, request)) == {"secureml.gpuRequest"}, request
 
 
 def test_profile_values_are_literals_in_the_text() -> None:

@@ -35,11 +35,19 @@ def compiled(expression: str) -> cel.Program:
 
 def admission_view(obj: Any) -> Any:
     """`obj` without null fields, as the API server hands a decoded object to CEL."""
-    if isinstance(obj, Mapping):
-        return {key: admission_view(value) for key, value in obj.items() if value is not None}
-    if isinstance(obj, list):
-        return [admission_view(item) for item in obj]
+    kind = type(obj)
+    if kind is dict or (kind is not list and isinstance(obj, Mapping)):
+        return {key: _view(value) for key, value in obj.items() if value is not None}
+    if kind is list:
+        return [_view(item) for item in obj]
     return obj
+
+
+def _view(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or kind is float:
+        return value
+    return admission_view(value)
 
 
 @functools.cache
@@ -58,7 +66,7 @@ def projection(pod: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]
     def keep(node: Any) -> dict[str, Any]:
         if not isinstance(node, Mapping):
             return node
-        return {k: admission_view(v) for k, v in node.items() if k in fields and v is not None}
+        return {k: _view(v) for k, v in node.items() if v is not None and k in fields}
 
     view = keep(pod)
     for level in ("metadata", "spec"):

@@ -18,6 +18,8 @@ from secureml.rules._cel import (
     has_path,
     is_true,
     quote,
+    spec_bound,
+    spec_bound_message,
     string_list,
 )
 from secureml.rules.model import LEVEL_BASELINE, LEVEL_RESTRICTED, Rule
@@ -74,15 +76,17 @@ def _container_rule(
     return Rule(
         id=rule_id,
         message=message,
-        expression=expression,
-        message_expression=container_rule_message(predicate, message, pod_message),
+        expression=spec_bound(expression),
+        message_expression=spec_bound_message(container_rule_message(predicate, message, pod_message)),
         applies_to=_levels(levels),
     )
 
 
 def _pod_rule(rule_id: str, message: str, expression: str, message_expression: str,
               levels: tuple[str, ...]) -> Rule:  # fmt: skip
-    return Rule(rule_id, message, expression, message_expression, _levels(levels))
+    return Rule(
+        rule_id, message, spec_bound(expression), spec_bound_message(message_expression), _levels(levels)
+    )
 
 
 def _not_true(root: str, *fields: str) -> str:
@@ -252,8 +256,8 @@ def _inheriting_rule(
     return Rule(
         id=rule_id,
         message=message,
-        expression=f"{exempt} || ({pod_ok} && {containers})",
-        message_expression=message_expression,
+        expression=spec_bound(f"{exempt} || ({pod_ok} && {containers})"),
+        message_expression=spec_bound_message(message_expression),
         applies_to=_levels(_RESTRICTED),
     )
 

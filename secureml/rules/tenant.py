@@ -19,6 +19,8 @@ from secureml.rules._cel import (
     inherited_setting,
     int_range_regex,
     quote,
+    spec_bound,
+    spec_bound_message,
     string_list,
 )
 from secureml.rules.model import Rule
@@ -81,7 +83,9 @@ class _Catalogue:
         self.applies_to = (f"profile:{profile.metadata.name}",)
 
     def rule(self, rule_id: str, message: str, expression: str, message_expression: str) -> Rule:
-        return Rule(rule_id, message, expression, message_expression, self.applies_to)
+        return Rule(
+            rule_id, message, spec_bound(expression), spec_bound_message(message_expression), self.applies_to
+        )
 
     def container_rule(self, rule_id: str, message: str, predicate: str) -> Rule:
         return self.rule(

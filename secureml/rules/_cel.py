@@ -108,13 +108,14 @@ def name_first(names: str, noun: str, tail: str, otherwise: str) -> str:
     """A message naming the first offender of the CEL list `names` (and how many more).
 
     `otherwise` is the message (CEL string expression) when the list is empty, e.g. when only a
-    pod-level field is at fault.
+    pod-level field is at fault. The list is computed once and bound to `n` with the same
+    one-element-list idiom as `spec_bound`.
     """
     return (
-        f"size({names}) == 0 ? {otherwise} : "
-        f"{quote(noun + ' ')} + '\"' + {names}[0] + '\"' + "
-        f"(size({names}) > 1 ? ' (and ' + string(size({names}) - 1) + ' more)' : '') + "
-        f"{quote(' ' + tail)}"
+        f"[{names}].map(n, size(n) == 0 ? {otherwise} : "
+        f"{quote(noun + ' ')} + '\"' + n[0] + '\"' + "
+        f"(size(n) > 1 ? ' (and ' + string(size(n) - 1) + ' more)' : '') + "
+        f"{quote(' ' + tail)})[0]"
     )
 
 

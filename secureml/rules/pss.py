@@ -72,7 +72,11 @@ def _container_rule(
     pod_part: str = "true", exempt: str = "false", pod_message: str | None = None,
 ) -> Rule:  # fmt: skip
     """A rule that holds when `pod_part` holds and `predicate` holds for every container."""
-    expression = f"{exempt} || ({pod_part} && {every_container(predicate)})"
+    expression = every_container(predicate)
+    if pod_part != "true":
+        expression = f"{pod_part} && {expression}"
+    if exempt != "false":
+        expression = f"{exempt} || ({expression})"
     return Rule(
         id=rule_id,
         message=message,

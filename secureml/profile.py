@@ -419,6 +419,7 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
                 )
             )
 
+    problems += _mig_profiles_on_models(gpu)
     allowed_mig = set(gpu.mig.allowed_profiles) if gpu.mig else set()
     shared = gpu.time_slice.resource_name if gpu.time_slice else None
     for resource in gpu.quota:
@@ -502,6 +503,27 @@ def read_profile_bytes(path: str | Path) -> bytes:
             why=err.strerror or str(err),
             fix="pass the path of a TenantProfile YAML file",
         ) from None
+
+
+def _mig_profiles_on_models(gpu: GpuSettings) -> list[tuple[str, str]]:
+    """Every allowed MIG profile must exist on at least one of the tenant's GPU models."""
+    from secureml.gpu import MIG_CATALOGUE, models_offering
+
+    if gpu.mig is None or not gpu.mig.allowed_profiles:
+        return []
+    if not gpu.models:
+        return [("spec.gpu.models", "MIG profiles are allowed but no GPU model is listed; "
+                 f"name the models of the tenant's pools ({', '.join(MIG_CATALOGUE)})")]
+    problems = []
+    for index, name in enumerate(gpu.mig.allowed_profiles):
+        if not models_offering(name, gpu.models):
+            offered_by = [m.name for m in MIG_CATALOGUE.values() if name in m.profiles]
+            hint = f"it exists on {', '.join(offered_by)}" if offered_by else "no GPU model has it"
+            problems.append((
+                f"spec.gpu.mig.allowedProfiles[{index}]",
+                f"MIG profile {name} is not offered by {', '.join(gpu.models)}; {hint}",
+            ))
+    return problems
 
 
 def load_profile(path: str | Path) -> TenantProfile:

@@ -193,3 +193,19 @@ def test_allowed_registry_without_a_host_is_refused() -> None:
     data["spec"]["images"]["allowedRegistries"] = ["ghcr.io/acme/", "acme/"]
     problems = dict(problems_of(data))
     assert "registry host" in problems["spec.images.allowedRegistries[1]"]
+
+
+def test_allowed_mig_profile_must_exist_on_a_listed_model() -> None:
+    data = team_a()
+    data["spec"]["gpu"]["mig"]["allowedProfiles"].append("1g.18gb")
+    data["spec"]["gpu"]["models"] = ["A100-80GB"]
+    problems = dict(problems_of(data))
+    assert problems["spec.gpu.mig.allowedProfiles[3]"] == (
+        "MIG profile 1g.18gb is not offered by A100-80GB; it exists on H200-141GB"
+    )
+
+
+def test_mig_needs_models_listed() -> None:
+    data = team_a()
+    data["spec"]["gpu"]["models"] = []
+    assert "spec.gpu.models" in dict(problems_of(data))

@@ -61,10 +61,11 @@ CASES = {
         ["gpu.mig-forbidden"],
     ),
     "gpu.mig-profile-not-allowed": (lambda: single(gpu_step(MIG("4g.40gb"))), None, ["gpu.mig-profile-not-allowed"]),
+    # Profiles may only allow MIG profiles of their models, so an unknown one is also not allowed.
     "gpu.mig-profile-unknown": (
         lambda: single(gpu_step(MIG("1g.5gb"))),
-        lambda: make_profile(gpu={"mig": {"allowedProfiles": ["1g.10gb", "1g.5gb"]}, "quota": None}),
-        ["gpu.mig-profile-unknown"],
+        None,
+        ["gpu.mig-profile-not-allowed", "gpu.mig-profile-unknown"],
     ),
     "gpu.mig-count": (lambda: single(gpu_step(MIG("3g.40gb", count=3))), None, ["gpu.mig-count"]),
     "gpu.timeslice-forbidden": (

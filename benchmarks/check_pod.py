@@ -33,7 +33,7 @@ from secureml.profile import load_profile  # noqa: E402
 from secureml.rules import evaluate, rules_for_level, rules_for_profile  # noqa: E402
 from secureml.workloads import YAML_LOADER  # noqa: E402
 
-N = 1500
+N = 1000
 
 
 def pin_one_core() -> str:

@@ -128,6 +128,7 @@ REAL(nvmlReturn_t, nvmlInit_v2, (void));
 REAL(nvmlReturn_t, nvmlDeviceGetHandleByUUID, (const char *, nvmlDevice_t *));
 REAL(nvmlReturn_t, nvmlDeviceGetUUID, (nvmlDevice_t, char *, unsigned int));
 REAL(nvmlReturn_t, nvmlDeviceGetUtilizationRates, (nvmlDevice_t, nvmlUtilization_t *));
+REAL(nvmlReturn_t, nvmlDeviceGetProcessUtilization, (nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned int *, unsigned long long));
 REAL(nvmlReturn_t, nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t *));
 REAL(nvmlReturn_t, nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t, nvmlMemory_v2_t *));
 
@@ -384,7 +385,7 @@ static void resolve_nvml(void) {
     dlsym_fn ds = real_dlsym();
 #define RESOLVE(name) r_##name = (__typeof__(r_##name))ds(S.nvml, #name)
     RESOLVE(nvmlInit_v2); RESOLVE(nvmlDeviceGetHandleByUUID); RESOLVE(nvmlDeviceGetUUID);
-    RESOLVE(nvmlDeviceGetUtilizationRates); RESOLVE(nvmlDeviceGetMemoryInfo); RESOLVE(nvmlDeviceGetMemoryInfo_v2);
+    RESOLVE(nvmlDeviceGetUtilizationRates); RESOLVE(nvmlDeviceGetProcessUtilization); RESOLVE(nvmlDeviceGetMemoryInfo); RESOLVE(nvmlDeviceGetMemoryInfo_v2);
 #undef RESOLVE
 }
 
@@ -1023,6 +1024,35 @@ EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvml
 
 /* ------------------------------------------------------------------ compute limit ------------ */
 
+static int step_pid(unsigned pid) {
+    for (uint32_t p = 0; p < S.region->nprocs && p < REGION_PROCS; p++)
+        if (__atomic_load_n(&S.region->procs[p].pid, __ATOMIC_RELAXED) == (int32_t)pid) return 1;
+    return 0;
+}
+
+/* The step's own share of the device: the sum of its processes' latest NVML samples. -1 when NVML
+ * has no per-process samples or none of them is the step's (e.g. pids of another namespace): the
+ * caller then uses the whole device's utilisation, which can only overstate the step's share. */
+static int step_utilisation(nvmlDevice_t h, unsigned *out) {
+    if (!r_nvmlDeviceGetProcessUtilization) return -1;
+    nvmlProcessUtilizationSample_t samples[256];
+    unsigned n = sizeof samples / sizeof samples[0];
+    if (r_nvmlDeviceGetProcessUtilization(h, samples, &n, 0) != NVML_SUCCESS) return -1;
+    unsigned total = 0;
+    int matched = 0;
+    for (unsigned i = 0; i < n; i++) {
+        int latest = 1; /* one sample per process: the most recent */
+        for (unsigned j = 0; j < n; j++)
+            if (j != i && samples[j].pid == samples[i].pid && samples[j].timeStamp > samples[i].timeStamp) latest = 0;
+        if (!latest || !step_pid(samples[i].pid)) continue;
+        total += samples[i].smUtil;
+        matched = 1;
+    }
+    if (!matched) return -1;
+    *out = total > 100 ? 100 : total;
+    return 0;
+}
+
 /* Reads the device's utilisation and re-estimates the device time one launch costs; the launch
  * interval follows as cost / share. Run by one process per period (whoever wins the CAS). */
 static void control_update(struct region_device *d, int slot, uint64_t t) {
@@ -1051,9 +1081,14 @@ static void control_update(struct region_device *d, int slot, uint64_t t) {
     }
     pthread_mutex_unlock(&S.nvml_lock);
     if (!h) return;
-    nvmlUtilization_t u;
-    if (r_nvmlDeviceGetUtilizationRates(h, &u) != NVML_SUCCESS || n == 0) return;
-    uint64_t sample = (uint64_t)u.gpu * (t - last) / 100 / n;
+    if (n == 0) return;
+    unsigned busy;
+    if (step_utilisation(h, &busy)) {
+        nvmlUtilization_t u;
+        if (r_nvmlDeviceGetUtilizationRates(h, &u) != NVML_SUCCESS) return;
+        busy = u.gpu;
+    }
+    uint64_t sample = (uint64_t)busy * (t - last) / 100 / n;
     uint64_t cost = __atomic_load_n(&d->cost_ns, __ATOMIC_RELAXED);
     if (cost) {
         /* A busy device still draining work queued before the last period would inflate one
@@ -1064,7 +1099,7 @@ static void control_update(struct region_device *d, int slot, uint64_t t) {
     } else cost = sample;
     __atomic_store_n(&d->cost_ns, cost, __ATOMIC_RELAXED);
     __atomic_store_n(&d->interval_ns, cost * 100 / S.limits.compute, __ATOMIC_RELEASE);
-    logf_(LOG_DEBUG, "device %d: utilisation %u%%, %llu launches, cost %llu ns, interval %llu ns", slot, u.gpu,
+    logf_(LOG_DEBUG, "device %d: utilisation %u%%, %llu launches, cost %llu ns, interval %llu ns", slot, busy,
           (unsigned long long)n, (unsigned long long)cost, (unsigned long long)(cost * 100 / S.limits.compute));
 }
 
@@ -1075,6 +1110,11 @@ static inline void throttle(void) {
     int slot = current_slot();
     if (slot < 0) return;
     struct region_device *d = &S.region->dev[slot];
+    if (__atomic_load_n(&S.me, __ATOMIC_RELAXED) < 0) { /* so its NVML samples count as the step's */
+        region_lock();
+        my_entry();
+        region_unlock();
+    }
     uint64_t t = now_ns();
     __atomic_add_fetch(&d->launches, 1, __ATOMIC_RELAXED);
     uint64_t next = __atomic_load_n(&d->next_update_ns, __ATOMIC_RELAXED);

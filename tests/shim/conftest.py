@@ -19,10 +19,15 @@ def make_step(tmp_path: Path) -> Iterator[Callable[..., Step]]:
     shim = build_shim()
     steps: list[Step] = []
 
-    def make(*, device_memory: int = 64 * MiB, devices: int = 1, gpu_options: dict | None = None, **limits: object) -> Step:
+    def make(
+        *, device_memory: int = 64 * MiB, devices: int = 1, gpu_options: dict | None = None, gpu: FakeGPU | None = None,
+        **limits: object,
+    ) -> Step:
+        """A step on a fresh fake GPU, or on `gpu` (another tenant's step on the same device)."""
         index = len(steps)
-        fakes = [FakeDevice(memory=device_memory) for _ in range(devices)]
-        gpu = FakeGPU(tmp_path / f"gpu{index}", fakes, **(gpu_options or {}))
+        if gpu is None:
+            fakes = [FakeDevice(memory=device_memory) for _ in range(devices)]
+            gpu = FakeGPU(tmp_path / f"gpu{index}", fakes, **(gpu_options or {}))
         folder = tmp_path / f"step{index}"
         folder.mkdir()
         step = Step(gpu, folder, shim, **limits)  # type: ignore[arg-type]

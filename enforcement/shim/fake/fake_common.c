@@ -5,7 +5,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +15,7 @@
 #include <unistd.h>
 
 #define FAKE_MAGIC 0x5345434d4c464b47ULL /* "SECMLFKG" */
-#define FAKE_LAYOUT 3
+#define FAKE_LAYOUT 5
 
 /* ---------------------------------------------------------------- configuration parser ---- */
 
@@ -372,17 +371,46 @@ void fake_sleep_ns(uint64_t ns) {
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
 }
 
-static int pid_alive(int32_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+/* starttime (field 22) of /proc/<pid>/stat; 0 when the process is gone or has exited (zombie):
+ * the real driver releases a process's memory as it exits, before it is reaped. */
+static uint64_t start_time_of(int32_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X') return 0;
+    p += 2;
+    for (int field = 3; field < 22 && p; field++) p = strchr(p, ' '), p = p ? p + 1 : NULL;
+    return p ? strtoull(p, NULL, 10) : 0;
+}
+
+static uint64_t my_start_time(void) {
+    static uint64_t cached;
+    static int32_t cached_pid;
+    int32_t pid = (int32_t)getpid();
+    if (cached_pid != pid) cached = start_time_of(pid), cached_pid = pid;
+    return cached;
+}
 
 void fake_sweep_dead(struct fake_gpu *g, int slot) {
     struct fake_slot_state *ss = &g->st->slots[slot];
     uint32_t n = 0;
-    int32_t last_dead = 0, last_alive = 0;
+    /* Blocks of one process tend to sit together: remember the last verdict. */
+    int32_t last_pid = 0;
+    uint64_t last_start = 0;
+    int last_alive = 0;
     for (uint32_t i = 0; i < ss->nblocks; i++) {
         struct fake_block *b = &ss->blocks[i];
-        int alive = b->pid == last_alive || (b->pid != last_dead && pid_alive(b->pid));
-        if (alive) last_alive = b->pid;
-        else last_dead = b->pid;
+        if (b->pid != last_pid || b->start_time != last_start) {
+            last_pid = b->pid, last_start = b->start_time;
+            last_alive = start_time_of(b->pid) == b->start_time;
+        }
+        int alive = last_alive;
         if (alive) ss->blocks[n++] = *b;
         else ss->used -= b->size, ss->frees++;
     }
@@ -405,7 +433,7 @@ static int try_place(struct fake_gpu *g, int slot, uint64_t size, uint32_t kind,
     }
     if (i == ss->nblocks && cap - cursor < size) return -1;
     memmove(&ss->blocks[i + 1], &ss->blocks[i], (ss->nblocks - i) * sizeof(struct fake_block));
-    ss->blocks[i] = (struct fake_block){cursor, size, (int32_t)getpid(), kind};
+    ss->blocks[i] = (struct fake_block){cursor, size, (int32_t)getpid(), kind, my_start_time()};
     ss->nblocks++;
     ss->used += size;
     if (ss->used > ss->peak) ss->peak = ss->used;
@@ -496,9 +524,10 @@ void fake_launch(struct fake_gpu *g, int slot) {
         ss->launched_ns += k;
         ss->launches++;
         struct fake_interval *last = ss->ring_len ? &ss->ring[(ss->ring_head + FAKE_RING - 1) % FAKE_RING] : NULL;
-        if (last && last->end == start) last->end = start + k;
+        int32_t pid = (int32_t)getpid();
+        if (last && last->end == start && last->pid == pid) last->end = start + k;
         else {
-            ss->ring[ss->ring_head] = (struct fake_interval){start, start + k};
+            ss->ring[ss->ring_head] = (struct fake_interval){start, start + k, pid, 0};
             ss->ring_head = (ss->ring_head + 1) % FAKE_RING;
             if (ss->ring_len < FAKE_RING) ss->ring_len++;
         }
@@ -534,6 +563,30 @@ unsigned fake_utilisation(struct fake_gpu *g, int slot, uint64_t now) {
     fake_unlock(g);
     uint64_t pct = (busy * 100 + w / 2) / w;
     return pct > 100 ? 100 : (unsigned)pct;
+}
+
+int fake_process_utilisation(struct fake_gpu *g, int slot, uint64_t now, int32_t *pids, unsigned *shares, int max) {
+    struct fake_slot_state *ss = &g->st->slots[slot];
+    uint64_t w = g->cfg.util_window_ns, from = now > w ? now - w : 0, busy[64] = {0};
+    int n = 0;
+    if (max > 64) max = 64;
+    fake_lock(g);
+    for (uint32_t i = 0; i < ss->ring_len; i++) {
+        struct fake_interval *iv = &ss->ring[(ss->ring_head + FAKE_RING - 1 - i) % FAKE_RING];
+        if (iv->end <= from) break;
+        uint64_t s = iv->start > from ? iv->start : from, e = iv->end < now ? iv->end : now;
+        if (e <= s) continue;
+        int j = 0;
+        while (j < n && pids[j] != iv->pid) j++;
+        if (j == n) {
+            if (n == max) continue;
+            pids[n++] = iv->pid;
+        }
+        busy[j] += e - s;
+    }
+    fake_unlock(g);
+    for (int j = 0; j < n; j++) shares[j] = (unsigned)((busy[j] * 100 + w / 2) / w);
+    return n;
 }
 
 int fake_uuid_bytes(const char *uuid, unsigned char out[16]) {

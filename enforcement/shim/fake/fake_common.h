@@ -72,10 +72,13 @@ struct fake_block {
     uint64_t off, size;
     int32_t pid;
     uint32_t kind;
+    uint64_t start_time; /* the owner's /proc/<pid>/stat starttime: a reused pid is another process */
 };
 
 struct fake_interval {
     uint64_t start, end;
+    int32_t pid; /* the launching process */
+    uint32_t pad;
 };
 
 struct fake_slot_state {
@@ -139,6 +142,9 @@ void fake_sweep_dead(struct fake_gpu *g, int slot);
 void fake_launch(struct fake_gpu *g, int slot);
 void fake_wait_idle(struct fake_gpu *g, int slot);
 unsigned fake_utilisation(struct fake_gpu *g, int slot, uint64_t now);
+/* Per-process busy share (percent) of the last window: fills up to `max` pids and shares, returns
+ * how many processes were busy. */
+int fake_process_utilisation(struct fake_gpu *g, int slot, uint64_t now, int32_t *pids, unsigned *shares, int max);
 uint64_t fake_busy_executed(struct fake_slot_state *s, uint64_t now);
 
 /* Parses "GPU-xxxxxxxx-xxxx-..." into 16 bytes; returns 0 or -1. */

@@ -235,6 +235,26 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetUtilizationRates(nvmlDevice_t devi
     return NVML_SUCCESS;
 }
 
+/* One sample per process that kept the device busy during the last utilisation window. */
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+                                                               unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp) {
+    struct nvml_dev *d = dev_of(device);
+    if (ready()) return NVML_ERROR_UNINITIALIZED;
+    if (!d || !processSamplesCount) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->mig >= 0) return NVML_ERROR_NOT_SUPPORTED;
+    uint64_t now = fake_now_ns();
+    int32_t pids[64];
+    unsigned shares[64];
+    int n = fake_process_utilisation(&G, d->device, now, pids, shares, 64);
+    unsigned long long stamp = now / 1000;
+    if (n == 0 || stamp <= lastSeenTimeStamp) return NVML_ERROR_NOT_FOUND;
+    unsigned room = *processSamplesCount;
+    *processSamplesCount = (unsigned)n;
+    if (!utilization || room < (unsigned)n) return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (int i = 0; i < n; i++) utilization[i] = (nvmlProcessUtilizationSample_t){(unsigned)pids[i], stamp, shares[i], 0, 0, 0};
+    return NVML_SUCCESS;
+}
+
 /* Running processes: every live process holding fake device memory on the handle's slots, plus the
  * processes the configuration declares. */
 static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_t *infos) {

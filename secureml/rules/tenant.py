@@ -420,12 +420,23 @@ class _Catalogue:
             "(!has(c.envFrom) || c.envFrom.all(s, has(s.prefix) && s.prefix != '' && "
             f"!{forbidden}.exists(f, f.startsWith(s.prefix))))"
         )
+        # The message names the container and the variable it sets.
+        sets = " + ".join(
+            f"(has({SPEC}.{lst}) ? {SPEC}.{lst}.filter(c, !{env_ok}).map(c, 'container \"' + c.name + "
+            f"'\" sets ' + c.env.filter(e, e.name in {forbidden})[0].name) : [])"
+            for lst in CONTAINER_LISTS
+        )
+        message = (
+            "must not set "
+            f"{', '.join(contract.FORBIDDEN_ENV)} (they switch controls off or replace the shim preload)"
+        )
         return [
-            self.container_rule(
+            self.rule(
                 "secureml.forbiddenEnv",
-                f"must not set {', '.join(contract.FORBIDDEN_ENV)} (they switch controls off or "
-                "replace the shim preload)",
-                env_ok,
+                message,
+                every_container(env_ok),
+                f"({sets})[0] + ': a step may not set it (it switches a control off or replaces the "
+                "shim preload)'",
             ),
             self.container_rule(
                 "secureml.envFrom",

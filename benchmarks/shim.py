@@ -23,9 +23,9 @@ sys.path.insert(0, str(REPO / "tests"))
 from fakegpu import SHIM_DIR, FakeDevice, FakeGPU, build_native, build_shim  # noqa: E402
 
 CALLS_ALONE = 200_000
-CALLS_CONTENDED = 100_000
+CALLS_CONTENDED = 50_000
 CONTENDERS = 8
-REPEATS = 5
+REPEATS = 3
 
 
 def _run(driver: Path, env: dict[str, str], processes: int, calls: int) -> dict[str, float]:

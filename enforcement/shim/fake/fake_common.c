@@ -286,6 +286,9 @@ unsigned char *fake_slot_map(struct fake_gpu *g, int slot) {
 
 /* ---------------------------------------------------------------------- shared state --------- */
 
+static void forget_self(void);
+static void register_atfork(void) { pthread_atfork(NULL, NULL, forget_self); }
+
 int fake_attach(struct fake_gpu *g, const char *path) {
     memset(g, 0, sizeof *g);
     pthread_mutex_init(&g->map_lock, NULL);
@@ -330,6 +333,8 @@ int fake_attach(struct fake_gpu *g, const char *path) {
     flock(fd, LOCK_UN);
     close(fd);
     g->st = st;
+    static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+    pthread_once(&atfork_once, register_atfork);
     return 0;
 }
 
@@ -389,12 +394,23 @@ static uint64_t start_time_of(int32_t pid) {
     return p ? strtoull(p, NULL, 10) : 0;
 }
 
+/* This process's pid and start time, looked up once (and again in a forked child). */
+static int32_t self_pid;
+static uint64_t self_start;
+
+static void forget_self(void) { self_pid = 0; }
+
+static int32_t my_pid(void) {
+    if (!self_pid) {
+        self_pid = (int32_t)getpid();
+        self_start = start_time_of(self_pid);
+    }
+    return self_pid;
+}
+
 static uint64_t my_start_time(void) {
-    static uint64_t cached;
-    static int32_t cached_pid;
-    int32_t pid = (int32_t)getpid();
-    if (cached_pid != pid) cached = start_time_of(pid), cached_pid = pid;
-    return cached;
+    my_pid();
+    return self_start;
 }
 
 void fake_sweep_dead(struct fake_gpu *g, int slot) {
@@ -433,7 +449,7 @@ static int try_place(struct fake_gpu *g, int slot, uint64_t size, uint32_t kind,
     }
     if (i == ss->nblocks && cap - cursor < size) return -1;
     memmove(&ss->blocks[i + 1], &ss->blocks[i], (ss->nblocks - i) * sizeof(struct fake_block));
-    ss->blocks[i] = (struct fake_block){cursor, size, (int32_t)getpid(), kind, my_start_time()};
+    ss->blocks[i] = (struct fake_block){cursor, size, my_pid(), kind, my_start_time()};
     ss->nblocks++;
     ss->used += size;
     if (ss->used > ss->peak) ss->peak = ss->used;
@@ -524,7 +540,7 @@ void fake_launch(struct fake_gpu *g, int slot) {
         ss->launched_ns += k;
         ss->launches++;
         struct fake_interval *last = ss->ring_len ? &ss->ring[(ss->ring_head + FAKE_RING - 1) % FAKE_RING] : NULL;
-        int32_t pid = (int32_t)getpid();
+        int32_t pid = my_pid();
         if (last && last->end == start && last->pid == pid) last->end = start + k;
         else {
             ss->ring[ss->ring_head] = (struct fake_interval){start, start + k, pid, 0};

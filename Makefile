@@ -14,16 +14,26 @@ $(STAMP): pyproject.toml setup.py
 
 setup: $(STAMP)
 
-demo: $(STAMP)
-	rm -rf out/demo-run
-	$(VENV)/bin/secureml run pipelines/secure_finetune.py --profile examples/profiles/team-a-dev.yaml \
-		--local --dev-identity --simulate-gpu --output-dir out/demo-run
-	$(VENV)/bin/secureml profile render profiles/team-a.yaml -o out/deploy
-
 # The GPU quota shim, rebuilt whenever its C sources change (pip install builds it too).
 SHIM_LIB := enforcement/libsecureml_shim.so
 $(SHIM_LIB): $(wildcard enforcement/shim/*.c enforcement/shim/*.h) enforcement/shim.py
 	$(PY) -m secureml.enforcement.shim build || echo "WARNING: quota shim not built (no C compiler?)"
+
+demo: $(STAMP) $(SHIM_LIB)
+	@echo "== 1. the platform team's tenant profiles"
+	$(VENV)/bin/secureml profile validate profiles/*.yaml examples/profiles/*.yaml
+	@echo "== 2. compile the reference pipeline for team-a (images not signed yet: the dev profile)"
+	@mkdir -p out
+	$(VENV)/bin/secureml compile pipelines/secure_finetune.py --profile examples/profiles/team-a-dev.yaml \
+		-o out/secure_finetune.yaml --report out/secure_finetune.report.json
+	@echo "== 3. a careless pipeline: every violation at once (this step expects the refusal)"
+	! $(VENV)/bin/secureml compile examples/rule_breaker.py --profile examples/profiles/team-a-dev.yaml -o out/rule_breaker.yaml
+	@echo "== 4. the cluster objects that enforce team-a's rules at admission"
+	$(VENV)/bin/secureml profile render profiles/team-a.yaml -o out/deploy
+	@echo "== 5. run the pipeline locally under the launcher (dev identity, simulated GPU)"
+	rm -rf out/demo-run
+	$(VENV)/bin/secureml run pipelines/secure_finetune.py --profile examples/profiles/team-a-dev.yaml \
+		--local --dev-identity --simulate-gpu --output-dir out/demo-run
 
 test: $(STAMP) $(SHIM_LIB)
 	$(PY) -m pytest -n 2

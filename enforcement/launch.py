@@ -1,7 +1,9 @@
 """The in-pod launcher: `python3 -m secureml.enforcement.launch -- <command...>`.
 
-Stages, in order, each timed and recorded: config, identity, preflight, scrub-before, shim, run
-(with the watchdog beside it), scrub-after, audit. A required control that fails stops the step
+Stages, in order, each timed and recorded: config, shim-claim, identity, preflight, scrub-before,
+shim, run (with the watchdog beside it), scrub-after, audit. shim-claim runs where the quota shim is
+preloaded into the launcher itself (in a cluster, /etc/ld.so.preload): the launcher takes its role
+in the shim before any GPU call, so that its own GPU work is not limited while the step's is. A required control that fails stops the step
 with that stage's exit code (`ExitCode`); an optional one that fails is warned about and recorded.
 A step without a GPU skips the GPU stages and says so in its record. docs/launcher.md is the
 reference for every variable, exit code and rule.
@@ -185,6 +187,20 @@ def scrub_stage(run: StepRun, config: LauncherConfig, name: str, code: ExitCode)
     run.stage(name, code, True, lambda: scrub_devices(config.scrub_verify))
 
 
+def claim_stage(run: StepRun, config: LauncherConfig) -> None:
+    """The shim is preloaded into this process: take the launcher's role (pass-through here,
+    refused to every other process) before any CUDA or NVML call."""
+
+    def claim() -> dict[str, Any]:
+        from . import shim
+
+        detail = shim.claim_launcher(effective_limits_file(config))
+        run.record["shim_launcher"] = detail
+        return detail
+
+    run.stage("shim-claim", ExitCode.SHIM, config.uses_gpu, claim)
+
+
 def effective_limits_file(config: LauncherConfig) -> Path:
     """The limits file the shim will read: the compiled-in cluster path wins where it exists."""
     cluster = Path(contract.SHIM_LIMITS_PATH)
@@ -192,7 +208,9 @@ def effective_limits_file(config: LauncherConfig) -> Path:
 
 
 def shim_stage(run: StepRun, config: LauncherConfig) -> None:
-    """Arm the shim in the child's environment (never this process's) after checking its limits."""
+    """Arm the shim for the step after checking its limits. Where the shim is not preloaded into
+    this process, the launcher still takes its role in the step's region first (a private copy,
+    not interposed), so that no step process can take it."""
 
     def arm() -> dict[str, Any]:
         import tempfile
@@ -212,13 +230,18 @@ def shim_stage(run: StepRun, config: LauncherConfig) -> None:
                 fix="recompile the pipeline and re-apply the tenant bundle; do not edit either by hand",
                 where=str(limits_file),
             )
-        library = shim.library_path()
+        preloaded = shim.interposed() is not None
+        if preloaded:  # every process of the container loads it; the launcher claimed already
+            library = run.record["shim_launcher"]["library"]
+        else:
+            library = str(shim.library_path())
+            run.record["shim_launcher"] = shim.claim_launcher(limits_file)
         counters = Path(tempfile.mkdtemp(prefix="secureml-shim-")) / "counters"
-        run.child_env = shim.child_env(limits_file, counters, run.child_env)
+        run.child_env = shim.child_env(limits_file, counters, run.child_env, preload=not preloaded)
         run.shim_files = (limits_file, counters)
         run.record["limits"] = {**limits.to_json(), "source": str(limits_file)}
         return {
-            "library": str(library), "limits_file": str(limits_file),
+            "library": library, "preloaded": preloaded, "limits_file": str(limits_file),
             "limits": limits.to_json(), "counters_file": str(counters),
         }
 
@@ -233,10 +256,22 @@ def collect_shim_counters(run: StepRun) -> None:
 
     limits_file, counters = run.shim_files
     try:
-        run.record["shim_counters"] = shim.read_counters(counters)
+        counted = run.record["shim_counters"] = shim.read_counters(counters)
     except SecuremlError as err:  # e.g. the step never touched the GPU: nothing was counted
         run.record["shim_counters"] = None
         run.record["shim_counters_error"] = err.what
+    else:
+        if counted["launcher_claims_refused"]:
+            run.record.setdefault("violations", []).append({
+                "kind": "shim-launcher-claim",
+                "count": counted["launcher_claims_refused"],
+                "launcher_pid": counted["launcher_pid"],
+                "action": "refused",
+            })
+            _log(
+                f"shim: {counted['launcher_claims_refused']} claim(s) of the launcher's role by the "
+                "step's processes were refused"
+            )
     shim.remove_region(limits_file)
 
 
@@ -339,7 +374,14 @@ def execute(command: list[str]) -> int:
 
 def _stages(run: StepRun, config: LauncherConfig) -> None:
     gpu_reason = "no GPU for this step (isolation none)"
+    from . import shim
+
     pre_run: list[tuple[str, Callable[[], None] | None, str]] = [
+        (
+            "shim-claim",
+            (lambda: claim_stage(run, config)) if shim.interposed() is not None else None,
+            "the shim is not preloaded into the launcher",
+        ),
         ("identity", lambda: identity_stage(run, config), ""),
         ("preflight", (lambda: preflight_stage(run, config)) if config.uses_gpu else None, gpu_reason),
         (

@@ -6,8 +6,10 @@ shows this process: take all free memory in chunks (halving the chunk on out-of-
 `full`: everything) with `cuMemcpyDtoH`, release. The record says how many bytes were zeroed, what
 fraction of the device's memory that covers, and the bandwidth.
 
-The scrub never runs under the quota shim: its limits would hide most of the device. The shim is
-only ever in the child's environment; if it is found mapped into this process, the scrub refuses.
+The scrub never runs under the quota shim's limits: they would hide most of the device. In a
+cluster the shim is preloaded into every process, the launcher included; the launcher claims its
+role first (`shim.claim_launcher`), after which the shim passes its calls through. If the shim
+enforces in this process all the same (no claim, or a shim that cannot be asked), the scrub refuses.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from typing import Any
 
 from secureml.errors import SecuremlError
 
+from . import shim
 from .config import ScrubVerify
 
 CUDA_LIBRARY = "libcuda.so.1"
-SHIM_LIBRARY_NAME = "libsecureml_shim"
 FIRST_CHUNK = 1 << 30
 MIN_CHUNK = 2 << 20
 READ_WINDOW = 1 << 20
@@ -106,15 +108,6 @@ class CudaDriver:
                 why="device memory cannot be proven clean when the driver refuses an operation",
                 fix="check the GPU's health (nvidia-smi, dmesg) and drain the node if it persists",
             )
-
-
-def shim_loaded_here() -> bool:
-    """Whether the quota shim is mapped into this process (it must never be)."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            return any(SHIM_LIBRARY_NAME in line for line in maps)
-    except OSError:
-        return False
 
 
 @contextmanager
@@ -224,12 +217,12 @@ def scrub_device(cuda: CudaDriver, ordinal: int, verify: ScrubVerify) -> dict[st
 
 def scrub_devices(verify: ScrubVerify) -> dict[str, Any]:
     """Scrub every CUDA device visible to this process; the stage's audit record."""
-    if shim_loaded_here():
+    if shim.enforcing_here():
         raise ScrubError(
-            "the quota shim is loaded into the launcher process",
+            "the quota shim enforces its limits in the launcher process",
             why="under the shim the scrub would see only the step's quota, not the device's memory",
-            fix="remove the shim from LD_PRELOAD / /etc/ld.so.preload of the launcher; "
-            "the launcher arms it for the step's own process only",
+            fix="the launcher claims its role in the shim before any GPU call (stage shim-claim); "
+            "check that the preloaded shim is the build shipped with this secureml release",
         )
     cuda = CudaDriver()
     cuda.check("cuInit", 0)

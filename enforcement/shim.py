@@ -13,6 +13,13 @@ The shim itself is C (`enforcement/shim/`, docs/shim.md). The launcher uses thre
 - `read_counters(path) -> dict`: the counters the shim wrote (refused allocations, peak use,
   throttled launches, per device), for the audit record.
 
+The launcher's own process (docs/shim.md "The launcher's own process"): in a cluster
+`/etc/ld.so.preload` loads the shim into every process of the container, the launcher included.
+`claim_launcher(limits_file)` makes the launcher the one process in which the shim passes every
+call through (its preflight, scrub and watchdog must see the whole device), and, where the shim is
+not preloaded, still takes that role in the step's region so that no step process can.
+`enforcing_here()` tells the scrub whether the shim limits this process.
+
 `region_path(limits_file)` names the step's shared accounting region (derived from the limits
 file's identity) and `remove_region(limits_file)` deletes it after the step. `build(output_dir)`
 compiles the shim (used by setup.py and `make test`); it needs only the standard library, so
@@ -21,6 +28,7 @@ setup.py can load this file before the package is installed.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -36,6 +44,13 @@ SOURCES = ("shim.c", "limits.c")
 HEADERS = ("cuda_api.h", "nvml_api.h", "limits.h", "region.h")
 CFLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread", "-Wall", "-Wextra")
 LOG_LEVELS = ("off", "error", "warn", "info", "debug")
+CLAIM_FUNCTION = "secureml_shim_claim_launcher"
+MODE_FUNCTION = "secureml_shim_mode"
+MODE_ENFORCING = 1
+MODE_LAUNCHER = 2
+# Copies of the shim this process loaded itself (RTLD_LOCAL) to take the launcher role: mapped,
+# but not interposed, so they limit nothing here.
+_private_copies: set[str] = set()
 
 
 def find_compiler() -> str | None:
@@ -99,14 +114,18 @@ def child_env(
     base_env: Mapping[str, str] | None = None,
     *,
     log_level: str | None = None,
+    preload: bool = True,
 ) -> dict[str, str]:
-    """Environment that arms the shim in a child process (see the module docstring)."""
+    """Environment that arms the shim in a child process (see the module docstring). With
+    `preload=False` LD_PRELOAD is left alone: the shim is already preloaded into every process (in
+    a cluster, by /etc/ld.so.preload), and a second copy would only be loaded beside it."""
     from secureml import contract
 
     env = dict(os.environ if base_env is None else base_env)
-    preload = [str(library_path())]
-    preload += [item for item in env.get("LD_PRELOAD", "").replace(" ", ":").split(":") if item and item != preload[0]]
-    env["LD_PRELOAD"] = ":".join(preload)
+    if preload:
+        first = str(library_path())
+        rest = [item for item in env.get("LD_PRELOAD", "").replace(" ", ":").split(":") if item and item != first]
+        env["LD_PRELOAD"] = ":".join([first, *rest])
     env[contract.ENV_SHIM_LIMITS_FILE] = str(limits_file)
     if counters_file is not None:
         env[contract.ENV_SHIM_COUNTERS_FILE] = str(counters_file)
@@ -124,6 +143,7 @@ def read_counters(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     Returns `{"limits_ok": bool, "error": str | None, "memory_limit": int, "compute_limit": int,
     "scrub_on_free": bool, "refused": int, "peak": int, "throttled": int, "scrub_failures": int,
+    "launcher_pid": int (0: no launcher claimed the step's region), "launcher_claims_refused": int,
     "devices": [{"uuid", "used", "peak", "refused", "throttled"}, ...]}`. Raises SecuremlError when
     the file is missing (no process of the step ever used the GPU, or the step removed it) or
     unreadable.
@@ -163,10 +183,113 @@ def read_counters(path: str | os.PathLike[str]) -> dict[str, Any]:
             "peak": int(raw["peak"]),
             "throttled": int(raw["throttled"]),
             "scrub_failures": int(raw["scrub_failures"]),
+            "launcher_pid": int(raw["launcher_pid"]),
+            "launcher_claims_refused": int(raw["launcher_claims_refused"]),
             "devices": devices,
         }
     except (KeyError, ValueError) as exc:
         raise SecuremlError("malformed shim counters file", why=f"missing or bad field {exc}", where=str(path)) from None
+
+
+def interposed() -> ctypes.CDLL | None:
+    """The shim as it interposes in this process (LD_PRELOAD, /etc/ld.so.preload), found by its
+    exported mode query in the global symbol scope; None when no shim interposes here."""
+    scope = ctypes.CDLL(None)
+    return scope if hasattr(scope, MODE_FUNCTION) else None
+
+
+def mapped_copies() -> list[str]:
+    """Paths of every shim library mapped into this process (from /proc/self/maps)."""
+    found: list[str] = []
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)  # address perms offset dev inode [path]
+                path = fields[5].strip() if len(fields) == 6 else ""
+                if Path(path).name.startswith(LIBRARY_NAME.removesuffix(".so")) and path not in found:
+                    found.append(path)
+    except OSError:
+        pass
+    return found
+
+
+def enforcing_here() -> bool:
+    """Whether the shim limits this process: it interposes here and this process is not the
+    step's launcher. A shim mapped here that cannot be asked (a build without the mode query,
+    mapped by the loader) is taken to enforce; the launcher's own private copy does not."""
+    shim = interposed()
+    if shim is not None:
+        mode = getattr(shim, MODE_FUNCTION)
+        mode.restype, mode.argtypes = ctypes.c_int, []
+        return int(mode()) != MODE_LAUNCHER
+    return any(os.path.realpath(path) not in _private_copies for path in mapped_copies())
+
+
+def claim_launcher(limits_file: str | os.PathLike[str]) -> dict[str, Any]:
+    """Take the launcher role in the step's accounting region for this process (see the module
+    docstring); raise SecuremlError when the shim refuses it.
+
+    Where the shim interposes here, the claim goes to that copy: from then on it passes this
+    process's calls through. Otherwise the shim is loaded privately (RTLD_LOCAL: its hooks do not
+    apply here) only to record the claim, reading `limits_file` as the step's processes will.
+    Call it before this process makes any CUDA or NVML call and before it starts the step.
+    """
+    from secureml import contract
+    from secureml.errors import SecuremlError
+
+    shim = interposed()
+    if shim is not None:
+        how = "preloaded"
+        library = next(iter(mapped_copies()), "")
+    else:
+        how = "private"
+        path = library_path()
+        os.environ[contract.ENV_SHIM_LIMITS_FILE] = str(limits_file)  # what its one-time init reads
+        shim = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
+        library = os.path.realpath(path)
+        _private_copies.add(library)
+    try:
+        claim = getattr(shim, CLAIM_FUNCTION)
+    except AttributeError:
+        raise SecuremlError(
+            f"the shim {library} cannot hand the launcher its role",
+            why=f"it does not export {CLAIM_FUNCTION}: it is older than this launcher",
+            fix="rebuild the image with the shim of the same secureml release",
+            where=library,
+        ) from None
+    claim.restype, claim.argtypes = ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]
+    reason = ctypes.create_string_buffer(512)
+    if claim(reason, len(reason)) != 0:
+        raise SecuremlError(
+            "the shim refused this launcher its role",
+            why=reason.value.decode(errors="replace"),
+            fix="the launcher must be the first process of the step to use the shim: look for a process "
+            "that started before it, or a stale accounting region left by an earlier run "
+            f"({_region_hint(limits_file)}); check the limits file",
+            where=library,
+        )
+    return {"claimed": True, "how": how, "library": library, "pid": os.getpid(), "dumpable": _make_undumpable()}
+
+
+PR_SET_DUMPABLE, PR_GET_DUMPABLE = 4, 3
+
+
+def _make_undumpable() -> bool:
+    """Mark this process non-dumpable: a process of the same user without CAP_SYS_PTRACE can then
+    neither ptrace it nor open its /proc/<pid>/mem, so the step cannot make the pass-through launcher
+    act for it. Returns whether the process is still dumpable (False once it worked)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.restype = ctypes.c_int
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    return bool(libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0))
+
+
+def _region_hint(limits_file: str | os.PathLike[str]) -> str:
+    try:
+        return str(region_path(limits_file))
+    except OSError as exc:
+        return f"none: {limits_file}: {exc.strerror or exc}"
 
 
 def region_path(limits_file: str | os.PathLike[str]) -> Path:

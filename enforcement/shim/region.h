@@ -8,7 +8,7 @@
 #include "limits.h"
 
 #define REGION_MAGIC 0x53454d4c53484d31ULL /* "SEMLSHM1" */
-#define REGION_LAYOUT 1
+#define REGION_LAYOUT 2
 #define REGION_DEVICES 16
 #define REGION_PROCS 256
 
@@ -42,6 +42,13 @@ struct region {
     pthread_mutex_t lock;    /* robust, process-shared */
     struct shim_limits limits; /* set once by whoever created the region: first initialiser wins */
     uint64_t scrub_failures;
+    /* The step's launcher (docs/shim.md "The launcher's own process"): the one process in which the
+     * shim passes every call through. Set once, by the first claim, before any step process used
+     * the account; never cleared, so no later process can take it over. */
+    int32_t launcher_pid; /* 0: unclaimed */
+    uint32_t pad;
+    uint64_t launcher_start_time;
+    uint64_t claims_refused; /* claims of the launcher role refused */
     struct region_device dev[REGION_DEVICES];
     struct region_proc procs[REGION_PROCS];
 };

@@ -4,7 +4,10 @@
  * allocate, free, report memory or launch work, NVML's memory report, and the two ways to look
  * entry points up (dlsym, cuGetProcAddress), so that the CUDA runtime's own look-ups receive the
  * hooks too. Limits come from one read-only file; accounting is shared by all processes of the step
- * through a region in /dev/shm. docs/shim.md explains the design, the threats and their answers.
+ * through a region in /dev/shm. The step's launcher claims one role in that region
+ * (secureml_shim_claim_launcher): in its process, and only there, every hook passes through, so its
+ * own preflight, scrub and watchdog see the whole device. docs/shim.md explains the design, the
+ * threats and their answers.
  */
 #define _GNU_SOURCE
 #include "cuda_api.h"
@@ -61,6 +64,7 @@ static struct shim {
     int log_level;
     int initialised;
     int ok; /* 0: limits or region unusable; every allocation is refused (fail closed) */
+    int launcher; /* 1: this process holds the step's launcher role: every hook passes through */
     char error[256];
     char limits_path[4096];
     char counters_path[4096];
@@ -398,6 +402,7 @@ static void at_fork_child(void) {
     if (S.table) memset(S.table, 0, S.cap * sizeof *S.table);
     S.count = 0;
     S.me = -1;
+    S.launcher = 0; /* the launcher role belongs to the process that claimed it, not its children */
 }
 
 static void init_once(void) {
@@ -428,6 +433,9 @@ static void init_once(void) {
 
 static inline void init(void) { pthread_once(&S.once, init_once); }
 
+/* Whether this process is the step's launcher: then every hook calls the driver unchanged. */
+static inline int pass_through(void) { return __atomic_load_n(&S.launcher, __ATOMIC_ACQUIRE); }
+
 /* ------------------------------------------------------------------ counters file ------------ */
 
 static void format_uuid(const unsigned char *u, char *out, size_t n, const char *prefix) {
@@ -446,11 +454,13 @@ static void write_counters_locked(void) {
     if (!S.ok) OUT("error=%s\n", S.error);
     OUT("memory_limit=%llu\ncompute_limit=%u\nscrub_on_free=%u\n", (unsigned long long)S.limits.memory, S.limits.compute,
         S.limits.scrub_on_free);
-    uint64_t refused = 0, peak = 0, throttled = 0, scrub_failures = 0;
-    int devices = 0;
+    uint64_t refused = 0, peak = 0, throttled = 0, scrub_failures = 0, claims_refused = 0;
+    int devices = 0, launcher = 0;
     if (S.region) {
         struct region *r = S.region;
         scrub_failures = r->scrub_failures;
+        launcher = r->launcher_pid;
+        claims_refused = r->claims_refused;
         for (int d = 0; d < REGION_DEVICES; d++) {
             struct region_device *dv = &r->dev[d];
             if (!dv->in_use) continue;
@@ -467,6 +477,7 @@ static void write_counters_locked(void) {
     }
     OUT("devices=%d\nrefused=%llu\npeak=%llu\nthrottled=%llu\nscrub_failures=%llu\n", devices, (unsigned long long)refused,
         (unsigned long long)peak, (unsigned long long)throttled, (unsigned long long)scrub_failures);
+    OUT("launcher_pid=%d\nlauncher_claims_refused=%llu\n", launcher, (unsigned long long)claims_refused);
 #undef OUT
     if (n >= sizeof buf) n = sizeof buf - 1;
     char tmp[4200];
@@ -497,7 +508,7 @@ static void maybe_write_counters(uint64_t every_ns) {
 
 /* At exit the driver releases this process's memory: so do its charges. */
 __attribute__((destructor)) static void shim_fini(void) {
-    if (!S.initialised) return;
+    if (!S.initialised || S.launcher) return; /* the launcher charged nothing; the counters are the step's */
     if (!S.region) return write_counters();
     region_lock();
     if (S.me >= 0 && S.region->procs[S.me].pid == (int32_t)getpid()) {
@@ -512,6 +523,51 @@ __attribute__((destructor)) static void shim_fini(void) {
     write_counters_locked();
     region_unlock();
 }
+
+/* ------------------------------------------------------------------ the launcher's role ------ */
+
+/* The launcher claims its role before it makes any CUDA or NVML call and before it starts the step.
+ * The claim is recorded in the region (pid and start time) and granted once: a second claim, or a
+ * claim after any process charged the step's account, is refused and counted. In the claiming
+ * process alone the hooks pass through; a forked child enforces again (at_fork_child), and so does
+ * every exec'd program, which loads the shim afresh. Returns 0, or -1 with the reason. */
+EXPORT int secureml_shim_claim_launcher(char *reason, size_t reason_len) {
+    init();
+    char why[320] = "";
+    int pid = (int)getpid();
+    if (!S.ok) snprintf(why, sizeof why, "the shim cannot enforce in this container: %s", S.error);
+    else {
+        uint64_t start = process_start_time(pid);
+        struct region *r = S.region;
+        region_lock();
+        if (r->launcher_pid == pid && r->launcher_start_time == start && pass_through()) {
+            /* already ours */
+        } else if (r->launcher_pid) {
+            snprintf(why, sizeof why, "process %d already holds the launcher role of this step", (int)r->launcher_pid);
+        } else if (r->nprocs || __atomic_load_n(&S.count, __ATOMIC_RELAXED)) {
+            snprintf(why, sizeof why, "processes of the step already use its account; the launcher claims before the step starts");
+        } else {
+            r->launcher_pid = pid;
+            r->launcher_start_time = start;
+            __atomic_store_n(&S.launcher, 1, __ATOMIC_RELEASE);
+        }
+        if (why[0]) {
+            r->claims_refused++;
+            write_counters_locked();
+        }
+        region_unlock();
+    }
+    if (why[0]) {
+        logf_(LOG_WARN, "launcher claim refused: %s", why);
+        if (reason && reason_len) snprintf(reason, reason_len, "%s", why);
+        return -1;
+    }
+    logf_(LOG_INFO, "process %d is the step's launcher: its calls pass through the shim", pid);
+    return 0;
+}
+
+/* SECUREML_SHIM_MODE_ENFORCING (1) or SECUREML_SHIM_MODE_LAUNCHER (2, pass-through) in this process. */
+EXPORT int secureml_shim_mode(void) { return pass_through() ? 2 : 1; }
 
 /* ------------------------------------------------------------------ devices ------------------ */
 
@@ -684,6 +740,7 @@ static CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, ui
 #define ALLOCATE(slot_expr, bytes_expr, klass, scrub, call, out_value)                                  \
     do {                                                                                               \
         init();                                                                                        \
+        if (pass_through()) return (call);                                                             \
         int slot_ = (slot_expr);                                                                       \
         uint64_t bytes_ = (bytes_expr), charged_ = charge_of(bytes_);                                  \
         if (slot_ == NO_CONTEXT) return CUDA_ERROR_INVALID_CONTEXT;                                   \
@@ -715,6 +772,7 @@ static void scrub(const struct entry *e, CUstream stream, int async, int ptsz) {
 /* The common path of every release: forget, scrub, release, uncharge (or restore on failure). */
 static CUresult release(uint64_t value, int klass, CUresult (*call)(void *), void *ctx, CUstream stream, int async, int ptsz) {
     init();
+    if (pass_through()) return call(ctx);
     struct entry e;
     int known = value && table_take(table_key(value, klass), &e) == 0;
     if (known) scrub(&e, stream, async, ptsz);
@@ -768,6 +826,7 @@ EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, si
                                            unsigned int ElementSizeBytes) {
     init();
     if (!r_cuMemAllocPitch_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    if (pass_through()) return r_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (!dptr || !pPitch) return CUDA_ERROR_INVALID_VALUE;
     /* The driver chooses the pitch: charge a bound first (rows padded to 512 bytes), then true up. */
     int slot = current_slot();
@@ -831,6 +890,7 @@ EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t
                                     unsigned long long flags) {
     init();
     if (!r_cuMemCreate) return CUDA_ERROR_NOT_INITIALIZED;
+    if (pass_through()) return r_cuMemCreate(handle, size, prop, flags);
     if (!handle || !prop) return CUDA_ERROR_INVALID_VALUE;
     int slot = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? slot_of_ordinal(prop->location.id) : current_slot();
     ALLOCATE(slot, size, KEY_VMM, 0, r_cuMemCreate(handle, size, prop, flags), *handle);
@@ -936,7 +996,7 @@ EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     init();
     if (!r_cuMemGetInfo_v2) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult rc = r_cuMemGetInfo_v2(free_bytes, total);
-    if (rc != CUDA_SUCCESS || !free_bytes || !total) return rc;
+    if (rc != CUDA_SUCCESS || !free_bytes || !total || pass_through()) return rc;
     reclaim_occasionally();
     uint64_t t, f;
     virtualise(*total, *free_bytes, used_on(current_slot()), &t, &f);
@@ -948,7 +1008,7 @@ EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
     init();
     if (!r_cuDeviceTotalMem_v2) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult rc = r_cuDeviceTotalMem_v2(bytes, dev);
-    if (rc == CUDA_SUCCESS && bytes && *bytes > S.limits.memory) *bytes = (size_t)S.limits.memory;
+    if (rc == CUDA_SUCCESS && bytes && *bytes > S.limits.memory && !pass_through()) *bytes = (size_t)S.limits.memory;
     return rc;
 }
 
@@ -1001,7 +1061,7 @@ EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMem
     pthread_once(&nvml_once, resolve_nvml);
     if (!r_nvmlDeviceGetMemoryInfo) return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlReturn_t rc = r_nvmlDeviceGetMemoryInfo(device, memory);
-    if (rc != NVML_SUCCESS || !memory) return rc;
+    if (rc != NVML_SUCCESS || !memory || pass_through()) return rc;
     reclaim_occasionally();
     uint64_t used = used_on(slot_of_nvml(device)), t, f;
     virtualise(memory->total, memory->free, used, &t, &f);
@@ -1014,7 +1074,7 @@ EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvml
     pthread_once(&nvml_once, resolve_nvml);
     if (!r_nvmlDeviceGetMemoryInfo_v2) return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlReturn_t rc = r_nvmlDeviceGetMemoryInfo_v2(device, memory);
-    if (rc != NVML_SUCCESS || !memory) return rc;
+    if (rc != NVML_SUCCESS || !memory || pass_through()) return rc;
     reclaim_occasionally();
     uint64_t used = used_on(slot_of_nvml(device)), t, f;
     virtualise(memory->total, memory->free, used, &t, &f);
@@ -1106,7 +1166,7 @@ static void control_update(struct region_device *d, int slot, uint64_t t) {
 /* Paces launches on the current device to the compute share (GCRA on the shared region). */
 static inline void throttle(void) {
     init();
-    if (S.limits.compute >= 100 || !S.region) return;
+    if (S.limits.compute >= 100 || !S.region || pass_through()) return;
     int slot = current_slot();
     if (slot < 0) return;
     struct region_device *d = &S.region->dev[slot];

@@ -50,7 +50,7 @@ def test_dedicated_step_through_every_gpu_stage(launch: Launch, fake_gpu: Any) -
     record = result.record
     statuses = {s["name"]: s["status"] for s in record["stages"]}
     assert statuses == {
-        "config": "ok", "identity": "skipped", "preflight": "ok", "scrub-before": "ok",
+        "config": "ok", "shim-claim": "skipped", "identity": "skipped", "preflight": "ok", "scrub-before": "ok",
         "shim": "skipped", "run": "ok", "scrub-after": "ok",
     }
     (device,) = record["gpu"]["devices"]

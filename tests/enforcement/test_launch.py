@@ -52,7 +52,7 @@ def test_cpu_step_skips_gpu_stages_and_records_why(launch: Launch) -> None:
     assert record["image_digest"] == "sha256:" + "ab" * 32
     assert record["gpu_request"] is None and record["isolation"] == "none"
     assert [s["name"] for s in record["stages"]] == [
-        "config", "identity", "preflight", "scrub-before", "shim", "run", "scrub-after",
+        "config", "shim-claim", "identity", "preflight", "scrub-before", "shim", "run", "scrub-after",
     ]
     by_name = {s["name"]: s for s in record["stages"]}
     for name in ("preflight", "scrub-before", "shim", "scrub-after"):

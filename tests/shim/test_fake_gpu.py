@@ -154,6 +154,39 @@ def test_memset_and_copies_reach_device_memory(make_fake_gpu) -> None:
     assert memory[4096:] == b"\x5c" * 512  # beyond the block: untouched residue
 
 
+def test_zero_fills_punch_holes_and_allocations_touch_nothing(make_fake_gpu) -> None:
+    # device 0: a previous tenant's residue in every byte; device 1: 8 GiB that nobody planted
+    gpu = make_fake_gpu(devices=[FakeDevice(memory=64 * MiB, residue=0x5C), FakeDevice(memory=8 << 30)])
+    got = _run(gpu, f"""
+    import os, time
+    rc, p = alloc({16 * MiB})
+    ok(rc, "alloc")
+    ok(cu.cuMemsetD32_v2(ctypes.c_uint64(p + 100), 0, ctypes.c_size_t({8 * MiB // 4})), "memset d32")
+    ctx1 = ctypes.c_void_p()
+    ok(cu.cuCtxCreate_v2(ctypes.byref(ctx1), 0, 1), "cuCtxCreate device 1")
+    chunks = [alloc(1 << 30) for _ in range(8)]
+    assert all(rc == 0 for rc, _ in chunks), chunks
+    allocated = os.stat(sys.argv[1]).st_blocks * 512
+    started = time.perf_counter()
+    for _, q in chunks:
+        ok(cu.cuMemsetD8_v2(ctypes.c_uint64(q), 0, ctypes.c_size_t(1 << 30)), "memset d8")
+    seconds = time.perf_counter() - started
+    back = ctypes.create_string_buffer(1 << 20)
+    ok(cu.cuMemcpyDtoH_v2(back, ctypes.c_uint64(chunks[3][1] + (1 << 29)), ctypes.c_size_t(1 << 20)), "dtoh")
+    print(json.dumps({{"p": p, "allocated": allocated, "seconds": seconds, "zeros": back.raw.count(0),
+                      "disk": os.stat(sys.argv[1]).st_blocks * 512}}))
+    """.replace("sys.argv[1]", repr(str(gpu.memory_path(1)))))
+    assert got["allocated"] == 0  # taking all 8 GiB wrote nothing
+    assert got["disk"] < 4 * MiB and got["seconds"] < 5  # zeroing them neither
+    assert got["zeros"] == MiB  # and they read back as zeros
+    start = FakeGPU.offset_of(got["p"])
+    memory = gpu.read_memory(offset=start, size=16 * MiB)
+    assert memory[:100] == b"\x5c" * 100  # before the span: the residue
+    assert memory[100:100 + 8 * MiB] == bytes(8 * MiB)  # the span: zero, also in its partial pages
+    assert memory[100 + 8 * MiB:] == b"\x5c" * (8 * MiB - 100)  # after it: the residue
+    assert gpu.memory_path(0).stat().st_blocks * 512 <= 64 * MiB - 8 * MiB + 8192  # holes where zeroed
+
+
 def test_out_of_memory_and_injected_failures(make_fake_gpu) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(memory=4 * MiB)], fail_alloc_after=3)
     got = _run(gpu, """

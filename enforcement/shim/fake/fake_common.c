@@ -510,6 +510,21 @@ int fake_free(struct fake_gpu *g, int slot, uint64_t off) {
     return rc;
 }
 
+void fake_zero(unsigned char *h, uint64_t n) {
+    /* Device memory is a sparse file mapped shared: zeroing whole pages punches them out of it
+     * (MADV_REMOVE), so zero-fills cost no disk and no time per byte, and reading them back
+     * returns zeros. Short spans, the partial pages at either end, and file systems that cannot
+     * punch holes get a plain memset. */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = ((uintptr_t)h + page - 1) & ~(page - 1), end = ((uintptr_t)h + n) & ~(page - 1);
+    if (n < FAKE_PUNCH_MIN || end <= start || madvise((void *)start, end - start, MADV_REMOVE) != 0) {
+        memset(h, 0, n);
+        return;
+    }
+    memset(h, 0, start - (uintptr_t)h);
+    memset((void *)end, 0, (uintptr_t)h + n - end);
+}
+
 unsigned char *fake_resolve(struct fake_gpu *g, int slot, uint64_t off, uint64_t n) {
     fake_lock(g);
     struct fake_slot_state *ss = &g->st->slots[slot];

@@ -18,6 +18,7 @@
 #define FAKE_RING 4096       /* busy intervals remembered per slot, for utilisation */
 #define FAKE_GRANULE 512ULL  /* allocation alignment and accounting unit */
 #define FAKE_PTR_SHIFT 40    /* device pointer = (slot + 1) << 40 | offset */
+#define FAKE_PUNCH_MIN (64ULL << 10) /* zero-fills this long or longer punch holes (fake_zero) */
 
 struct fake_device_cfg {
     char name[96];
@@ -134,6 +135,8 @@ int fake_free(struct fake_gpu *g, int slot, uint64_t off);
 /* Host address of [off, off + n) of a slot when it lies within one live block; NULL otherwise. */
 unsigned char *fake_resolve(struct fake_gpu *g, int slot, uint64_t off, uint64_t n);
 unsigned char *fake_slot_map(struct fake_gpu *g, int slot);
+/* Zeroes n bytes of mapped device memory; whole pages become holes in the sparse memory file. */
+void fake_zero(unsigned char *h, uint64_t n);
 
 /* Drops blocks of processes that no longer exist (the real driver frees them at exit). Lock held. */
 void fake_sweep_dead(struct fake_gpu *g, int slot);

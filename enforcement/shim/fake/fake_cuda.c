@@ -132,7 +132,8 @@ static CUresult do_memset(CUdeviceptr p, unsigned v, size_t n, size_t elem) {
     if (bytes == 0) return CUDA_SUCCESS;
     unsigned char *h = host_of(p, bytes);
     if (!h) return CUDA_ERROR_INVALID_VALUE;
-    if (elem == 1) memset(h, (int)v, bytes);
+    if (v == 0) fake_zero(h, bytes);
+    else if (elem == 1) memset(h, (int)v, bytes);
     else if (elem == 2) for (size_t i = 0; i < n; i++) memcpy(h + 2 * i, &(uint16_t){(uint16_t)v}, 2);
     else for (size_t i = 0; i < n; i++) memcpy(h + 4 * i, &v, 4);
     return CUDA_SUCCESS;

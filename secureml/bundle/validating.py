@@ -1,10 +1,19 @@
-"""The ValidatingAdmissionPolicy: the tenant's rule catalogue, checked by the API server.
+"""The ValidatingAdmissionPolicies: the tenant's rule catalogue, checked by the API server.
 
 Each rule of `secureml.rules.rules_for_profile` becomes one `validations[]` entry with the very
 expression `secureml check-pod` evaluates offline; the rule id leads each message so that a
-refusal names the rule. Every Pod in the tenant namespace is checked, labelled or not, on CREATE
-and UPDATE (labels and annotations of a running pod can change); this runs after the mutating
-policy, so it sees the pod as mutated.
+refusal names the rule. Rules are grouped by their `scope` (`secureml.rules.scope`), one policy per
+scope, in catalogue order:
+
+- `validate-pods`: Pod Security restricted and the secureml rules for every pod (images,
+  environment, non-root, Linux), no match condition;
+- `validate-steps`: the step rules, with the scope as the policy's `matchConditions` entry, so
+  KFP's own driver pods (only KFP/Argo images, no GPU) are not held to them.
+
+Every Pod in the tenant namespace is checked, labelled or not, on CREATE and UPDATE (labels and
+annotations of a running pod can change), and on UPDATE of `pods/ephemeralcontainers` (an
+ephemeral container added to a running pod, which can turn a KFP system pod into a step pod). This
+runs after the mutating policy, so it sees the pod as mutated.
 """
 
 from __future__ import annotations
@@ -14,15 +23,22 @@ from secureml.profile import TenantProfile
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 REASON = "Forbidden"
+# Policy name suffix per rule scope: every pod, and secureml step pods.
+EVERY_POD_POLICY = "validate-pods"
+STEP_POD_POLICY = "validate-steps"
 
 
-def validations(profile: TenantProfile) -> list[Manifest]:
+def _policies(profile: TenantProfile) -> list[tuple[str, str, list[Manifest]]]:
+    """(name suffix, scope, validations) per policy, in catalogue order; empty ones left out."""
     from secureml.rules import rules_for_profile
+    from secureml.rules.scope import EVERY_POD, STEP_POD
 
-    entries = []
+    by_scope: dict[str, list[Manifest]] = {EVERY_POD: [], STEP_POD: []}
     for rule in rules_for_profile(profile):
+        if rule.scope not in by_scope:
+            raise ValueError(f"rule {rule.id}: no policy renders its scope")
         prefix = f"{rule.id}: "
-        entries.append(
+        by_scope[rule.scope].append(
             {
                 "expression": rule.expression,
                 "message": prefix + rule.message,
@@ -30,7 +46,8 @@ def validations(profile: TenantProfile) -> list[Manifest]:
                 "reason": REASON,
             }
         )
-    return entries
+    named = ((EVERY_POD_POLICY, EVERY_POD), (STEP_POD_POLICY, STEP_POD))
+    return [(suffix, scope, by_scope[scope]) for suffix, scope in named if by_scope[scope]]
 
 
 def _cel_string(text: str) -> str:
@@ -38,41 +55,52 @@ def _cel_string(text: str) -> str:
 
 
 def render_policy(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
-    return [
-        {
-            "apiVersion": API_VERSION,
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": cluster_name(profile, "validate-pods"), "labels": tenant_labels(profile)},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "namespaceSelector": namespace_selector(profile),
-                    "resourceRules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE", "UPDATE"],
-                            "resources": ["pods"],
-                        }
-                    ],
-                },
-                "validations": validations(profile),
+    from secureml.rules.scope import STEP_POD_CONDITION_NAME
+
+    policies = []
+    for suffix, scope, entries in _policies(profile):
+        spec: Manifest = {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": namespace_selector(profile),
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["pods", "pods/ephemeralcontainers"],
+                    }
+                ],
             },
         }
-    ]
+        if scope:
+            spec["matchConditions"] = [{"name": STEP_POD_CONDITION_NAME, "expression": scope}]
+        spec["validations"] = entries
+        policies.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": cluster_name(profile, suffix), "labels": tenant_labels(profile)},
+                "spec": spec,
+            }
+        )
+    return policies
 
 
 def render_binding(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
-    name = cluster_name(profile, "validate-pods")
-    return [
-        {
-            "apiVersion": API_VERSION,
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": name, "labels": tenant_labels(profile)},
-            "spec": {
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": namespace_selector(profile)},
-            },
-        }
-    ]
+    bindings = []
+    for suffix, _, _ in _policies(profile):
+        name = cluster_name(profile, suffix)
+        bindings.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {"name": name, "labels": tenant_labels(profile)},
+                "spec": {
+                    "policyName": name,
+                    "validationActions": ["Deny"],
+                    "matchResources": {"namespaceSelector": namespace_selector(profile)},
+                },
+            }
+        )
+    return bindings

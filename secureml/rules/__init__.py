@@ -2,10 +2,12 @@
 
 A `Rule` is a small value: a stable `id`, a static `message`, a CEL `expression` over `object`
 (the Pod) that is true when the pod is allowed, a `message_expression` that names the offending
-container, and `applies_to` (`level:baseline`, `level:restricted`, `profile:<tenant>`). The
-tenant bundle renders each rule into one `validations[]` entry of the ValidatingAdmissionPolicy
-(`expression`, `messageExpression`, `message`); `secureml check-pod` and the compiler evaluate the
-same text here through the real CEL engine. The CEL is written in the subset both the API server
+container, `applies_to` (`level:baseline`, `level:restricted`, `profile:<tenant>`), and `scope`:
+CEL over `object` that selects the pods the rule holds for ("" = every pod; `scope.STEP_POD` =
+every pod but KFP's own system pods, see `secureml.rules.scope`). The tenant bundle renders each
+rule into one `validations[]` entry of the ValidatingAdmissionPolicy of its scope (`expression`,
+`messageExpression`, `message`; the scope is that policy's `matchConditions` entry);
+`secureml check-pod` and the compiler evaluate the same text here through the real CEL engine. The CEL is written in the subset both the API server
 and the Python engine accept (docs/admission-rules.md).
 
 Public API::
@@ -19,7 +21,10 @@ Public API::
         Only the `secureml.*` rules of that tenant.
     evaluate(obj: dict, rules: Iterable[Rule]) -> list[Violation]
         The violations of a Pod (a dict as the API server sees it); empty means allowed. Each
-        expression is compiled once per process; a rule that errors denies (fail closed).
+        expression is compiled once per process; a rule that errors denies (fail closed); a rule
+        whose scope is false for the pod is skipped (each scope evaluated once per pod).
+    in_scope(obj: dict, scope: str) -> bool
+        Whether rules of `scope` hold for the pod (`scope.STEP_POD`, `scope.KFP_SYSTEM_POD`).
     Rule, Violation(rule_id, message), LEVELS
 
 Importing this package imports the CEL engine; import it inside CLI commands.
@@ -29,7 +34,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from secureml.rules.engine import evaluate
+from secureml.rules.engine import evaluate, in_scope
 from secureml.rules.model import LEVELS, Rule, Violation
 from secureml.rules.pss import rules_for_level
 
@@ -41,6 +46,7 @@ __all__ = [
     "Rule",
     "Violation",
     "evaluate",
+    "in_scope",
     "profile_rules",
     "rules_for_level",
     "rules_for_profile",

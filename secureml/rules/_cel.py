@@ -73,14 +73,19 @@ def is_true(root: str, *fields: str) -> str:
     return f"({has_path(root, *fields)} && {field(root, *fields)} == true)"
 
 
-def every_container(predicate: str, var: str = "c") -> str:
-    """`predicate` (over `var`) holds for every container, init container and ephemeral container."""
+def every_container(predicate: str, var: str = "c", lists: tuple[str, ...] = CONTAINER_LISTS) -> str:
+    """`predicate` (over `var`) holds for every container, init container and ephemeral container.
+
+    `lists` is the order the lists are tested in (the first false one ends the test).
+    """
+    if sorted(lists) != sorted(CONTAINER_LISTS):
+        raise ValueError(f"every container list, once: {lists!r}")
     parts = [
         # `containers` is required in every pod (the API server rejects a pod without it).
         f"{SPEC}.{lst}.all({var}, {predicate})"
         if lst == "containers"
         else f"(!has({SPEC}.{lst}) || {SPEC}.{lst}.all({var}, {predicate}))"
-        for lst in CONTAINER_LISTS
+        for lst in lists
     ]
     return "(" + " && ".join(parts) + ")"
 

@@ -3,7 +3,9 @@
 Each expression is compiled once per process and cached. The pod is given to CEL the way the API
 server gives it to a ValidatingAdmissionPolicy: as `object`, with fields that are null left out
 (the API server drops them when it decodes the pod). A rule that cannot be evaluated, or whose
-expression is not a boolean, denies the pod, as a policy with `failurePolicy: Fail` does.
+expression is not a boolean, denies the pod, as a policy with `failurePolicy: Fail` does. A rule
+whose `scope` (its policy's matchCondition) is false for the pod is not in force and is skipped;
+each distinct scope is evaluated once per pod.
 
 Speed: the engine copies the value of `object` on every access, so its cost grows with the size
 of the pod (KFP inlines a lightweight component's whole source in `args`). `evaluate` therefore
@@ -57,6 +59,7 @@ def fields_named(rules: tuple[Rule, ...]) -> frozenset[str]:
     for rule in rules:
         names.update(_FIELD_NAME.findall(rule.expression))
         names.update(_FIELD_NAME.findall(rule.message_expression))
+        names.update(_FIELD_NAME.findall(rule.scope))
     return frozenset(names)
 
 
@@ -85,8 +88,13 @@ def evaluate(obj: Mapping[str, Any], rules: Iterable[Rule]) -> list[Violation]:
     """The violations of `rules` by the pod `obj`; an empty list means the pod is allowed."""
     rules = tuple(rules)
     context = cel.Context({"object": projection(obj, fields_named(rules))})
+    in_force = {"": True}  # by scope; each scope is evaluated once per pod
     violations: list[Violation] = []
     for rule in rules:
+        if rule.scope not in in_force:
+            in_force[rule.scope] = _in_scope(rule.scope, context)
+        if not in_force[rule.scope]:
+            continue
         try:
             verdict = compiled(rule.expression).execute(context)
         except Exception as err:  # the engine raises several types; any of them denies
@@ -101,6 +109,23 @@ def evaluate(obj: Mapping[str, Any], rules: Iterable[Rule]) -> list[Violation]:
             continue
         violations.append(Violation(rule.id, _message(rule, context)))
     return violations
+
+
+def in_scope(obj: Mapping[str, Any], scope: str) -> bool:
+    """Whether rules of `scope` are in force for the pod `obj` (see `_in_scope`)."""
+    if not scope:
+        return True
+    fields = fields_named((Rule("", "", "true", "''", (), scope),))
+    return _in_scope(scope, cel.Context({"object": projection(obj, fields)}))
+
+
+def _in_scope(scope: str, context: cel.Context) -> bool:
+    """A scope that is not exactly false keeps its rules in force: an error or a non-boolean fails
+    closed (the API server rejects the request when a matchCondition errors, failurePolicy Fail)."""
+    try:
+        return compiled(scope).execute(context) is not False
+    except Exception:  # the engine raises several types; any of them keeps the rules in force
+        return True
 
 
 def _message(rule: Rule, context: cel.Context) -> str:

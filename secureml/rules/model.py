@@ -17,7 +17,9 @@ class Rule:
     ValidatingAdmissionPolicy `validations[].expression`; `message_expression` is its
     `messageExpression` (a CEL string naming the offending container); `message` the static
     fallback. `applies_to` names where the rule is in force: `level:baseline`, `level:restricted`
-    or `profile:<tenant>`.
+    or `profile:<tenant>`. `scope` is CEL over `object` that is true for the pods the rule is in
+    force for, "" for every pod (`secureml.rules.scope`); the renderer makes it the
+    `matchConditions` entry of the policy that holds the rule.
     """
 
     id: str
@@ -25,6 +27,7 @@ class Rule:
     expression: str
     message_expression: str
     applies_to: tuple[str, ...]
+    scope: str = ""
 
 
 @dataclass(frozen=True, slots=True)

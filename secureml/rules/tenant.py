@@ -24,6 +24,7 @@ from secureml.rules._cel import (
     string_list,
 )
 from secureml.rules.model import Rule
+from secureml.rules.scope import EVERY_POD, STEP_POD, system_image
 
 NVIDIA_PREFIX = "nvidia.com/"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -82,14 +83,22 @@ class _Catalogue:
         self.gpu = profile.spec.gpu
         self.applies_to = (f"profile:{profile.metadata.name}",)
 
-    def rule(self, rule_id: str, message: str, expression: str, message_expression: str) -> Rule:
+    def rule(
+        self, rule_id: str, message: str, expression: str, message_expression: str, scope: str = STEP_POD
+    ) -> Rule:
+        """A step rule by default; `scope=EVERY_POD` for the rules KFP's own pods must pass too."""
         return Rule(
-            rule_id, message, spec_bound(expression), spec_bound_message(message_expression), self.applies_to
+            rule_id,
+            message,
+            spec_bound(expression),
+            spec_bound_message(message_expression),
+            self.applies_to,
+            scope,
         )
 
-    def container_rule(self, rule_id: str, message: str, predicate: str) -> Rule:
+    def container_rule(self, rule_id: str, message: str, predicate: str, scope: str = STEP_POD) -> Rule:
         return self.rule(
-            rule_id, message, every_container(predicate), container_rule_message(predicate, message)
+            rule_id, message, every_container(predicate), container_rule_message(predicate, message), scope
         )
 
     # --- labels and isolation ------------------------------------------------------------------
@@ -195,19 +204,26 @@ class _Catalogue:
                 _resource_keys_all(mig_ok),
             )
         )
+        single_mig = gpu.backend == "device-plugin" and gpu.mig is not None and gpu.mig_strategy == "single"
+        asks_gpu = _any_container_requests(f"k == {quote(WHOLE_GPU)}")
+        # On the `single` strategy nvidia.com/gpu on a pod labelled `mig` is a MIG instance, checked
+        # by secureml.migProfile.single; only the other pods asking for it want whole GPUs.
+        not_mig = f"!{_label_is('mig')} && " if single_mig else ""
         if gpu.backend == "device-plugin" and gpu.whole_gpu is not None:
             counts = string_list(str(n) for n in range(1, gpu.whole_gpu.max_per_step + 1))
             count_ok = f"!(k == {quote(WHOLE_GPU)}) || string(c.resources.limits[k]) in {counts}"
             predicate = (
                 f"(!{has_path('c', 'resources', 'limits')} || c.resources.limits.all(k, {count_ok}))"
             )
+            message = (
+                f"must request at most {gpu.whole_gpu.max_per_step} whole GPU(s) "
+                f"({WHOLE_GPU} limit 1..{gpu.whole_gpu.max_per_step})"
+            )
+            counted = every_container(predicate)
+            if single_mig:
+                counted = f"{_label_is('mig')} || {counted}"
             rules.append(
-                self.container_rule(
-                    "secureml.wholeGpuCount",
-                    f"must request at most {gpu.whole_gpu.max_per_step} whole GPU(s) "
-                    f"({WHOLE_GPU} limit 1..{gpu.whole_gpu.max_per_step})",
-                    predicate,
-                )
+                self.rule("secureml.wholeGpuCount", message, counted, container_rule_message(predicate, message))
             )
             if gpu.whole_gpu.node_selector:
                 selector = " && ".join(
@@ -219,26 +235,67 @@ class _Catalogue:
                     self.rule(
                         "secureml.dedicatedPool",
                         f"a pod with whole GPUs must select the tenant's dedicated pool ({wanted})",
-                        f"!{_any_container_requests(f'k == {quote(WHOLE_GPU)}')} || "
-                        f"(has({SPEC}.nodeSelector) && {selector})",
+                        f"!({not_mig}{asks_gpu}) || (has({SPEC}.nodeSelector) && {selector})",
                         quote(f"pod requests whole GPUs but does not select the dedicated pool ({wanted})"),
                     )
                 )
-        if gpu.backend == "device-plugin" and gpu.mig is not None and gpu.mig_strategy == "single":
-            products = " || ".join(
-                f"{SPEC}.nodeSelector[{quote(GPU_PRODUCT_LABEL)}].endsWith({quote('-MIG-' + p)})"
-                for p in gpu.mig.allowed_profiles
-            ) or "false"
-            rules.append(
-                self.rule(
-                    "secureml.migProfile.single",
-                    "a MIG pod (strategy single) must select a GPU product with an allowed MIG profile",
-                    f"!({_label_is('mig')} && {_any_container_requests(f'k == {quote(WHOLE_GPU)}')}) || "
-                    f"(has({SPEC}.nodeSelector) && {quote(GPU_PRODUCT_LABEL)} in {SPEC}.nodeSelector && ({products}))",
-                    quote(f"MIG pod must select {GPU_PRODUCT_LABEL} ending in -MIG-<allowed profile>"),
-                )
-            )
+        if single_mig and gpu.mig is not None:
+            rules.append(self._mig_single(asks_gpu, list(gpu.mig.allowed_profiles)))
         return rules
+
+    def _mig_single(self, asks_gpu: str, allowed_profiles: list[str]) -> Rule:
+        """`single` strategy: nvidia.com/gpu on a `mig` pod must be pinned to MIG products.
+
+        The compiler (gpu.placement) writes one product as a nodeSelector and several as a required
+        node affinity `In`. Either holds the pod to the MIG-suffixed products of the allowed
+        profiles; the terms of a required affinity are ORed, so every term must name the product
+        key, and every expression on that key must be `In` over those products (its expressions
+        are ANDed, so other keys only narrow it). Without a product constraint nvidia.com/gpu would
+        get a whole GPU or any MIG instance.
+        """
+        from secureml.gpu import mig_product_names
+
+        models = list(self.gpu.models)
+        products = sorted({name for p in allowed_profiles for name in mig_product_names(p, models)})
+        allowed = string_list(products)
+        key = quote(GPU_PRODUCT_LABEL)
+        selector_ok = (
+            f"(has({SPEC}.nodeSelector) && {key} in {SPEC}.nodeSelector && "
+            f"{SPEC}.nodeSelector[{key}] in {allowed})"
+        )
+        on_key = f"(has(e.key) && e.key == {key})"
+        term_ok = (
+            f"(has(t.matchExpressions) && t.matchExpressions.exists(e, {on_key}) && "
+            f"t.matchExpressions.all(e, !{on_key} || (has(e.operator) && e.operator == 'In' && "
+            f"has(e.values) && e.values.all(v, v in {allowed}))))"
+        )
+        required = f"{SPEC}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        affinity_ok = (
+            f"({has_path(SPEC, 'affinity', 'nodeAffinity', 'requiredDuringSchedulingIgnoredDuringExecution', 'nodeSelectorTerms')}"
+            f" && size({required}.nodeSelectorTerms) > 0 && {required}.nodeSelectorTerms.all(t, {term_ok}))"
+        )
+        ok = f"({_label_is('mig')} && ({selector_ok} || {affinity_ok}))"
+        labels = "mig"
+        whole_text = ""
+        if self.gpu.whole_gpu is not None:
+            ok = f"{ok} || {_label_is('dedicated')}"
+            labels = "mig or dedicated"
+            whole_text = f" (or be labelled {contract.LABEL_ISOLATION}=dedicated for whole GPUs)"
+        constraint = (
+            f"{GPU_PRODUCT_LABEL} by a nodeSelector, or by a required node affinity whose every term "
+            f"has only In over {', '.join(products) or 'no product'}"
+        )
+        return self.rule(
+            "secureml.migProfile.single",
+            f"a pod asking for {WHOLE_GPU} (MIG strategy single) must be labelled "
+            f"{contract.LABEL_ISOLATION}=mig and pin {constraint}{whole_text}",
+            f"!{asks_gpu} || {ok}",
+            f"{_label_is('mig')} ? {quote('MIG pod (strategy single) must pin ' + constraint)} : "
+            + quote(
+                f"pod asks for {WHOLE_GPU} on a MIG single-strategy tenant but is not labelled "
+                f"{contract.LABEL_ISOLATION}={labels}"
+            ),
+        )
 
     def claims(self) -> list[Rule]:
         claims = f"{SPEC}.resourceClaims"
@@ -358,6 +415,7 @@ class _Catalogue:
                 "Linux-only, and Pod Security exempts Windows pods from its Linux checks",
                 f"!{has_path(SPEC, 'os', 'name')} || {SPEC}.os.name == 'linux'",
                 f"'pod must not set spec.os.name=' + {SPEC}.os.name",
+                EVERY_POD,
             )
         )
         pod_sc = f"{SPEC}.securityContext"
@@ -380,6 +438,7 @@ class _Catalogue:
                     container_rule_message(if_pod_sets, tail, pod_message),
                     container_rule_message(otherwise, tail, pod_message),
                 ),
+                EVERY_POD,
             )
         )
         return rules
@@ -388,11 +447,10 @@ class _Catalogue:
         images = self.spec.images
         prefixes = [p if p.endswith("/") else p + "/" for p in images.allowed_registries]
         system = contract.KFP_SYSTEM_IMAGES
-        system_ok = " || ".join(
-            f"c.image == {quote(repo)} || c.image.startsWith({quote(repo + ':')}) || "
-            f"c.image.startsWith({quote(repo + '@')})"
-            for repo in system
-        )
+        # KFP's and Argo's own images by repository (any tag or digest): the same test that makes a
+        # pod a KFP system pod (secureml.rules.scope). The platform team pins them by digest in
+        # KFP's and Argo's configuration; the image policy admits them without a tenant signature.
+        system_ok = system_image()
         tenant_ok = " || ".join(f"c.image.startsWith({quote(p)})" for p in prefixes) or "false"
         rules = [
             self.container_rule(
@@ -400,6 +458,7 @@ class _Catalogue:
                 f"must use an image from {', '.join(prefixes)} (or KFP's own "
                 f"{', '.join(system)})",
                 f"(has(c.image) && ({tenant_ok} || {system_ok}))",
+                EVERY_POD,
             )
         ]
         if images.require_digest:
@@ -409,6 +468,7 @@ class _Catalogue:
                     "must pin its image by digest (IMAGE@sha256:<64 hex>)",
                     # KFP's own images first: their string tests are cheaper than the pattern.
                     f"(has(c.image) && ({system_ok} || c.image.matches('@sha256:[0-9a-f]{{64}}$')))",
+                    EVERY_POD,
                 )
             )
         return rules
@@ -435,14 +495,16 @@ class _Catalogue:
                 "secureml.forbiddenEnv",
                 message,
                 every_container(env_ok),
-                f"({sets})[0] + ': a step may not set it (it switches a control off or replaces the "
+                f"({sets})[0] + ': no container may set it (it switches a control off or replaces the "
                 "shim preload)'",
+                EVERY_POD,
             ),
             self.container_rule(
                 "secureml.envFrom",
                 "must not import environment from a ConfigMap or Secret without a prefix that "
                 "keeps it clear of the forbidden variables",
                 env_from_ok,
+                EVERY_POD,
             ),
         ]
 

@@ -12,7 +12,8 @@ from secureml import contract
 from secureml.bundle import BundleOptions, bundle_diff, render_bundle, write_bundle
 from secureml.cli import app
 from secureml.profile import TenantProfile
-from secureml.rules import rules_for_profile
+from secureml.rules import rules_for_level, rules_for_profile
+from secureml.rules.scope import EVERY_POD, STEP_POD
 from tests.bundle.conftest import ROOT, load, rendered
 
 
@@ -134,18 +135,42 @@ def test_network_policies_default_deny_then_allow_list() -> None:
 
 
 def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None:
-    (policy,) = _objects(profile)["ValidatingAdmissionPolicy"]
+    """Two policies, one per rule scope: every pod (no match condition) and the step pods (the
+    scope as the only matchCondition); together they hold every rule once, in catalogue order."""
+    policies = {p["metadata"]["name"]: p for p in _objects(profile)["ValidatingAdmissionPolicy"]}
+    tenant = profile.metadata.name
+    assert sorted(policies) == [f"secureml-{tenant}-validate-pods", f"secureml-{tenant}-validate-steps"]
     rules = rules_for_profile(profile)
-    validations = policy["spec"]["validations"]
-    assert [v["expression"] for v in validations] == [rule.expression for rule in rules]
-    for validation, rule in zip(validations, rules):
-        assert validation["message"].startswith(f"{rule.id}: ")
-        assert rule.message_expression in validation["messageExpression"]
-        assert validation["reason"] == "Forbidden"
-    assert policy["spec"]["failurePolicy"] == "Fail"
-    (binding,) = _objects(profile)["ValidatingAdmissionPolicyBinding"]
-    assert binding["spec"]["validationActions"] == ["Deny"]
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    every_pod = policies[f"secureml-{tenant}-validate-pods"]
+    steps = policies[f"secureml-{tenant}-validate-steps"]
+    assert "matchConditions" not in every_pod["spec"]
+    assert steps["spec"]["matchConditions"] == [{"name": "secureml-step-pod", "expression": STEP_POD}]
+    for policy, scope in ((every_pod, EVERY_POD), (steps, STEP_POD)):
+        in_scope = [rule for rule in rules if rule.scope == scope]
+        validations = policy["spec"]["validations"]
+        assert [v["expression"] for v in validations] == [rule.expression for rule in in_scope]
+        for validation, rule in zip(validations, in_scope):
+            assert validation["message"].startswith(f"{rule.id}: ")
+            assert rule.message_expression in validation["messageExpression"]
+            assert validation["reason"] == "Forbidden"
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        assert policy["spec"]["matchConstraints"]["resourceRules"] == [{
+            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+            "resources": ["pods", "pods/ephemeralcontainers"]}]
+    pss = [rule.id for rule in rules_for_level("restricted")]
+    assert [r.id for r in rules if r.scope == EVERY_POD] == [
+        *pss, "secureml.linuxOnly", "secureml.runAsNonRoot", "secureml.imageRegistry",
+        "secureml.imageDigest", "secureml.forbiddenEnv", "secureml.envFrom"]
+    assert all(r.id.startswith("secureml.") for r in rules if r.scope == STEP_POD)
+    if tenant == "team-a":
+        assert [r.id for r in rules if r.scope == STEP_POD] == [
+            "secureml.requiredLabels", "secureml.isolationLevel", "secureml.isolationMatchesGpu",
+            "secureml.gpuResourceName", "secureml.migProfile", "secureml.wholeGpuCount",
+            "secureml.dedicatedPool", "secureml.resourceClaims", "secureml.shimLimits",
+            "secureml.gpuRequest", "secureml.readOnlyRootFilesystem"]
+    bindings = {b["spec"]["policyName"]: b for b in _objects(profile)["ValidatingAdmissionPolicyBinding"]}
+    assert sorted(bindings) == sorted(policies)
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings.values())
 
 
 @pytest.mark.parametrize(("version", "api"), [("1.34", "v1beta1"), ("1.35", "v1beta1"), ("1.36", "v1")])

@@ -172,10 +172,9 @@ def test_single_strategy_several_products_is_a_required_affinity() -> None:
     def single() -> None:
         step(x=1)
 
-    # Admission is not evaluated here: the tenant rules (secureml.migProfile.single) accept only a
-    # nodeSelector, which cannot name several products.
-    text = compile_pipeline(single, profile, check_admission=False).yaml_text
-    container, k8s = executor(text, "plain-step")
+    result = compile_pipeline(single, profile)  # secureml.migProfile.single accepts the affinity
+    assert result.admission_checked
+    container, k8s = executor(result.yaml_text, "plain-step")
     assert container["resources"]["accelerator"]["resourceType"] == "nvidia.com/gpu"
     assert k8s["nodeAffinity"] == [{"matchExpressions": [{
         "key": "nvidia.com/gpu.product", "operator": "In",

@@ -44,7 +44,7 @@ def test_ids_are_stable_and_unique_per_policy() -> None:
 
 @pytest.mark.parametrize("rule", RULES, ids=[f"{i}-{r.id}" for i, r in enumerate(RULES)])
 def test_only_shared_functions(rule: Rule) -> None:
-    for text in (rule.expression, rule.message_expression):
+    for text in (rule.expression, rule.message_expression, rule.scope or "true"):
         used = set(compiled(text).functions())
         assert used <= SHARED, used - SHARED
         assert "?." not in text and ".?" not in text and "optional." not in text
@@ -74,7 +74,7 @@ def test_int_range_regex_is_exact(high: int, probe: int) -> None:
 def test_regex_syntax_is_re2_compatible() -> None:
     """No look-around, back-references or possessive forms, which RE2 rejects."""
     for rule in RULES:
-        for literal in re.findall(r"matches\('((?:[^'\\]|\\.)*)'\)", rule.expression):
+        for literal in re.findall(r"matches\('((?:[^'\\]|\\.)*)'\)", rule.expression + rule.scope):
             assert not re.search(r"\(\?[=!<]|\\[1-9]|[*+?}]\+", literal), (rule.id, literal)
 
 

@@ -13,10 +13,12 @@ from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, FIXTURES, exampl
 
 
 def _unprojected(pod: dict, rules: list[Rule]) -> list[tuple[str, str]]:
-    """Evaluation on the whole pod, the plain way."""
+    """Evaluation on the whole pod, the plain way: each rule's scope, then its expression."""
     context = cel.Context({"object": admission_view(pod)})
     out = []
     for rule in rules:
+        if rule.scope and compiled(rule.scope).execute(context) is False:
+            continue
         if compiled(rule.expression).execute(context) is not True:
             out.append((rule.id, compiled(rule.message_expression).execute(context)))
     return out
@@ -57,3 +59,14 @@ def test_message_falls_back_to_the_static_message() -> None:
     pod = {"metadata": {}, "spec": {"containers": [{"name": "c"}]}}
     rule = Rule("x.msg", "static message", "false", "object.nope", ("level:test",))
     assert [v.message for v in evaluate(pod, [rule])] == ["static message"]
+
+
+def test_a_rule_out_of_scope_is_skipped_and_a_broken_scope_keeps_it() -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    deny = "object.spec.containers.all(c, c.image != 'x')"
+    in_scope = Rule("x.in", "in", deny, "'in'", ("level:test",), "object.metadata.name == 'p'")
+    out_of_scope = Rule("x.out", "out", deny, "'out'", ("level:test",), "object.metadata.name != 'p'")
+    broken = Rule("x.broken", "broken", deny, "'broken'", ("level:test",), "object.spec.missing.field")
+    not_bool = Rule("x.type", "type", deny, "'type'", ("level:test",), "'yes'")
+    assert [v.rule_id for v in evaluate(pod, [in_scope, out_of_scope, broken, not_bool])] == [
+        "x.in", "x.broken", "x.type"]

@@ -80,3 +80,18 @@ def test_installed_command_reads_stdin() -> None:
     assert done.returncode == 1, done.stderr
     (obj,) = json.loads(done.stdout)["objects"]
     assert obj["kind"] == "Deployment" and obj["violations"][0]["rule"] == "pss.privileged"
+
+
+def test_kfp_driver_pod_and_its_impostor() -> None:
+    """KFP's driver pod passes without secureml labels; the same pod with an arbitrary image beside
+    KFP's is a step pod and is refused for its labels."""
+    impostor = ATTACKS_DIR / "t18-kfp-driver-plus-arbitrary-image.yaml"
+    result = run(str(ALLOWED / "kfp-driver.yaml"), str(impostor), "--profile",
+                 str(PROFILES_DIR / "team-a.yaml"), "--format", "json")  # fmt: skip
+    assert result.exit_code == 1
+    driver, denied = json.loads(result.stdout)["objects"]
+    assert driver["verdict"] == "allowed" and driver["violations"] == []
+    assert [v["rule"] for v in denied["violations"]] == [
+        "secureml.requiredLabels", "secureml.isolationLevel", "secureml.readOnlyRootFilesystem"]
+    # KFP's driver container has a writable root (the mutating policy sets it on labelled steps only).
+    assert denied["violations"][2]["message"] == 'container "main" must set securityContext.readOnlyRootFilesystem=true'

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from secureml import contract
-from secureml.bundle.common import BundleOptions, Manifest, cluster_name, namespace_selector, tenant_labels
+from secureml.bundle.common import BundleOptions, Manifest, cluster_name, pod_match_constraints, tenant_labels
 from secureml.errors import SecuremlError
 from secureml.profile import TenantProfile
 
@@ -150,17 +150,7 @@ def render_image_validating_policy(profile: TenantProfile, options: BundleOption
             "spec": {
                 "validationActions": ["Deny"],
                 "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "namespaceSelector": namespace_selector(profile),
-                    "resourceRules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE", "UPDATE"],
-                            "resources": ["pods"],
-                        }
-                    ],
-                },
+                "matchConstraints": pod_match_constraints(profile),
                 "matchImageReferences": [{"glob": glob} for glob in globs],
                 "images": [{"name": "all", "expression": images_expression}],
                 "attestors": [{"name": "tenant", "cosign": _kyverno_cosign(profile)}],

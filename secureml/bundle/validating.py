@@ -18,7 +18,14 @@ runs after the mutating policy, so it sees the pod as mutated.
 
 from __future__ import annotations
 
-from secureml.bundle.common import BundleOptions, Manifest, cluster_name, namespace_selector, tenant_labels
+from secureml.bundle.common import (
+    BundleOptions,
+    Manifest,
+    cluster_name,
+    namespace_selector,
+    pod_match_constraints,
+    tenant_labels,
+)
 from secureml.profile import TenantProfile
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -61,17 +68,7 @@ def render_policy(profile: TenantProfile, options: BundleOptions) -> list[Manife
     for suffix, scope, entries in _policies(profile):
         spec: Manifest = {
             "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": namespace_selector(profile),
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["pods", "pods/ephemeralcontainers"],
-                    }
-                ],
-            },
+            "matchConstraints": pod_match_constraints(profile, ("pods", "pods/ephemeralcontainers")),
         }
         if scope:
             spec["matchConditions"] = [{"name": STEP_POD_CONDITION_NAME, "expression": scope}]

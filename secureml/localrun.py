@@ -270,71 +270,56 @@ SIMULATED_GPU_NAME = "NVIDIA A100-SXM4-80GB"
 SIMULATED_SMALL_MEMORY = 256 * 2**20
 
 
-def _fake_gpu_kit() -> Any:
-    """D's fake GPU kit (`tests/fakegpu.py`): builds the fake libraries from `enforcement/shim/fake`.
-
-    The fake is test equipment that lives in the repository, not in the installed package, so a
-    simulated run needs the repository checkout.
-    """
-    import importlib.util
-    import sys
-
-    path = Path(__file__).resolve().parents[1] / "tests" / "fakegpu.py"
-    if not path.is_file():
-        raise SecuremlError(
-            "--simulate-gpu needs the secureml repository checkout",
-            why=f"the fake CUDA driver and NVML are built from its sources; {path} is missing",
-            fix="run from a checkout of the repository (`make demo`), or on a machine with a GPU",
-        )
-    name = "_secureml_fakegpu_kit"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-def fake_machine_for(kit: Any, request: dict[str, Any], directory: Path) -> tuple[Any, list[str]]:
+def fake_machine_for(request: dict[str, Any], directory: Path) -> tuple[Any, list[str]]:
     """A fake GPU machine that holds what `request` asks for; and the CUDA devices to expose.
 
-    MIG instances get their profile's real memory (preflight checks it against the profile name);
-    a time-sliced share gets a device exactly the share's size, and whole GPUs small devices, since
-    scrubbing a simulated 80 GB device would take minutes. docs/local-run.md says the same.
+    The machine is a `secureml.enforcement.simulator.FakeGPU`. MIG instances get their profile's
+    real memory (preflight checks it against the profile name); a time-sliced share gets a device
+    exactly the share's size, and whole GPUs small devices. docs/local-run.md says the same.
     """
+    from secureml.enforcement import simulator
+
     kind = request["kind"]
     if kind == "mig":
         from secureml.enforcement.config import MigRequest
 
         profile = str(request["profile"])
         memory = MigRequest(profile=profile).memory_gb * 10**9
-        migs = [kit.FakeMig(profile=profile, memory=memory, gi=i + 1) for i in range(int(request.get("count", 1)))]
-        device = kit.FakeDevice(name=SIMULATED_GPU_NAME, memory=80 * 2**30, mig_mode=True, migs=migs)
-        return kit.FakeGPU(directory, [device]), [mig.uuid for mig in migs]
+        migs = [simulator.FakeMig(profile=profile, memory=memory, gi=i + 1) for i in range(int(request.get("count", 1)))]
+        device = simulator.FakeDevice(name=SIMULATED_GPU_NAME, memory=80 * 2**30, mig_mode=True, migs=migs)
+        return simulator.FakeGPU(directory, [device]), [mig.uuid for mig in migs]
     if kind == "timeslice":
-        device = kit.FakeDevice(name=SIMULATED_GPU_NAME, memory=int(request["memory"]))
-        return kit.FakeGPU(directory, [device]), [device.uuid]
+        device = simulator.FakeDevice(name=SIMULATED_GPU_NAME, memory=int(request["memory"]))
+        return simulator.FakeGPU(directory, [device]), [device.uuid]
     product = request.get("product")
     name = " ".join(str(product).split("-")) if product else SIMULATED_GPU_NAME
-    devices = [kit.FakeDevice(name=name, memory=SIMULATED_SMALL_MEMORY) for _ in range(int(request["count"]))]
-    return kit.FakeGPU(directory, devices), [d.uuid for d in devices]
+    devices = [simulator.FakeDevice(name=name, memory=SIMULATED_SMALL_MEMORY) for _ in range(int(request["count"]))]
+    return simulator.FakeGPU(directory, devices), [d.uuid for d in devices]
 
 
 @contextlib.contextmanager
 def simulated_gpus(steps: list[LocalStep], folder: Path) -> Iterator[GpuSimulation]:
     """Fake GPU machines for the GPU steps; their device memory files are removed afterwards."""
-    kit = _fake_gpu_kit()
+    from secureml.enforcement import simulator
+
     machines: dict[str, Any] = {}
     step_env: dict[str, dict[str, str]] = {}
     for step in steps:
         request = step.gpu_request
         if not request:
             continue
-        machine, visible = fake_machine_for(kit, request, folder / contract.label_value(step.executor))
+        try:
+            machine, visible = fake_machine_for(request, folder / contract.label_value(step.executor))
+        except (RuntimeError, OSError) as err:
+            raise SecuremlError(
+                "the simulated GPU could not be built",
+                why=str(err),
+                fix="install a C compiler (cc, gcc or clang) for --simulate-gpu, or run on a machine with a GPU",
+                where=f"step {step.name}",
+            ) from None
         machines[step.executor] = machine
         step_env[step.executor] = {
-            kit.CONFIG_ENV: str(machine.config_path.resolve()),
+            simulator.CONFIG_ENV: str(machine.config_path.resolve()),
             "CUDA_VISIBLE_DEVICES": ",".join(visible),
         }
     lib_dir = next(iter(machines.values())).lib_dir

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from secureml.localrun import RunLayout, _fake_gpu_kit, fake_machine_for, run_pipeline
+from secureml.enforcement import simulator
+from secureml.localrun import RunLayout, fake_machine_for, run_pipeline
 from secureml.profile import load_profile
 
 from .pipelines import whole_gpu
@@ -18,7 +19,7 @@ from .pipelines import whole_gpu
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(
-    _fake_gpu_kit().compiler() is None, reason="no C compiler to build the fake GPU"
+    simulator.compiler() is None, reason="no C compiler to build the fake GPU"
 )
 
 
@@ -45,8 +46,7 @@ def _preflight_in(env: dict[str, str], request: dict, isolation: str) -> subproc
     ],
 )
 def test_each_simulated_machine_passes_the_real_preflight(tmp_path: Path, request_json, isolation) -> None:
-    kit = _fake_gpu_kit()
-    machine, visible = fake_machine_for(kit, request_json, tmp_path / "gpu")
+    machine, visible = fake_machine_for(request_json, tmp_path / "gpu")
     env = machine.env()
     env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
     proc = _preflight_in(env, request_json, isolation)
@@ -56,8 +56,7 @@ def test_each_simulated_machine_passes_the_real_preflight(tmp_path: Path, reques
 
 
 def test_a_mig_machine_does_not_pass_for_another_profile(tmp_path: Path) -> None:
-    kit = _fake_gpu_kit()
-    machine, visible = fake_machine_for(kit, {"kind": "mig", "profile": "1g.10gb"}, tmp_path / "gpu")
+    machine, visible = fake_machine_for({"kind": "mig", "profile": "1g.10gb"}, tmp_path / "gpu")
     env = machine.env()
     env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
     proc = _preflight_in(env, {"kind": "mig", "profile": "3g.40gb", "count": 1}, "mig")

@@ -97,4 +97,9 @@ def test_package_build_without_a_compiler_warns_and_continues(tmp_path: Path) ->
     assert result.returncode == 0, result.stderr
     assert "WARNING: no C compiler" in result.stderr
     assert (tmp_path / "lib" / "secureml" / "enforcement" / "shim.py").exists()
+    # the C sources travel with the package: the shim can be built later, the simulator compiles the fakes
+    shipped = tmp_path / "lib" / "secureml" / "enforcement"
+    for source in ("shim/shim.c", "shim/limits.c", "shim/region.h", "shim/fake/fake_cuda.c", "shim/fake/fake_common.h"):
+        assert (shipped / source).read_bytes() == (REPO / "enforcement" / source).read_bytes()
+    assert (shipped / "simulator.py").exists()
     assert not (tmp_path / "lib" / "secureml" / "enforcement" / shim.LIBRARY_NAME).exists()

@@ -566,7 +566,7 @@ EXPORT int secureml_shim_claim_launcher(char *reason, size_t reason_len) {
     return 0;
 }
 
-/* SECUREML_SHIM_MODE_ENFORCING (1) or SECUREML_SHIM_MODE_LAUNCHER (2, pass-through) in this process. */
+/* This process's mode: 1 enforcing, 2 the launcher (pass-through); shim.MODE_* on the Python side. */
 EXPORT int secureml_shim_mode(void) { return pass_through() ? 2 : 1; }
 
 /* ------------------------------------------------------------------ devices ------------------ */

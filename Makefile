@@ -36,7 +36,8 @@ demo: $(STAMP) $(SHIM_LIB)
 		--local --dev-identity --simulate-gpu --output-dir out/demo-run
 
 test: $(STAMP) $(SHIM_LIB)
-	$(PY) -m pytest -n 2
+	$(PY) -m pytest -n 2 -m "not timing"
+	$(PY) -m pytest -m timing
 
 bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

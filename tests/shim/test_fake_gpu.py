@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from fakegpu import MiB, FakeDevice, FakeGPU, FakeMig, FakeProcess, run_python
 
 CUDA_PRELUDE = textwrap.dedent(
@@ -223,6 +225,7 @@ def test_visible_devices_select_mig_instances(make_fake_gpu) -> None:
     assert gpu.stats(1, mig=1)["peak"] == 1 * MiB and gpu.stats(1, mig=0)["peak"] == 0
 
 
+@pytest.mark.timing
 def test_launches_occupy_the_device_and_drive_utilisation(make_fake_gpu) -> None:
     gpu = make_fake_gpu(kernel_us=2000, util_window_ms=50)
     got = _run(gpu, """

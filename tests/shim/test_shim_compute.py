@@ -16,6 +16,8 @@ import pytest
 
 from fakegpu import MiB
 
+pytestmark = pytest.mark.timing
+
 RUN_S = 2.5
 WINDOW_S = 0.25
 SETTLE_S = 0.75

@@ -1,9 +1,10 @@
-"""NetworkPolicies for the tenant's step pods: deny everything, then allow what a step needs.
+"""NetworkPolicies for the tenant's namespace: deny everything, then allow what a step needs.
 
-Policies select the secure steps by the tenant label the compiler sets; they add up, so the
-default-deny policy plus the allow policies leave exactly: DNS, the KFP API, metadata service and
-object store in the KFP namespace, the API server (when its addresses are given), and the
-profile's egress allowlist. No ingress at all.
+Policies add up. The default deny and the platform allowances (DNS, the KFP API, metadata service
+and object store in the KFP namespace, the API server when its addresses are given) select every
+pod in the namespace: KFP's own driver pods run there without secureml labels and need exactly
+these. The profile's egress allowlist selects only the secure steps, by the tenant label the
+compiler sets. No ingress at all.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from secureml.bundle.common import BundleOptions, Manifest, metadata, step_pod_s
 from secureml.profile import TenantProfile
 
 
-def _policy(profile: TenantProfile, name: str, spec: Manifest) -> Manifest:
+EVERY_POD: Manifest = {}
+
+
+def _policy(profile: TenantProfile, name: str, spec: Manifest, pods: Manifest = EVERY_POD) -> Manifest:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": metadata(profile, name),
-        "spec": {"podSelector": step_pod_selector(profile), **spec},
+        "spec": {"podSelector": dict(pods), **spec},
     }
 
 
@@ -97,6 +101,11 @@ def render(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
                 entry["ports"] = _tcp(rule.ports)
             rules.append(entry)
         policies.append(
-            _policy(profile, "secureml-allow-egress", {"policyTypes": ["Egress"], "egress": rules})
+            _policy(
+                profile,
+                "secureml-allow-egress",
+                {"policyTypes": ["Egress"], "egress": rules},
+                pods=step_pod_selector(profile),
+            )
         )
     return policies

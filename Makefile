@@ -16,8 +16,8 @@ setup: $(STAMP)
 
 # The GPU quota shim, rebuilt whenever its C sources change (pip install builds it too).
 SHIM_LIB := enforcement/libsecureml_shim.so
-$(SHIM_LIB): $(wildcard enforcement/shim/*.c enforcement/shim/*.h) enforcement/shim.py
-	$(PY) -m secureml.enforcement.shim build || echo "WARNING: quota shim not built (no C compiler?)"
+$(SHIM_LIB): $(wildcard enforcement/shim/*.c enforcement/shim/*.h) enforcement/shim_control.py
+	$(PY) -m secureml.enforcement.shim_control build || echo "WARNING: quota shim not built (no C compiler?)"
 
 demo: $(STAMP) $(SHIM_LIB)
 	@echo "== 1. the platform team's tenant profiles"

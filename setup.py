@@ -8,7 +8,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, find_packages, setup
 from setuptools.command.build_py import build_py
 
 SUBTREES = {"secureml.components": "components", "secureml.enforcement": "enforcement"}
@@ -20,7 +20,10 @@ def _packages() -> tuple[list[str], dict[str, str]]:
     for name, folder in SUBTREES.items():
         package_dir[name] = folder
         packages.append(name)
-        packages += [f"{name}.{sub}" for sub in find_packages(where=folder)]
+        # Namespace discovery also lists the C source folders (enforcement/shim, shim/fake), whose
+        # files ship as package data.
+        subpackages = find_namespace_packages(where=folder, exclude=["*__pycache__*", "shim.fuzz"])
+        packages += [f"{name}.{sub}" for sub in subpackages]
     return packages, package_dir
 
 
@@ -29,13 +32,13 @@ class build_py_with_shim(build_py):
 
     Without a C compiler the install goes on with a warning: the SDK works, and only a step that
     needs the shim fails, saying how to build it. Editable installs put the library next to
-    enforcement/shim.py, where `secureml.enforcement.shim.library_path()` looks.
+    enforcement/shim_control.py, where `secureml.enforcement.shim_control.library_path()` looks.
     """
 
     def run(self) -> None:
         super().run()
         root = Path(__file__).resolve().parent
-        spec = importlib.util.spec_from_file_location("_secureml_shim_build", root / "enforcement" / "shim.py")
+        spec = importlib.util.spec_from_file_location("_secureml_shim_build", root / "enforcement" / "shim_control.py")
         shim = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(shim)
         editable = getattr(self, "editable_mode", False)

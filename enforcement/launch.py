@@ -192,7 +192,7 @@ def claim_stage(run: StepRun, config: LauncherConfig) -> None:
     refused to every other process) before any CUDA or NVML call."""
 
     def claim() -> dict[str, Any]:
-        from . import shim
+        from . import shim_control as shim
 
         detail = shim.claim_launcher(effective_limits_file(config))
         run.record["shim_launcher"] = detail
@@ -215,7 +215,7 @@ def shim_stage(run: StepRun, config: LauncherConfig) -> None:
     def arm() -> dict[str, Any]:
         import tempfile
 
-        from . import shim
+        from . import shim_control as shim
 
         request = config.gpu_request
         assert isinstance(request, TimeSliceRequest)
@@ -252,7 +252,7 @@ def collect_shim_counters(run: StepRun) -> None:
     """After the step: the shim's counters into the record, its accounting region removed."""
     if run.shim_files is None:
         return
-    from . import shim
+    from . import shim_control as shim
 
     limits_file, counters = run.shim_files
     try:
@@ -374,7 +374,7 @@ def execute(command: list[str]) -> int:
 
 def _stages(run: StepRun, config: LauncherConfig) -> None:
     gpu_reason = "no GPU for this step (isolation none)"
-    from . import shim
+    from . import shim_control as shim
 
     pre_run: list[tuple[str, Callable[[], None] | None, str]] = [
         (

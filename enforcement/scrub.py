@@ -23,7 +23,7 @@ from typing import Any
 
 from secureml.errors import SecuremlError
 
-from . import shim
+from . import shim_control as shim
 from .config import ScrubVerify
 
 CUDA_LIBRARY = "libcuda.so.1"

@@ -35,7 +35,7 @@ def make_step(tmp_path: Path) -> Iterator[Callable[..., Step]]:
         return step
 
     yield make
-    from secureml.enforcement.shim import remove_region
+    from secureml.enforcement.shim_control import remove_region
 
     for step in steps:
         remove_region(step.limits_file)

@@ -61,7 +61,7 @@ class Step:
         return json.loads(result.stdout.strip().splitlines()[-1])
 
     def counters(self) -> dict:
-        from secureml.enforcement.shim import read_counters
+        from secureml.enforcement.shim_control import read_counters
 
         return read_counters(self.counters_file)
 

@@ -1,4 +1,4 @@
-"""secureml.enforcement.shim: what the launcher calls, against the real library and files."""
+"""secureml.enforcement.shim_control: what the launcher calls, against the real library and files."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from secureml import contract
-from secureml.enforcement import shim
+from secureml.enforcement import shim_control as shim
 from secureml.errors import SecuremlError
 
 from fakegpu import MiB, REPO, compiler
@@ -96,7 +96,7 @@ def test_package_build_without_a_compiler_warns_and_continues(tmp_path: Path) ->
     )
     assert result.returncode == 0, result.stderr
     assert "WARNING: no C compiler" in result.stderr
-    assert (tmp_path / "lib" / "secureml" / "enforcement" / "shim.py").exists()
+    assert (tmp_path / "lib" / "secureml" / "enforcement" / "shim_control.py").exists()
     # the C sources travel with the package: the shim can be built later, the simulator compiles the fakes
     shipped = tmp_path / "lib" / "secureml" / "enforcement"
     for source in ("shim/shim.c", "shim/limits.c", "shim/region.h", "shim/fake/fake_cuda.c", "shim/fake/fake_common.h"):

@@ -5,7 +5,7 @@ The shim itself is C (`enforcement/shim/`, docs/shim.md). The launcher uses thre
 - `library_path() -> Path`: the built `libsecureml_shim.so`. `SECUREML_SHIM_LIBRARY`
   (`contract.ENV_SHIM_LIBRARY`, read from the launcher's own environment, never the step's) may
   name another build; otherwise the copy built into this package by `pip install` (or by
-  `python -m secureml.enforcement.shim build`). Raises `SecuremlError` with a fix when there is none.
+  `python -m secureml.enforcement.shim_control build`). Raises `SecuremlError` with a fix when there is none.
 - `child_env(limits_file, counters_file=None, base_env=None, *, log_level=None) -> dict[str, str]`:
   the environment for the step's command: LD_PRELOAD with the shim first, the limits file (used
   only where the compiled-in path `contract.SHIM_LIMITS_PATH` does not exist: in a cluster the
@@ -103,7 +103,7 @@ def library_path() -> Path:
         f"the GPU quota shim {LIBRARY_NAME} is not built",
         why="a time-sliced GPU step needs the shim preloaded to enforce its memory and compute limits",
         fix="install a C compiler (cc/gcc) and reinstall secureml (`pip install .`), or run "
-        "`python -m secureml.enforcement.shim build`",
+        "`python -m secureml.enforcement.shim_control build`",
         where=where,
     )
 
@@ -318,7 +318,7 @@ def _main(argv: list[str]) -> int:
             print(f"secureml: {exc}", file=sys.stderr)
             return 1
         return 0
-    print("usage: python -m secureml.enforcement.shim build [OUTPUT_DIR]", file=sys.stderr)
+    print("usage: python -m secureml.enforcement.shim_control build [OUTPUT_DIR]", file=sys.stderr)
     return 2
 
 

@@ -7,7 +7,8 @@ Measured in one run, on this machine (ratios and differences, never absolute cla
 - launcher, GPU:   the same on the fake GPU (tests/fakegpu.py): preflight, scrub before and after
                    (verify sample), watchdog
 - scrub throughput: the launcher's scrub GB/s against the fake driver's own cuMemsetD32 over the
-                   same memory, in a process of its own
+                   same memory, in a process of its own (on the fake a zero-fill is hole punching,
+                   so this shows the scrub's own overhead, not a GPU's bandwidth)
 
 Run: `.venv/bin/python benchmarks/launcher.py [--runs N]`.
 """
@@ -121,6 +122,10 @@ def fake_gpu_section(tmp: Path, runs: int, bare: float) -> None:
     print(
         f"{'scrub throughput':<28} {scrub_gbps:8.2f} GB/s (alloc + memset + sync of {memory // MiB} MiB)"
         f" vs the fake's own cuMemsetD32 {memset_gbps:8.2f} GB/s: x{scrub_gbps / memset_gbps:5.2f}"
+    )
+    print(
+        f"{'':<28} (the fake zero-fills by punching holes in a sparse file: this ratio is the scrub's\n"
+        f"{'':<28}  own overhead over a free memset, not a GPU figure; scrub vs device memset needs a GPU)"
     )
 
 

@@ -30,7 +30,6 @@ CUDA_LIBRARY = "libcuda.so.1"
 FIRST_CHUNK = 1 << 30
 MIN_CHUNK = 2 << 20
 READ_WINDOW = 1 << 20
-SAMPLE_WINDOWS = 3
 # The scrub must take at least this share of the memory the driver reported free; less means
 # something else holds (or fragments) the device and the scrub would silently do less than asked.
 MIN_TAKEN_FRACTION = 0.9

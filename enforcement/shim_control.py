@@ -41,7 +41,6 @@ from typing import Any
 LIBRARY_NAME = "libsecureml_shim.so"
 SOURCE_DIR = Path(__file__).resolve().parent / "shim"
 SOURCES = ("shim.c", "limits.c")
-HEADERS = ("cuda_api.h", "nvml_api.h", "limits.h", "region.h")
 CFLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread", "-Wall", "-Wextra")
 LOG_LEVELS = ("off", "error", "warn", "info", "debug")
 CLAIM_FUNCTION = "secureml_shim_claim_launcher"

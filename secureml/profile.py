@@ -31,9 +31,6 @@ from pydantic.alias_generators import to_camel
 from secureml import contract
 from secureml.errors import InputError, ProfileError
 
-API_VERSION = "secureml.dev/v1alpha1"
-KIND = "TenantProfile"
-
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _QUANTITY = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
 _UNITS = {

@@ -10,7 +10,6 @@ from secureml.profile import TenantProfile
 
 K8S_VERSIONS = ("1.34", "1.35", "1.36")
 DEFAULT_K8S_VERSION = "1.36"
-IMAGE_POLICY_ENGINES = ("policy-controller", "kyverno")
 
 Manifest = dict[str, Any]
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from secureml.cli import app, profile_app, run_cli
-from secureml.errors import InputError, SecuremlError
+from secureml.errors import InputError
 
 if TYPE_CHECKING:
     from secureml.supplychain.identity import TrustedIdentity
@@ -48,6 +48,13 @@ def _read(path: Path, what: str) -> bytes:
         return path.read_bytes()
     except OSError as err:
         raise InputError(f"cannot read {what} {path}", why=err.strerror or str(err), fix="check the path") from None
+
+
+def _artifact_arg(file_or_digest: str) -> tuple[bytes | str, str]:
+    """The protocol's FILE_OR_DIGEST: a digest when it is sha256:<64 hex> and no such file exists."""
+    if _DIGEST_ARG.match(file_or_digest) and not Path(file_or_digest).exists():
+        return file_or_digest.lower(), "artifact"
+    return _read(Path(file_or_digest), "artifact"), file_or_digest
 
 
 def _describe(signed: VerifiedSignature) -> str:
@@ -126,28 +133,37 @@ def verify_bundle(
     certificate_identity: IdentityOpt = None,
     certificate_identity_regexp: IdentityRegexpOpt = None,
     certificate_oidc_issuer: IssuerOpt = None,
-    key: Annotated[Optional[Path], typer.Option("--key", help="PEM public key (managed-key bundles; unsupported).")] = None,
+    key: Annotated[
+        Optional[Path], typer.Option("--key", help="PEM public key of a managed-key bundle (instead of identity flags).")
+    ] = None,
     trusted_root: Annotated[Optional[Path], typer.Option("--trusted-root", help="A custom trusted_root.json.")] = None,
 ) -> None:
     """Verify a bundle over a file or digest (the sigstore-conformance `verify-bundle` protocol)."""
     from secureml.supplychain.verifier import SignatureVerifier
 
-    if key is not None:
-        raise SecuremlError(
-            "managed-key (--key) verification is not supported",
-            why="sigstore-python's verifier only accepts bundles whose signer is a Fulcio certificate",
-            fix="verify keyless bundles with --certificate-identity/--certificate-oidc-issuer, or use cosign",
-        )
-    identities = _flag_identities(certificate_identity, certificate_identity_regexp, certificate_oidc_issuer)
     root = str(trusted_root) if trusted_root is not None else ("staging" if staging else "production")
+    if key is not None:
+        if certificate_identity or certificate_identity_regexp or certificate_oidc_issuer:
+            raise InputError(
+                "--key and --certificate-identity[-regexp]/--certificate-oidc-issuer both given",
+                why="a managed-key bundle is signed by a key, not by a certificate identity",
+                fix="pass either --key or the certificate identity flags",
+            )
+        from secureml.supplychain.managed_key import verify_with_key
+
+        artifact, name = _artifact_arg(file_or_digest)
+        by_key = verify_with_key(
+            artifact, _read(bundle, "bundle"), _read(key, "key"), root,
+            key_source=str(key), bundle_source=str(bundle), artifact_name=name,
+        )
+        typer.echo(
+            f"verified: {file_or_digest} signed by key {by_key.key_fingerprint}; message signature; "
+            f"logged in {by_key.log_url} at index {by_key.log_index} ({by_key.integrated_time:%Y-%m-%dT%H:%M:%SZ})"
+        )
+        return
+    identities = _flag_identities(certificate_identity, certificate_identity_regexp, certificate_oidc_issuer)
     verifier = SignatureVerifier(root)
-    # The protocol: a digest argument starts with sha256:, has the right length and is not a file.
-    if _DIGEST_ARG.match(file_or_digest) and not Path(file_or_digest).exists():
-        artifact: bytes | str = file_or_digest.lower()
-        name = "artifact"
-    else:
-        artifact = _read(Path(file_or_digest), "artifact")
-        name = file_or_digest
+    artifact, name = _artifact_arg(file_or_digest)
     signed = verifier.verify_artifact(
         artifact, _read(bundle, "bundle"), identities, bundle_source=str(bundle), artifact_name=name
     )

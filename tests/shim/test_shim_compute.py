@@ -18,9 +18,9 @@ from fakegpu import MiB
 
 pytestmark = pytest.mark.timing
 
-RUN_S = 2.5
+RUN_S = 4.0
 WINDOW_S = 0.25
-SETTLE_S = 0.75
+SETTLE_S = 1.5
 
 
 def _shares(step, workers) -> list[float]:

@@ -38,11 +38,15 @@ class build_py_with_shim(build_py):
     def run(self) -> None:
         super().run()
         root = Path(__file__).resolve().parent
-        spec = importlib.util.spec_from_file_location("_secureml_shim_build", root / "enforcement" / "shim_control.py")
+        spec = importlib.util.spec_from_file_location(
+            "_secureml_shim_build", root / "enforcement" / "shim_control.py"
+        )
         shim = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(shim)
         editable = getattr(self, "editable_mode", False)
-        output = root / "enforcement" if editable else Path(self.build_lib) / "secureml" / "enforcement"
+        output = (
+            root / "enforcement" if editable else Path(self.build_lib) / "secureml" / "enforcement"
+        )
         if shim.find_compiler() is None:
             print(
                 "WARNING: no C compiler (cc/gcc/clang) found: the GPU quota shim libsecureml_shim.so was "

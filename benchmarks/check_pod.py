@@ -92,13 +92,17 @@ def main() -> None:
         results["CLI end to end, restricted"] = measure_cli([*cli, "--level", "restricted"])
         results["CLI end to end, team-a"] = measure_cli([*cli, "--profile", str(profile_path)])
 
-    print(f"check-pod: {N} pods, {where}; {len(restricted)} rules restricted, {len(full)} for team-a")
+    print(
+        f"check-pod: {N} pods, {where}; {len(restricted)} rules restricted, {len(full)} for team-a"
+    )
     print(f"  {'':32} {'pods/CPU-s':>11} {'pods/wall-s':>12} {'vs YAML parse (CPU)':>20}")
     base = N / results["baseline: YAML parse"][0]
     for name, (cpu, wall) in results.items():
         print(f"  {name:32} {N / cpu:11.0f} {N / wall:12.0f} {N / cpu / base:19.2f}x")
     rate = N / results["evaluate, --level restricted"][0]
-    print(f"  target >= 1,000 pods/s restricted in process, one core: {'met' if rate >= 1000 else 'NOT met'}")
+    print(
+        f"  target >= 1,000 pods/s restricted in process, one core: {'met' if rate >= 1000 else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

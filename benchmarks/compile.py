@@ -12,7 +12,6 @@ Each side is timed several times in this one run, alternating; the ratio of the 
 printed. Target: <= 1.25x. Run: `python benchmarks/compile.py` (well under a minute).
 """
 
-
 import statistics
 import sys
 import tempfile
@@ -43,7 +42,7 @@ def train(x: int) -> int:
     return x * 2
 
 
-def chained(steps: int):  # noqa: ANN201
+def chained(steps: int):
     def pipeline(x: int = 0) -> None:
         value = x
         for index in range(steps):
@@ -60,7 +59,9 @@ def time_kfp(steps: int, out: Path) -> float:
 
 def time_secureml(steps: int, out: Path, admission: bool = True) -> float:
     start = time.perf_counter()
-    compile_pipeline(dsl.pipeline(name="chain")(chained(steps)), PROFILE, check_admission=admission).write(out)
+    compile_pipeline(
+        dsl.pipeline(name="chain")(chained(steps)), PROFILE, check_admission=admission
+    ).write(out)
     return time.perf_counter() - start
 
 
@@ -69,7 +70,9 @@ def main() -> None:
         out = Path(tmp) / "pipeline.yaml"
         time_secureml(10, out)  # warm the caches both sides share (imports, CEL programs)
         time_kfp(10, out)
-        print(f"{'steps':>6} {'kfp s':>8} {'secureml s':>11} {'ratio':>6}   {'without admission preview':>26}")
+        print(
+            f"{'steps':>6} {'kfp s':>8} {'secureml s':>11} {'ratio':>6}   {'without admission preview':>26}"
+        )
         for steps, runs in RUNS.items():
             kfp_times, secure_times, bare_times = [], [], []
             for _ in range(runs):
@@ -77,9 +80,14 @@ def main() -> None:
                 secure_times.append(time_secureml(steps, out))
                 bare_times.append(time_secureml(steps, out, admission=False))
             kfp_median = statistics.median(kfp_times)
-            secure_median, bare_median = statistics.median(secure_times), statistics.median(bare_times)
-            print(f"{steps:>6} {kfp_median:>8.2f} {secure_median:>11.2f} {secure_median / kfp_median:>5.2f}x"
-                  f"   {bare_median:>19.2f} s {bare_median / kfp_median:>4.2f}x")
+            secure_median, bare_median = (
+                statistics.median(secure_times),
+                statistics.median(bare_times),
+            )
+            print(
+                f"{steps:>6} {kfp_median:>8.2f} {secure_median:>11.2f} {secure_median / kfp_median:>5.2f}x"
+                f"   {bare_median:>19.2f} s {bare_median / kfp_median:>4.2f}x"
+            )
     print("target: <= 1.25x (the first ratio: what `secureml compile` does)")
 
 

@@ -29,8 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from secureml import contract  # noqa: E402
 from secureml.enforcement.audit import records_from_log  # noqa: E402
+
+from secureml import contract  # noqa: E402
 
 NOOP = [sys.executable, "-c", "pass"]
 LAUNCH = [sys.executable, "-m", contract.LAUNCHER_MODULE, "--"]
@@ -94,17 +95,25 @@ def fake_gpu_section(tmp: Path, runs: int, bare: float) -> None:
 
     memory = 256 * MiB
     gpu = FakeGPU(tmp / "fakegpu", [FakeDevice(memory=memory)])
-    gpu_env = gpu.env(clean_env({
-        contract.ENV_ISOLATION: "dedicated",
-        contract.ENV_GPU_REQUEST: json.dumps({"kind": "whole", "count": 1, "product": None}),
-        contract.ENV_PIPELINE: "bench",
-        contract.ENV_STEP: "noop-gpu",
-        contract.ENV_AUDIT_DIR: str(tmp / "audit-gpu"),
-    }))
+    gpu_env = gpu.env(
+        clean_env(
+            {
+                contract.ENV_ISOLATION: "dedicated",
+                contract.ENV_GPU_REQUEST: json.dumps(
+                    {"kind": "whole", "count": 1, "product": None}
+                ),
+                contract.ENV_PIPELINE: "bench",
+                contract.ENV_STEP: "noop-gpu",
+                contract.ENV_AUDIT_DIR: str(tmp / "audit-gpu"),
+            }
+        )
+    )
     preflight_only, _ = timed(LAUNCH + NOOP, gpu_env, runs)
     report("launcher, fake GPU, no scrub", preflight_only, bare)
     scrub_env = gpu_env | {
-        contract.ENV_SCRUB_BEFORE: "true", contract.ENV_SCRUB_AFTER: "true", contract.ENV_SCRUB_VERIFY: "sample",
+        contract.ENV_SCRUB_BEFORE: "true",
+        contract.ENV_SCRUB_AFTER: "true",
+        contract.ENV_SCRUB_VERIFY: "sample",
     }
     with_scrub, stderr = timed(LAUNCH + NOOP, scrub_env, runs)
     report("launcher, fake GPU + scrubs", with_scrub, bare)
@@ -115,8 +124,11 @@ def fake_gpu_section(tmp: Path, runs: int, bare: float) -> None:
         print(f"{'':<28} stage {name:<13} {stages[name]['seconds'] * 1e3:8.1f} ms")
     scrub_gbps = stages["scrub-before"]["detail"]["devices"][0]["gb_per_s"]
     probe = subprocess.run(
-        [sys.executable, "-c", MEMSET_PROBE, str(memory)], env=gpu.env(clean_env({})),
-        capture_output=True, text=True, check=True,
+        [sys.executable, "-c", MEMSET_PROBE, str(memory)],
+        env=gpu.env(clean_env({})),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     memset_gbps = float(probe.stdout)
     print(
@@ -140,16 +152,20 @@ def main() -> None:
         bare = statistics.median(bare_samples)
         print(f"{'bare python -c pass':<28} median {bare * 1e3:8.1f} ms")
 
-        cpu_env = clean_env({
-            contract.ENV_ISOLATION: contract.ISOLATION_NONE,
-            contract.ENV_PIPELINE: "bench",
-            contract.ENV_STEP: "noop",
-            contract.ENV_AUDIT_DIR: str(Path(tmp) / "audit-cpu"),
-        })
+        cpu_env = clean_env(
+            {
+                contract.ENV_ISOLATION: contract.ISOLATION_NONE,
+                contract.ENV_PIPELINE: "bench",
+                contract.ENV_STEP: "noop",
+                contract.ENV_AUDIT_DIR: str(Path(tmp) / "audit-cpu"),
+            }
+        )
         cpu_samples, _ = timed(LAUNCH + NOOP, cpu_env, args.runs)
         report("launcher, CPU step", cpu_samples, bare)
         added_ms = (statistics.median(cpu_samples) - bare) * 1e3
-        print(f"{'':<28} target: added <= 150 ms median -> {'met' if added_ms <= 150 else 'MISSED'}")
+        print(
+            f"{'':<28} target: added <= 150 ms median -> {'met' if added_ms <= 150 else 'MISSED'}"
+        )
         fake_gpu_section(Path(tmp), args.runs, bare)
 
 

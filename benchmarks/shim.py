@@ -35,7 +35,12 @@ def _run(driver: Path, env: dict[str, str], processes: int, calls: int) -> dict[
     for what in ("alloc", "launch"):
         start = time.monotonic_ns() + 300_000_000  # after every process has started and warmed up
         procs = [
-            subprocess.Popen([str(driver), "bench", str(calls), what, str(start)], env=env, stdout=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [str(driver), "bench", str(calls), what, str(start)],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             for _ in range(processes)
         ]
         results = [json.loads(p.communicate(timeout=120)[0])["ns_per_call"] for p in procs]
@@ -44,7 +49,9 @@ def _run(driver: Path, env: dict[str, str], processes: int, calls: int) -> dict[
     return figures
 
 
-def _interleaved(driver: Path, envs: dict[str, dict[str, str]], processes: int, calls: int) -> dict[str, dict[str, float]]:
+def _interleaved(
+    driver: Path, envs: dict[str, dict[str, str]], processes: int, calls: int
+) -> dict[str, dict[str, float]]:
     """Best of REPEATS for every configuration, run in rotation so load changes hit all alike."""
     best: dict[str, dict[str, float]] = {}
     for _ in range(REPEATS):
@@ -59,19 +66,32 @@ def main() -> None:
         root = Path(folder)
         gpu = FakeGPU(root / "gpu", [FakeDevice(memory=1 << 30)], kernel_us=0)
         driver = build_native(
-            "shim_driver", [REPO / "tests" / "shim" / "shim_driver.c"], flags=(f"-I{SHIM_DIR}", f"-L{gpu.lib_dir}"),
-            headers=(SHIM_DIR / "cuda_api.h",), libs=("-l:libcuda.so.1",),
+            "shim_driver",
+            [REPO / "tests" / "shim" / "shim_driver.c"],
+            flags=(f"-I{SHIM_DIR}", f"-L{gpu.lib_dir}"),
+            headers=(SHIM_DIR / "cuda_api.h",),
+            libs=("-l:libcuda.so.1",),
         )
         shim = build_shim()
         configs = {}
-        for name, scrub, compute in (("shim", 0, 100), ("shim+scrub", 1, 100), ("shim+compute50", 0, 50)):
+        for name, scrub, compute in (
+            ("shim", 0, 100),
+            ("shim+scrub", 1, 100),
+            ("shim+compute50", 0, 50),
+        ):
             limits = root / f"limits-{name}"
-            limits.write_text(f"version=1\nmemory={1 << 30}\ncompute={compute}\nscrub_on_free={scrub}\n")
+            limits.write_text(
+                f"version=1\nmemory={1 << 30}\ncompute={compute}\nscrub_on_free={scrub}\n"
+            )
             env = gpu.env()
             env.update(LD_PRELOAD=str(shim), SECUREML_SHIM_LIMITS_FILE=str(limits))
             configs[name] = env
-        print(f"shim cost per call against the fake driver alone (best of {REPEATS}, median over processes)")
-        print(f"{'mode':<16}{'processes':>10}{'call':>12}{'driver ns':>12}{'shim ns':>10}{'added ns':>10}{'ratio':>8}")
+        print(
+            f"shim cost per call against the fake driver alone (best of {REPEATS}, median over processes)"
+        )
+        print(
+            f"{'mode':<16}{'processes':>10}{'call':>12}{'driver ns':>12}{'shim ns':>10}{'added ns':>10}{'ratio':>8}"
+        )
         for processes, calls in ((1, CALLS_ALONE), (CONTENDERS, CALLS_CONTENDED)):
             best = _interleaved(driver, {"driver": gpu.env(), **configs}, processes, calls)
             base = best.pop("driver")

@@ -6,7 +6,6 @@ Real public-good bundles (../shared/fixtures/sigstore) measure the per-verificat
 (tests/supplychain/testpki.py), verified by the same sigstore-python verifier. Ratios, one run.
 """
 
-
 import hashlib
 import statistics
 import sys
@@ -17,8 +16,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 CONFORMANCE = REPO.parent / "shared" / "fixtures" / "sigstore" / "conformance"
-BEACON = ("https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/"
-          ".github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main")
+BEACON = (
+    "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/"
+    ".github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main"
+)
 GH = "https://token.actions.githubusercontent.com"
 STEPS = 50
 
@@ -48,7 +49,9 @@ def bench_throughput() -> None:
 
     warm_rate = per_second(lambda: warm.verify_image(image, bundle, who))
     cold_rate = per_second(cold)
-    print(f"warm verifier: {warm_rate:8.1f} verifications/s (real public-good bundle, message signature)")
+    print(
+        f"warm verifier: {warm_rate:8.1f} verifications/s (real public-good bundle, message signature)"
+    )
     print(f"cold verifier: {cold_rate:8.1f} verifications/s (trusted root loaded each time)")
     print(f"ratio warm/cold: {warm_rate / cold_rate:.2f}x")
 
@@ -68,7 +71,8 @@ def bench_compile() -> None:
     root = pki.write_trusted_root(work / "trusted_root.json")
     data = yaml.safe_load((REPO / "profiles" / "team-a.yaml").read_text())
     data["spec"]["images"]["signatures"] = {
-        "required": True, "trustedRoot": str(root),
+        "required": True,
+        "trustedRoot": str(root),
         "identities": [{"issuer": GH, "subjectRegExp": r"^https://github\.com/acme/"}],
     }
     profile = TenantProfile.from_dict(data, source="bench")
@@ -76,13 +80,21 @@ def bench_compile() -> None:
     for i in range(STEPS):
         digest = hashlib.sha256(f"image-{i}".encode()).hexdigest()
         images.append(f"ghcr.io/acme/step{i}@sha256:{digest}")
-        (work / bundle_filename(digest)).write_bytes(pki.sign_image(
-            f"ghcr.io/acme/step{i}", digest, subject="https://github.com/acme/images/.github/workflows/b.yml@refs/heads/main", issuer=GH))
+        (work / bundle_filename(digest)).write_bytes(
+            pki.sign_image(
+                f"ghcr.io/acme/step{i}",
+                digest,
+                subject="https://github.com/acme/images/.github/workflows/b.yml@refs/heads/main",
+                issuer=GH,
+            )
+        )
 
     components = []
     for i, image in enumerate(images):
+
         def step(x: int) -> int:
             return x + 1
+
         step.__name__ = f"step_{i}"
         components.append(secure_component(step, image=image))
 
@@ -111,13 +123,22 @@ def bench_compile() -> None:
 
     plain(), verified()  # warm up imports and the verifier cache
     runs = 3
-    alone = statistics.median(_timed(lambda: verifier([(f"s{i}", image) for i, image in enumerate(images)])) for _ in range(runs))
-    print(f"verify_images_for_compile alone, {STEPS} images: {alone * 1000:8.1f} ms ({alone / STEPS * 1000:.2f} ms per image)")
+    alone = statistics.median(
+        _timed(lambda: verifier([(f"s{i}", image) for i, image in enumerate(images)]))
+        for _ in range(runs)
+    )
+    print(
+        f"verify_images_for_compile alone, {STEPS} images: {alone * 1000:8.1f} ms ({alone / STEPS * 1000:.2f} ms per image)"
+    )
     base = statistics.median(plain() for _ in range(runs))
     signed = statistics.median(verified() for _ in range(runs))
     print(f"compile, {STEPS} steps, no signature checks: {base * 1000:8.1f} ms (median of {runs})")
-    print(f"compile, {STEPS} distinct images verified:    {signed * 1000:8.1f} ms (median of {runs})")
-    print(f"ratio verified/plain: {signed / base:.2f}x; {(signed - base) / STEPS * 1000:.2f} ms per image")
+    print(
+        f"compile, {STEPS} distinct images verified:    {signed * 1000:8.1f} ms (median of {runs})"
+    )
+    print(
+        f"ratio verified/plain: {signed / base:.2f}x; {(signed - base) / STEPS * 1000:.2f} ms per image"
+    )
 
 
 def _timed(fn) -> float:

@@ -123,7 +123,9 @@ def render_text(records: Iterable[dict[str, Any]], *, simulated_gpu: bool = Fals
         return "no audit records: no secure step ran under the launcher"
     rows = [COLUMNS, *(s.cells() for s in summaries)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows
+    ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     identities = [f"  {s.step}: {s.spiffe_id}" for s in summaries if s.spiffe_id != "-"]
     if identities:
@@ -131,7 +133,9 @@ def render_text(records: Iterable[dict[str, Any]], *, simulated_gpu: bool = Fals
     return "\n".join([*lines, "", *_notes(summaries)])
 
 
-def render_markdown(records: Iterable[dict[str, Any]], *, title: str, simulated_gpu: bool = False) -> str:
+def render_markdown(
+    records: Iterable[dict[str, Any]], *, title: str, simulated_gpu: bool = False
+) -> str:
     summaries = [summarize(r, simulated_gpu=simulated_gpu) for r in records]
     lines = [f"# {title}", ""]
     if not summaries:
@@ -139,7 +143,10 @@ def render_markdown(records: Iterable[dict[str, Any]], *, title: str, simulated_
     lines += [
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "|".join("---" for _ in COLUMNS) + "|",
-        *("| " + " | ".join(cell.replace("|", "\\|") for cell in s.cells()) + " |" for s in summaries),
+        *(
+            "| " + " | ".join(cell.replace("|", "\\|") for cell in s.cells()) + " |"
+            for s in summaries
+        ),
         "",
         "## Identities",
         "",
@@ -151,7 +158,9 @@ def render_markdown(records: Iterable[dict[str, Any]], *, title: str, simulated_
     return "\n".join(lines)
 
 
-def render_html(records: Iterable[dict[str, Any]], *, title: str, simulated_gpu: bool = False) -> str:
+def render_html(
+    records: Iterable[dict[str, Any]], *, title: str, simulated_gpu: bool = False
+) -> str:
     summaries = [summarize(r, simulated_gpu=simulated_gpu) for r in records]
     esc = html.escape
     head = "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
@@ -161,11 +170,13 @@ def render_html(records: Iterable[dict[str, Any]], *, title: str, simulated_gpu:
         + "</tr>"
         for s in summaries
     )
-    notes = "".join(f"<p>{esc(note)}</p>" for note in _notes(summaries)) if summaries else (
-        "<p>No audit records: no secure step ran under the launcher.</p>"
+    notes = (
+        "".join(f"<p>{esc(note)}</p>" for note in _notes(summaries))
+        if summaries
+        else ("<p>No audit records: no secure step ran under the launcher.</p>")
     )
     return (
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
         f"<title>{esc(title)}</title><style>"
         "table{border-collapse:collapse}td,th{border:1px solid #999;padding:2px 6px}"
         "tr.failed{background:#fdd}</style></head><body>"
@@ -191,6 +202,8 @@ def write_reports(
 
     records = load_audit_records(audit_dir)
     simulated_gpu = simulated_gpu or (Path(audit_dir) / SIMULATION_MARKER).is_file()
-    Path(markdown_path).write_text(render_markdown(records, title=title, simulated_gpu=simulated_gpu))
+    Path(markdown_path).write_text(
+        render_markdown(records, title=title, simulated_gpu=simulated_gpu)
+    )
     Path(html_path).write_text(render_html(records, title=title, simulated_gpu=simulated_gpu))
     return records

@@ -20,14 +20,18 @@ def gpu_preflight(report: dsl.Output[dsl.Artifact]) -> str:
 
     config = load_config()
     if config.gpu_request is None:
-        raise SystemExit("gpu_preflight needs a GPU request: build it with gpu=MIG/TimeSlice/WholeGPU")
+        raise SystemExit(
+            "gpu_preflight needs a GPU request: build it with gpu=MIG/TimeSlice/WholeGPU"
+        )
     found = run_preflight(config.gpu_request, isolation=config.isolation)
     with open(report.path, "w", encoding="utf-8") as handle:
         json.dump(found, handle, indent=2, sort_keys=True)
     return ",".join(device["uuid"] for device in found["devices"])
 
 
-def gpu_scrub(verify: str, report: dsl.Output[dsl.Artifact], metrics: dsl.Output[dsl.Metrics]) -> float:
+def gpu_scrub(
+    verify: str, report: dsl.Output[dsl.Artifact], metrics: dsl.Output[dsl.Metrics]
+) -> float:
     """Zero the free memory of every GPU this step can reach and verify it (`sample` or `full`).
 
     Returns the coverage: the fraction of the devices' memory that was zeroed.

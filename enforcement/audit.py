@@ -57,7 +57,11 @@ def write_audit_record(record: dict[str, Any], audit_dir: Path) -> Path:
 
 def emit_audit_line(record: dict[str, Any], stream: TextIO) -> None:
     """Print the record as one grep-able line: `secureml-audit: {...}`."""
-    stream.write(contract.AUDIT_LINE_PREFIX + json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+    stream.write(
+        contract.AUDIT_LINE_PREFIX
+        + json.dumps(record, sort_keys=True, separators=(",", ":"))
+        + "\n"
+    )
     stream.flush()
 
 

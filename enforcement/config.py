@@ -80,7 +80,9 @@ class WholeRequest:
 GpuRequest = MigRequest | TimeSliceRequest | WholeRequest
 
 
-def _positive_int(data: Mapping[str, Any], key: str, where: str, *, upper: int | None = None) -> int:
+def _positive_int(
+    data: Mapping[str, Any], key: str, where: str, *, upper: int | None = None
+) -> int:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(
@@ -89,7 +91,9 @@ def _positive_int(data: Mapping[str, Any], key: str, where: str, *, upper: int |
             fix="recompile the pipeline with `secureml compile`; do not edit the request by hand",
         )
     if upper is not None and value > upper:
-        raise ConfigError(f"GPU request field {key!r} must be at most {upper}, got {value}", where=where)
+        raise ConfigError(
+            f"GPU request field {key!r} must be at most {upper}, got {value}", where=where
+        )
     return value
 
 
@@ -113,14 +117,16 @@ def parse_gpu_request(text: str, *, where: str = contract.ENV_GPU_REQUEST) -> Gp
         )
     unknown = sorted(set(data) - allowed[kind])
     if unknown:
-        raise ConfigError(f"GPU request of kind {kind!r} has unknown field(s) {unknown}", where=where)
+        raise ConfigError(
+            f"GPU request of kind {kind!r} has unknown field(s) {unknown}", where=where
+        )
     if kind == "mig":
         profile = data.get("profile")
         if not isinstance(profile, str) or not MIG_PROFILE.fullmatch(profile):
-            raise ConfigError(
-                f"MIG profile must look like '1g.10gb', got {profile!r}", where=where
-            )
-        return MigRequest(profile=profile, count=_positive_int(data, "count", where) if "count" in data else 1)
+            raise ConfigError(f"MIG profile must look like '1g.10gb', got {profile!r}", where=where)
+        return MigRequest(
+            profile=profile, count=_positive_int(data, "count", where) if "count" in data else 1
+        )
     if kind == "timeslice":
         return TimeSliceRequest(
             memory=_positive_int(data, "memory", where),
@@ -128,7 +134,9 @@ def parse_gpu_request(text: str, *, where: str = contract.ENV_GPU_REQUEST) -> Gp
         )
     product = data.get("product")
     if product is not None and (not isinstance(product, str) or not product):
-        raise ConfigError(f"GPU product must be a non-empty string or null, got {product!r}", where=where)
+        raise ConfigError(
+            f"GPU product must be a non-empty string or null, got {product!r}", where=where
+        )
     return WholeRequest(count=_positive_int(data, "count", where), product=product)
 
 
@@ -269,7 +277,9 @@ def load_config(env: Mapping[str, str] | None = None) -> LauncherConfig:
         scrub_verify=_choice(env, contract.ENV_SCRUB_VERIFY, SCRUB_VERIFY_MODES, "off"),  # type: ignore[arg-type]
         shim_mode=shim_mode,  # type: ignore[arg-type]
         shim_limits_file=Path(env.get(contract.ENV_SHIM_LIMITS_FILE) or contract.SHIM_LIMITS_PATH),
-        watchdog_interval_s=_seconds(env, contract.ENV_WATCHDOG_INTERVAL, DEFAULT_WATCHDOG_INTERVAL_S),
+        watchdog_interval_s=_seconds(
+            env, contract.ENV_WATCHDOG_INTERVAL, DEFAULT_WATCHDOG_INTERVAL_S
+        ),
         watchdog_grace_s=_seconds(env, contract.ENV_WATCHDOG_GRACE, DEFAULT_WATCHDOG_GRACE_S),
         audit_dir=Path(audit_dir) if audit_dir else None,
     )

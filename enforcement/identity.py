@@ -110,7 +110,7 @@ def fetch_and_check_identity(
         )
     leaf = svid.leaf
     not_before, not_after = leaf.not_valid_before_utc, leaf.not_valid_after_utc
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     if not (not_before <= now <= not_after):
         raise IdentityError(
             f"the SVID for {got} is not valid now ({now:%Y-%m-%dT%H:%M:%SZ}): "

@@ -33,7 +33,12 @@ from .config import LauncherConfig, TimeSliceRequest, load_config, read_shim_lim
 
 LOG_PREFIX = "secureml-launch: "
 FORWARDED_SIGNALS = (
-    signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
 )
 
 
@@ -59,7 +64,7 @@ def _log(message: str) -> None:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
 class StepRun:
@@ -96,7 +101,8 @@ class StepRun:
             detail = action()
         except Exception as err:  # a stage that breaks unexpectedly fails like one that refuses
             message = (
-                err.diagnostics() if isinstance(err, SecuremlError)
+                err.diagnostics()
+                if isinstance(err, SecuremlError)
                 else f"unexpected {type(err).__name__}: {err}"
             )
             entry["status"] = "failed" if required else "warning"
@@ -174,7 +180,9 @@ def preflight_stage(run: StepRun, config: LauncherConfig) -> None:
 
     assert config.gpu_request is not None
     gpu = run.stage(
-        "preflight", ExitCode.PREFLIGHT, True,
+        "preflight",
+        ExitCode.PREFLIGHT,
+        True,
         lambda: run_preflight(config.gpu_request, isolation=config.isolation),  # type: ignore[arg-type]
     )
     if gpu is not None:
@@ -241,8 +249,11 @@ def shim_stage(run: StepRun, config: LauncherConfig) -> None:
         run.shim_files = (limits_file, counters)
         run.record["limits"] = {**limits.to_json(), "source": str(limits_file)}
         return {
-            "library": library, "preloaded": preloaded, "limits_file": str(limits_file),
-            "limits": limits.to_json(), "counters_file": str(counters),
+            "library": library,
+            "preloaded": preloaded,
+            "limits_file": str(limits_file),
+            "limits": limits.to_json(),
+            "counters_file": str(counters),
         }
 
     run.stage("shim", ExitCode.SHIM, True, arm)
@@ -262,12 +273,14 @@ def collect_shim_counters(run: StepRun) -> None:
         run.record["shim_counters_error"] = err.what
     else:
         if counted["launcher_claims_refused"]:
-            run.record.setdefault("violations", []).append({
-                "kind": "shim-launcher-claim",
-                "count": counted["launcher_claims_refused"],
-                "launcher_pid": counted["launcher_pid"],
-                "action": "refused",
-            })
+            run.record.setdefault("violations", []).append(
+                {
+                    "kind": "shim-launcher-claim",
+                    "count": counted["launcher_claims_refused"],
+                    "launcher_pid": counted["launcher_pid"],
+                    "action": "refused",
+                }
+            )
             _log(
                 f"shim: {counted['launcher_claims_refused']} claim(s) of the launcher's role by the "
                 "step's processes were refused"
@@ -293,10 +306,16 @@ def run_child(run: StepRun, config: LauncherConfig) -> None:
         if config.uses_gpu:
             from .watchdog import Watchdog
 
-            limit = config.gpu_request.memory if isinstance(config.gpu_request, TimeSliceRequest) else None
+            limit = (
+                config.gpu_request.memory
+                if isinstance(config.gpu_request, TimeSliceRequest)
+                else None
+            )
             watchdog = Watchdog(
-                run.child, limit_bytes=limit,
-                interval_s=config.watchdog_interval_s, grace_s=config.watchdog_grace_s,
+                run.child,
+                limit_bytes=limit,
+                interval_s=config.watchdog_interval_s,
+                grace_s=config.watchdog_grace_s,
             )
             watchdog.start()
         returncode = run.child.wait()
@@ -309,8 +328,10 @@ def run_child(run: StepRun, config: LauncherConfig) -> None:
             run.record["peak_gpu_memory_bytes"] = watchdog.peak_bytes
             run.record["violations"] = watchdog.violations
             entry["watchdog"] = {
-                "limit_bytes": watchdog.limit_bytes, "samples": watchdog.samples,
-                "peak_bytes": watchdog.peak_bytes, "error": watchdog.error,
+                "limit_bytes": watchdog.limit_bytes,
+                "samples": watchdog.samples,
+                "peak_bytes": watchdog.peak_bytes,
+                "error": watchdog.error,
             }
             if watchdog.violations:
                 _log(
@@ -335,14 +356,23 @@ def _base_record(run: StepRun, config: LauncherConfig | None) -> dict[str, Any]:
     }
     if config is not None:
         record.update(
-            tenant=config.tenant, namespace=config.namespace, pipeline=config.pipeline,
-            step=config.step, image=config.image, image_digest=config.image_digest,
-            isolation=config.isolation, expected_spiffe_id=config.expected_spiffe_id,
+            tenant=config.tenant,
+            namespace=config.namespace,
+            pipeline=config.pipeline,
+            step=config.step,
+            image=config.image,
+            image_digest=config.image_digest,
+            isolation=config.isolation,
+            expected_spiffe_id=config.expected_spiffe_id,
             gpu_request=config.gpu_request.to_json() if config.gpu_request else None,
             limits=(
-                {"memory": config.gpu_request.memory, "compute": config.gpu_request.compute,
-                 "source": contract.ENV_GPU_REQUEST}
-                if isinstance(config.gpu_request, TimeSliceRequest) else None
+                {
+                    "memory": config.gpu_request.memory,
+                    "compute": config.gpu_request.compute,
+                    "source": contract.ENV_GPU_REQUEST,
+                }
+                if isinstance(config.gpu_request, TimeSliceRequest)
+                else None
             ),
             controls={
                 "identity_required": config.identity_required,
@@ -383,18 +413,26 @@ def _stages(run: StepRun, config: LauncherConfig) -> None:
             "the shim is not preloaded into the launcher",
         ),
         ("identity", lambda: identity_stage(run, config), ""),
-        ("preflight", (lambda: preflight_stage(run, config)) if config.uses_gpu else None, gpu_reason),
+        (
+            "preflight",
+            (lambda: preflight_stage(run, config)) if config.uses_gpu else None,
+            gpu_reason,
+        ),
         (
             "scrub-before",
             (lambda: scrub_stage(run, config, "scrub-before", ExitCode.SCRUB_BEFORE))
-            if config.uses_gpu and config.scrub_before else None,
+            if config.uses_gpu and config.scrub_before
+            else None,
             gpu_reason if not config.uses_gpu else "not required by the profile",
         ),
         (
             "shim",
             (lambda: shim_stage(run, config)) if config.uses_gpu and config.shim_required else None,
-            gpu_reason if not config.uses_gpu else (
-                "off in the profile" if isinstance(config.gpu_request, TimeSliceRequest)
+            gpu_reason
+            if not config.uses_gpu
+            else (
+                "off in the profile"
+                if isinstance(config.gpu_request, TimeSliceRequest)
                 else "not a shared GPU"
             ),
         ),

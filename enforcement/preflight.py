@@ -125,7 +125,9 @@ def _describe(nvml: Any, index: int, handle: Any, parent_uuid: str | None = None
     )
 
 
-def visible_devices(nvml: Any) -> tuple[list[tuple[Any, VisibleDevice]], list[tuple[Any, VisibleDevice]]]:
+def visible_devices(
+    nvml: Any,
+) -> tuple[list[tuple[Any, VisibleDevice]], list[tuple[Any, VisibleDevice]]]:
     """`(gpus, migs)`: visible physical GPUs and visible MIG instances, each with its NVML handle.
 
     A GPU in MIG mode counts as visible when it or any of its instances is.
@@ -304,7 +306,10 @@ def _pending_xid(nvml: Any, handle: Any) -> int | str | None:
 def _foreign_processes(nvml: Any, handle: Any) -> list[dict[str, int]]:
     own = os.getpid()
     found = []
-    for query in (nvml.nvmlDeviceGetComputeRunningProcesses, nvml.nvmlDeviceGetGraphicsRunningProcesses):
+    for query in (
+        nvml.nvmlDeviceGetComputeRunningProcesses,
+        nvml.nvmlDeviceGetGraphicsRunningProcesses,
+    ):
         try:
             processes = query(handle)
         except nvml.NVMLError_NotSupported:

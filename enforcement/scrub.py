@@ -69,7 +69,9 @@ class CudaDriver:
         self._sig("cuCtxCreate_v2", [ctypes.POINTER(ptr), c_uint, c_int])
         self._sig("cuCtxDestroy_v2", [ptr])
         self._sig("cuCtxSynchronize", [])
-        self._sig("cuMemGetInfo_v2", [ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)])
+        self._sig(
+            "cuMemGetInfo_v2", [ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+        )
         self._sig("cuMemAlloc_v2", [ctypes.POINTER(u64), ctypes.c_size_t])
         self._sig("cuMemFree_v2", [u64])
         self._sig("cuMemsetD32_v2", [u64, c_uint, ctypes.c_size_t])

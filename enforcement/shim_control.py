@@ -41,7 +41,16 @@ from typing import Any
 LIBRARY_NAME = "libsecureml_shim.so"
 SOURCE_DIR = Path(__file__).resolve().parent / "shim"
 SOURCES = ("shim.c", "limits.c")
-CFLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread", "-Wall", "-Wextra")
+CFLAGS = (
+    "-std=c11",
+    "-O2",
+    "-fPIC",
+    "-shared",
+    "-fvisibility=hidden",
+    "-pthread",
+    "-Wall",
+    "-Wextra",
+)
 LOG_LEVELS = ("off", "error", "warn", "info", "debug")
 CLAIM_FUNCTION = "secureml_shim_claim_launcher"
 MODE_FUNCTION = "secureml_shim_mode"
@@ -60,7 +69,9 @@ def find_compiler() -> str | None:
     return None
 
 
-def build(output_dir: Path, *, compiler: str | None = None, extra_flags: tuple[str, ...] = ()) -> Path:
+def build(
+    output_dir: Path, *, compiler: str | None = None, extra_flags: tuple[str, ...] = ()
+) -> Path:
     """Compile the shim into `output_dir/libsecureml_shim.so` (atomically) and return its path.
 
     Raises RuntimeError when there is no compiler or the compilation fails.
@@ -73,8 +84,14 @@ def build(output_dir: Path, *, compiler: str | None = None, extra_flags: tuple[s
     fd, tmp = tempfile.mkstemp(prefix=f".{LIBRARY_NAME}.", dir=output_dir)
     os.close(fd)
     cmd = [
-        cc, *CFLAGS, *extra_flags, f"-Wl,-soname,{LIBRARY_NAME}", "-o", tmp,
-        *(str(SOURCE_DIR / name) for name in SOURCES), "-ldl",
+        cc,
+        *CFLAGS,
+        *extra_flags,
+        f"-Wl,-soname,{LIBRARY_NAME}",
+        "-o",
+        tmp,
+        *(str(SOURCE_DIR / name) for name in SOURCES),
+        "-ldl",
     ]
     try:
         result = subprocess.run(cmd, capture_output=True, text=True)
@@ -123,7 +140,11 @@ def child_env(
     env = dict(os.environ if base_env is None else base_env)
     if preload:
         first = str(library_path())
-        rest = [item for item in env.get("LD_PRELOAD", "").replace(" ", ":").split(":") if item and item != first]
+        rest = [
+            item
+            for item in env.get("LD_PRELOAD", "").replace(" ", ":").split(":")
+            if item and item != first
+        ]
         env["LD_PRELOAD"] = ":".join([first, *rest])
     env[contract.ENV_SHIM_LIMITS_FILE] = str(limits_file)
     if counters_file is not None:
@@ -162,13 +183,20 @@ def read_counters(path: str | os.PathLike[str]) -> dict[str, Any]:
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if not sep:
-            raise SecuremlError("malformed shim counters file", why=f"line {line!r} is not key=value", where=str(path))
+            raise SecuremlError(
+                "malformed shim counters file",
+                why=f"line {line!r} is not key=value",
+                where=str(path),
+            )
         raw[key] = value
     try:
         devices = [
             {
                 "uuid": raw[f"device.{i}.uuid"],
-                **{name: int(raw[f"device.{i}.{name}"]) for name in ("used", "peak", "refused", "throttled")},
+                **{
+                    name: int(raw[f"device.{i}.{name}"])
+                    for name in ("used", "peak", "refused", "throttled")
+                },
             }
             for i in range(int(raw.get("devices", "0")))
         ]
@@ -187,7 +215,9 @@ def read_counters(path: str | os.PathLike[str]) -> dict[str, Any]:
             "devices": devices,
         }
     except (KeyError, ValueError) as exc:
-        raise SecuremlError("malformed shim counters file", why=f"missing or bad field {exc}", where=str(path)) from None
+        raise SecuremlError(
+            "malformed shim counters file", why=f"missing or bad field {exc}", where=str(path)
+        ) from None
 
 
 def interposed() -> ctypes.CDLL | None:
@@ -205,7 +235,10 @@ def mapped_copies() -> list[str]:
             for line in maps:
                 fields = line.split(maxsplit=5)  # address perms offset dev inode [path]
                 path = fields[5].strip() if len(fields) == 6 else ""
-                if Path(path).name.startswith(LIBRARY_NAME.removesuffix(".so")) and path not in found:
+                if (
+                    Path(path).name.startswith(LIBRARY_NAME.removesuffix(".so"))
+                    and path not in found
+                ):
                     found.append(path)
     except OSError:
         pass
@@ -267,7 +300,13 @@ def claim_launcher(limits_file: str | os.PathLike[str]) -> dict[str, Any]:
             f"({_region_hint(limits_file)}); check the limits file",
             where=library,
         )
-    return {"claimed": True, "how": how, "library": library, "pid": os.getpid(), "dumpable": _make_undumpable()}
+    return {
+        "claimed": True,
+        "how": how,
+        "library": library,
+        "pid": os.getpid(),
+        "dumpable": _make_undumpable(),
+    }
 
 
 PR_SET_DUMPABLE, PR_GET_DUMPABLE = 4, 3
@@ -279,7 +318,13 @@ def _make_undumpable() -> bool:
     act for it. Returns whether the process is still dumpable (False once it worked)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl.restype = ctypes.c_int
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    libc.prctl.argtypes = [
+        ctypes.c_int,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+    ]
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     return bool(libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0))
 

@@ -72,7 +72,11 @@ def build_native(
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set CC or install cc/gcc/clang)")
-    all_flags = _BASE_CFLAGS + (("-shared", "-fPIC", "-fvisibility=hidden") if shared else ()) + tuple(flags)
+    all_flags = (
+        _BASE_CFLAGS
+        + (("-shared", "-fPIC", "-fvisibility=hidden") if shared else ())
+        + tuple(flags)
+    )
     digest = hashlib.sha256()
     digest.update(f"{cc}\0{name}\0{' '.join(all_flags)}\0{' '.join(libs)}".encode())
     for path in [*sources, *headers]:
@@ -185,8 +189,17 @@ class _Stats(ctypes.Structure):
     _fields_ = [
         (name, ctypes.c_uint64)
         for name in (
-            "total", "used", "peak", "allocs", "frees", "failed", "live_blocks",
-            "launches", "busy_ns", "now_ns", "util_percent",
+            "total",
+            "used",
+            "peak",
+            "allocs",
+            "frees",
+            "failed",
+            "live_blocks",
+            "launches",
+            "busy_ns",
+            "now_ns",
+            "util_percent",
         )
     ]
 
@@ -246,7 +259,11 @@ class FakeGPU:
             f"driver version={self.driver_version} cuda={self.cuda_version}",
             f"launch kernel_us={self.kernel_us} queue={self.queue_depth} util_window_ms={self.util_window_ms}",
         ]
-        fail = {"cuinit": self.fail_cuinit, "nvmlinit": self.fail_nvmlinit, "alloc_after": self.fail_alloc_after}
+        fail = {
+            "cuinit": self.fail_cuinit,
+            "nvmlinit": self.fail_nvmlinit,
+            "alloc_after": self.fail_alloc_after,
+        }
         fail_words = [f"{k}={v}" for k, v in fail.items() if v is not None]
         if fail_words:
             lines.append("fail " + " ".join(fail_words))
@@ -325,7 +342,9 @@ class FakeGPU:
             slot = 8 + sum(len(d.migs) for d in self.devices[:dev]) + mig_index
         return Path(f"{self.config_path}.mem{slot}")
 
-    def read_memory(self, device: int = 0, mig: int | None = None, offset: int = 0, size: int | None = None) -> bytes:
+    def read_memory(
+        self, device: int = 0, mig: int | None = None, offset: int = 0, size: int | None = None
+    ) -> bytes:
         """Raw device memory (what the next tenant would find), straight from the fake's file."""
         with open(self.memory_path(device, mig), "rb") as handle:
             handle.seek(offset)

@@ -1,6 +1,6 @@
 """A pipeline that breaks team-a's rules in several ways, to show what `secureml compile` reports.
 
-    secureml compile examples/rule_breaker.py --profile examples/profiles/team-a-dev.yaml
+secureml compile examples/rule_breaker.py --profile examples/profiles/team-a-dev.yaml
 """
 
 from kfp import dsl
@@ -15,7 +15,9 @@ def train(epochs: int) -> int:
     return epochs
 
 
-@secure_component(image="ghcr.io/acme/ml-images/eval:latest", gpu=TimeSlice(memory="32Gi", compute=80))
+@secure_component(
+    image="ghcr.io/acme/ml-images/eval:latest", gpu=TimeSlice(memory="32Gi", compute=80)
+)
 def evaluate(score: int) -> float:  # a moving tag, and more memory and compute than a share gets
     return float(score)
 

@@ -52,7 +52,9 @@ def train(epochs: int, dataset: dsl.Input[dsl.Dataset], model: dsl.Output[dsl.Mo
 
 
 @secure_component(image=IMAGE, gpu=TimeSlice(memory="8Gi", compute=25))
-def evaluate(dataset: dsl.Input[dsl.Dataset], model: dsl.Input[dsl.Model], metrics: dsl.Output[dsl.Metrics]) -> float:
+def evaluate(
+    dataset: dsl.Input[dsl.Dataset], model: dsl.Input[dsl.Model], metrics: dsl.Output[dsl.Metrics]
+) -> float:
     """Mean squared error of the model on the data."""
     import json
 
@@ -65,7 +67,10 @@ def evaluate(dataset: dsl.Input[dsl.Dataset], model: dsl.Input[dsl.Model], metri
     return mse
 
 
-@dsl.pipeline(name="secure-finetune", description="prep on CPU, train on a MIG slice, evaluate on a time-sliced share")
+@dsl.pipeline(
+    name="secure-finetune",
+    description="prep on CPU, train on a MIG slice, evaluate on a time-sliced share",
+)
 def secure_finetune(rows: int = 200, epochs: int = 60) -> float:
     data = prep(rows=rows)
     trained = train(epochs=epochs, dataset=data.outputs["dataset"])

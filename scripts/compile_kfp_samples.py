@@ -29,7 +29,7 @@ from secureml.pipeline_loader import pipelines_in, top_level  # noqa: E402
 from secureml.profile import load_profile  # noqa: E402
 
 
-def _plain_kfp(pipeline) -> str | None:  # noqa: ANN001
+def _plain_kfp(pipeline) -> str | None:
     from kfp import compiler
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -40,7 +40,7 @@ def _plain_kfp(pipeline) -> str | None:  # noqa: ANN001
     return None
 
 
-def compile_file(path: Path, profile) -> dict:  # noqa: ANN001
+def compile_file(path: Path, profile) -> dict:
     """One sample file: its pipelines and, for each, 'ok' or why not."""
     quiet = io.StringIO()
     try:
@@ -48,7 +48,11 @@ def compile_file(path: Path, profile) -> dict:  # noqa: ANN001
             warnings.simplefilter("ignore")
             found = top_level(pipelines_in(path))
     except SecuremlError as err:
-        return {"file": str(path), "ok": False, "cause": "import: " + err.what.splitlines()[0][:200]}
+        return {
+            "file": str(path),
+            "ok": False,
+            "cause": "import: " + err.what.splitlines()[0][:200],
+        }
     results = {}
     for name, pipeline in sorted(found.items()):
         kfp_error = _plain_kfp(pipeline)
@@ -73,14 +77,18 @@ def compile_file(path: Path, profile) -> dict:  # noqa: ANN001
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
-    parser.add_argument("--profile", type=Path, default=ROOT / "examples" / "profiles" / "permissive.yaml")
+    parser.add_argument(
+        "--profile", type=Path, default=ROOT / "examples" / "profiles" / "permissive.yaml"
+    )
     parser.add_argument("--json", type=Path, help="write every file's result as JSON")
     args = parser.parse_args()
     profile = load_profile(args.profile)
     files = sorted(p for p in args.folder.rglob("*.py") if p.name != "__init__.py")
     results = [compile_file(path, profile) for path in files]
     compiled = sum(r["ok"] for r in results)
-    print(f"{compiled}/{len(results)} sample files compile with secureml (profile {profile.metadata.name})")
+    print(
+        f"{compiled}/{len(results)} sample files compile with secureml (profile {profile.metadata.name})"
+    )
     causes: collections.Counter[str] = collections.Counter()
     for result in results:
         if result["ok"]:

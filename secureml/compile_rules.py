@@ -114,113 +114,173 @@ def check_task(view: TaskView, profile: TenantProfile) -> list[Violation]:
 
 def _stronger_requests(profile: TenantProfile) -> str:
     order = contract.ISOLATION_LEVELS
-    allowed = order[order.index(profile.min_isolation()):]
-    spelled = {"timeslice": "TimeSlice", "timeslice-shim": "TimeSlice with the shim",
-               "mig": "MIG(...)", "dedicated": "WholeGPU(...)"}
+    allowed = order[order.index(profile.min_isolation()) :]
+    spelled = {
+        "timeslice": "TimeSlice",
+        "timeslice-shim": "TimeSlice with the shim",
+        "mig": "MIG(...)",
+        "dedicated": "WholeGPU(...)",
+    }
     return ", ".join(spelled[level] for level in allowed)
 
 
-def _check_image(view: TaskView, profile: TenantProfile, add) -> None:  # noqa: ANN001
+def _check_image(view: TaskView, profile: TenantProfile, add) -> None:
     images = profile.spec.images
     if "{{channel:" in view.image:
-        add("image.dynamic", f"the image {view.image!r} comes from a pipeline parameter or task output",
-            "name a fixed, digest-pinned image in the component or with set_container_image('...')")
+        add(
+            "image.dynamic",
+            f"the image {view.image!r} comes from a pipeline parameter or task output",
+            "name a fixed, digest-pinned image in the component or with set_container_image('...')",
+        )
         return
     try:
         ref = ImageRef.parse(view.image)
     except SecuremlError as err:
-        add("image.invalid", err.what + (f" ({err.why})" if err.why else ""), err.fix or "fix the image reference")
+        add(
+            "image.invalid",
+            err.what + (f" ({err.why})" if err.why else ""),
+            err.fix or "fix the image reference",
+        )
         return
     if not registry_allowed(ref, list(images.allowed_registries)):
-        add("image.registry", f"image {view.image} is not under an allowed registry "
+        add(
+            "image.registry",
+            f"image {view.image} is not under an allowed registry "
             f"({', '.join(images.allowed_registries)})",
-            "push the image to an allowed registry, or ask the platform team to allow this one")
+            "push the image to an allowed registry, or ask the platform team to allow this one",
+        )
     if images.require_digest and not ref.pinned:
-        add("image.digest", f"image {view.image} is not pinned by digest",
-            "append @sha256:<digest> (e.g. from `crane digest IMAGE`) to the image reference")
+        add(
+            "image.digest",
+            f"image {view.image} is not pinned by digest",
+            "append @sha256:<digest> (e.g. from `crane digest IMAGE`) to the image reference",
+        )
 
 
-def _check_runtime(view: TaskView, profile: TenantProfile, add) -> None:  # noqa: ANN001
+def _check_runtime(view: TaskView, profile: TenantProfile, add) -> None:
     if not profile.spec.runtime.allow_runtime_installs:
         text = " ".join(view.command + view.args)
         if "pip install" in text or "pip3 install" in text:
-            add("runtime.install", "the step runs pip install when it starts (packages_to_install, "
+            add(
+                "runtime.install",
+                "the step runs pip install when it starts (packages_to_install, "
                 "install_kfp_package or use_venv)",
                 "build the packages into the image and pass install_kfp_package=False without "
-                "packages_to_install (the default of @secure_component)")
+                "packages_to_install (the default of @secure_component)",
+            )
     pauses = sorted(name for name in view.env if name.startswith("ARGO_DEBUG_PAUSE"))
     if pauses:
-        add("runtime.debug-pause", f"set_debug_pause sets {', '.join(pauses)}",
-            "remove set_debug_pause; debug with `secureml run --local` instead")
+        add(
+            "runtime.debug-pause",
+            f"set_debug_pause sets {', '.join(pauses)}",
+            "remove set_debug_pause; debug with `secureml run --local` instead",
+        )
 
 
-def _check_env(view: TaskView, add) -> None:  # noqa: ANN001
+def _check_env(view: TaskView, add) -> None:
     for name in sorted({*view.env, *view.k8s_env_names}):
         if name in contract.FORBIDDEN_ENV:
-            add("env.forbidden", f"the task sets {name}, which can switch a control off",
-                f"remove {name} from the task's environment")
+            add(
+                "env.forbidden",
+                f"the task sets {name}, which can switch a control off",
+                f"remove {name} from the task's environment",
+            )
         elif name.startswith(contract.ENV_PREFIX):
-            add("env.reserved", f"the task sets {name}; SECUREML_* variables are the compiler's",
-                f"remove {name}; the compiler sets what the launcher needs from the profile")
+            add(
+                "env.reserved",
+                f"the task sets {name}; SECUREML_* variables are the compiler's",
+                f"remove {name}; the compiler sets what the launcher needs from the profile",
+            )
 
 
-def _check_metadata(view: TaskView, add) -> None:  # noqa: ANN001
+def _check_metadata(view: TaskView, add) -> None:
     for kind, keys in (("label", view.k8s_labels), ("annotation", view.k8s_annotations)):
         for key in sorted(keys):
             if key.startswith(contract.LABEL_PREFIX):
-                add("metadata.reserved", f"the task sets pod {kind} {key} itself",
-                    f"remove the add_pod_{kind}({key!r}, ...) call; secureml sets its own labels")
+                add(
+                    "metadata.reserved",
+                    f"the task sets pod {kind} {key} itself",
+                    f"remove the add_pod_{kind}({key!r}, ...) call; secureml sets its own labels",
+                )
 
 
-def _check_accelerator(view: TaskView, profile: TenantProfile, add) -> None:  # noqa: ANN001
+def _check_accelerator(view: TaskView, profile: TenantProfile, add) -> None:
     name = view.accelerator_type
     if not name:
         return
     allowed = gpu.allowed_accelerators(profile)
     if name not in allowed:
-        which = ("an accelerator chosen at run time (a pipeline parameter or task output)" if "{{channel:" in name
-                 else f"accelerator {name!r}")
-        add("accelerator.not-allowed", f"{which} is not one this tenant may use "
+        which = (
+            "an accelerator chosen at run time (a pipeline parameter or task output)"
+            if "{{channel:" in name
+            else f"accelerator {name!r}"
+        )
+        add(
+            "accelerator.not-allowed",
+            f"{which} is not one this tenant may use "
             f"(allowed: {', '.join(sorted(allowed)) or 'none'})",
-            "remove set_accelerator_type and ask for the GPU with @secure_component(gpu=...)")
+            "remove set_accelerator_type and ask for the GPU with @secure_component(gpu=...)",
+        )
     else:
-        add("accelerator.without-request", f"set_accelerator_type({name!r}) bypasses the GPU request, "
+        add(
+            "accelerator.without-request",
+            f"set_accelerator_type({name!r}) bypasses the GPU request, "
             "so the step's isolation cannot be checked",
-            "remove set_accelerator_type/limit and ask for the GPU with @secure_component(gpu=...)")
+            "remove set_accelerator_type/limit and ask for the GPU with @secure_component(gpu=...)",
+        )
 
 
-def _check_gpu(request: gpu.GPURequest, profile: TenantProfile, add) -> None:  # noqa: ANN001
+def _check_gpu(request: gpu.GPURequest, profile: TenantProfile, add) -> None:
     settings = profile.spec.gpu
     if isinstance(request, gpu.MIG):
         _check_mig(request, profile, add)
     elif isinstance(request, gpu.TimeSlice):
         time_slice = settings.time_slice
         if time_slice is None:
-            add("gpu.timeslice-forbidden", "the step asks for a time-sliced GPU share; the profile allows none",
-                f"ask for {_stronger_requests(profile)} instead")
+            add(
+                "gpu.timeslice-forbidden",
+                "the step asks for a time-sliced GPU share; the profile allows none",
+                f"ask for {_stronger_requests(profile)} instead",
+            )
             return
         if request.memory_bytes > time_slice.max_memory:
-            add("gpu.timeslice-memory", f"memory {_size(request.memory_bytes)} exceeds the limit "
-                f"{_size(time_slice.max_memory)}", f"ask for at most memory={_size(time_slice.max_memory)!r}")
+            add(
+                "gpu.timeslice-memory",
+                f"memory {_size(request.memory_bytes)} exceeds the limit "
+                f"{_size(time_slice.max_memory)}",
+                f"ask for at most memory={_size(time_slice.max_memory)!r}",
+            )
         if request.compute > time_slice.max_compute:
-            add("gpu.timeslice-compute", f"compute {request.compute}% exceeds the limit "
-                f"{time_slice.max_compute}%", f"ask for at most compute={time_slice.max_compute}")
+            add(
+                "gpu.timeslice-compute",
+                f"compute {request.compute}% exceeds the limit {time_slice.max_compute}%",
+                f"ask for at most compute={time_slice.max_compute}",
+            )
     else:
         whole = settings.whole_gpu
         if whole is None:
-            add("gpu.whole-forbidden", "the step asks for whole GPUs; the profile allows none",
-                "ask for a MIG slice or a time-sliced share the profile allows")
+            add(
+                "gpu.whole-forbidden",
+                "the step asks for whole GPUs; the profile allows none",
+                "ask for a MIG slice or a time-sliced share the profile allows",
+            )
             return
         if request.count > whole.max_per_step:
-            add("gpu.whole-count", f"{request.count} whole GPUs exceed the limit of {whole.max_per_step} per step",
-                f"ask for WholeGPU({whole.max_per_step}) or fewer")
+            add(
+                "gpu.whole-count",
+                f"{request.count} whole GPUs exceed the limit of {whole.max_per_step} per step",
+                f"ask for WholeGPU({whole.max_per_step}) or fewer",
+            )
         known = [gpu.MIG_CATALOGUE[name] for name in settings.models if name in gpu.MIG_CATALOGUE]
         if request.product and settings.models and len(known) == len(settings.models):
             products = [product for model in known for product in model.products]
             if request.product not in products:
-                add("gpu.whole-product", f"product {request.product!r} is not one of the tenant's GPU "
+                add(
+                    "gpu.whole-product",
+                    f"product {request.product!r} is not one of the tenant's GPU "
                     f"models ({', '.join(settings.models)})",
-                    f"use one of {', '.join(products)} or leave product out")
+                    f"use one of {', '.join(products)} or leave product out",
+                )
     _check_quota(request, profile, add)
 
 
@@ -232,31 +292,52 @@ def _size(amount: int) -> str:
     return str(amount)
 
 
-def _check_mig(request: gpu.MIG, profile: TenantProfile, add) -> None:  # noqa: ANN001
+def _check_mig(request: gpu.MIG, profile: TenantProfile, add) -> None:
     settings = profile.spec.gpu
     if settings.mig is None or not settings.mig.allowed_profiles:
-        add("gpu.mig-forbidden", "the step asks for a MIG slice; the profile allows none",
-            "ask for a GPU kind the profile allows (spec.gpu)")
+        add(
+            "gpu.mig-forbidden",
+            "the step asks for a MIG slice; the profile allows none",
+            "ask for a GPU kind the profile allows (spec.gpu)",
+        )
         return
     if request.profile not in settings.mig.allowed_profiles:
-        add("gpu.mig-profile-not-allowed", f"MIG profile {request.profile} is not allowed",
-            f"use one of {', '.join(settings.mig.allowed_profiles)}")
+        add(
+            "gpu.mig-profile-not-allowed",
+            f"MIG profile {request.profile} is not allowed",
+            f"use one of {', '.join(settings.mig.allowed_profiles)}",
+        )
     model_names = list(settings.models) or list(gpu.MIG_CATALOGUE)
     offering = gpu.models_offering(request.profile, model_names)
     if not offering:
-        add("gpu.mig-profile-unknown", f"no GPU model of the tenant ({', '.join(model_names)}) has MIG "
+        add(
+            "gpu.mig-profile-unknown",
+            f"no GPU model of the tenant ({', '.join(model_names)}) has MIG "
             f"profile {request.profile}",
             "use a profile of the tenant's models, e.g. "
-            + ", ".join(sorted({p for n in model_names if n in gpu.MIG_CATALOGUE
-                               for p in gpu.MIG_CATALOGUE[n].profiles}))[:200])
+            + ", ".join(
+                sorted(
+                    {
+                        p
+                        for n in model_names
+                        if n in gpu.MIG_CATALOGUE
+                        for p in gpu.MIG_CATALOGUE[n].profiles
+                    }
+                )
+            )[:200],
+        )
         return
     most = max(model.profiles[request.profile].max_instances for model in offering)
     if request.count > most:
-        add("gpu.mig-count", f"{request.count} instances of {request.profile} do not fit on one GPU "
-            f"(at most {most})", f"ask for count={most} or fewer, or a larger profile")
+        add(
+            "gpu.mig-count",
+            f"{request.count} instances of {request.profile} do not fit on one GPU "
+            f"(at most {most})",
+            f"ask for count={most} or fewer, or a larger profile",
+        )
 
 
-def _check_quota(request: gpu.GPURequest, profile: TenantProfile, add) -> None:  # noqa: ANN001
+def _check_quota(request: gpu.GPURequest, profile: TenantProfile, add) -> None:
     settings = profile.spec.gpu
     if settings.backend == "dra":
         return
@@ -264,5 +345,9 @@ def _check_quota(request: gpu.GPURequest, profile: TenantProfile, add) -> None: 
     if placed.accelerator_type and placed.accelerator_type in settings.quota:
         quota = settings.quota[placed.accelerator_type]
         if placed.accelerator_count > quota:
-            add("gpu.quota", f"the step asks for {placed.accelerator_count} {placed.accelerator_type}; "
-                f"the namespace quota is {quota}", f"ask for at most {quota}")
+            add(
+                "gpu.quota",
+                f"the step asks for {placed.accelerator_count} {placed.accelerator_type}; "
+                f"the namespace quota is {quota}",
+                f"ask for at most {quota}",
+            )

@@ -54,7 +54,8 @@ class CompileError(SecuremlError):
         self.violations = violations
         lines = [f"  {v.task}: [{v.rule}] {v.what}\n      fix: {v.fix}" for v in violations]
         super().__init__(
-            f"pipeline {pipeline!r} breaks {len(violations)} rule(s) of the tenant profile\n" + "\n".join(lines),
+            f"pipeline {pipeline!r} breaks {len(violations)} rule(s) of the tenant profile\n"
+            + "\n".join(lines),
             fix="fix each task as shown; docs/rules.md explains every rule id",
         )
 
@@ -115,7 +116,9 @@ class _Context:
     steps: list[StepReport] = field(default_factory=list)
     images: list[tuple[str, str]] = field(default_factory=list)  # (task, image) for signatures
     secured_graphs: dict[int, GraphComponent] = field(default_factory=dict)
-    failed_graphs: set[int] = field(default_factory=set)  # nested pipelines with violations reported
+    failed_graphs: set[int] = field(
+        default_factory=set
+    )  # nested pipelines with violations reported
 
 
 class _Abort(Exception):
@@ -159,7 +162,9 @@ def compile_pipeline(
         admission_checked = _check_admission(documents, profile, ctx)
         if ctx.violations:
             raise CompileError(pipeline.name, ctx.violations)
-    return CompiledPipeline(pipeline.name, yaml_text, profile.metadata.name, ctx.steps, admission_checked, secured)
+    return CompiledPipeline(
+        pipeline.name, yaml_text, profile.metadata.name, ctx.steps, admission_checked, secured
+    )
 
 
 def _documents(component: GraphComponent) -> list[dict[str, Any]]:
@@ -271,7 +276,9 @@ def _secure_graph(component: GraphComponent, ctx: _Context, step_prefix: str) ->
         platform_spec=pipeline_spec_pb2.PlatformSpec(),
     )
     display_name = component.pipeline_spec.pipeline_info.display_name or None
-    return GraphComponent(spec, traced, display_name=display_name, pipeline_config=component.pipeline_config)
+    return GraphComponent(
+        spec, traced, display_name=display_name, pipeline_config=component.pipeline_config
+    )
 
 
 # --- one task -----------------------------------------------------------------------------------
@@ -284,12 +291,15 @@ def _secure_task(name: str, task: PipelineTask, ctx: _Context, step_prefix: str)
         if id(task.component_spec) in ctx.failed_graphs:
             return
         if secured is None:
-            ctx.violations.append(Violation(
-                name, "pipeline.nested-unresolved",
-                f"nested pipeline {task.component_spec.name!r} is not reachable by name from the "
-                "pipeline function, so its steps cannot be secured",
-                "define or import the nested pipeline at module level and call it by that name",
-            ))
+            ctx.violations.append(
+                Violation(
+                    name,
+                    "pipeline.nested-unresolved",
+                    f"nested pipeline {task.component_spec.name!r} is not reachable by name from the "
+                    "pipeline function, so its steps cannot be secured",
+                    "define or import the nested pipeline at module level and call it by that name",
+                )
+            )
             return
         task.component_spec = secured.component_spec
         task.pipeline_spec = secured.pipeline_spec
@@ -353,8 +363,13 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
     ref = ImageRef.parse(view.image)
     image = str(ref)
     task.container_spec.image = image  # set_container_image without its inspect.stack() cost
-    report = StepReport(task=view.name, step=step, kind="secure" if settings else "plain",
-                        image=image, isolation=placed.isolation)
+    report = StepReport(
+        task=view.name,
+        step=step,
+        kind="secure" if settings else "plain",
+        image=image,
+        isolation=placed.isolation,
+    )
 
     if placed.accelerator_type:  # what set_accelerator_type/limit write (see the module docstring)
         resources = task.container_spec.resources or structures.ResourceSpec()
@@ -367,10 +382,14 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
         report.scheduling.append(f"{key}={value}")
     if placed.node_affinity:
         kubernetes.add_node_affinity(task, match_expressions=placed.node_affinity)
-        report.scheduling += [f"{e['key']} in ({', '.join(e['values'])})" for e in placed.node_affinity]  # type: ignore[arg-type]
+        report.scheduling += [
+            f"{e['key']} in ({', '.join(e['values'])})" for e in placed.node_affinity
+        ]  # type: ignore[arg-type]
     for toleration in placed.tolerations:
         kubernetes.add_toleration(task, **toleration)
-        report.scheduling.append("tolerates " + ":".join(str(toleration.get(k, "")) for k in ("key", "value", "effect")))
+        report.scheduling.append(
+            "tolerates " + ":".join(str(toleration.get(k, "")) for k in ("key", "value", "effect"))
+        )
 
     labels = {
         contract.LABEL_TENANT: contract.label_value(profile.metadata.name),
@@ -394,16 +413,23 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
         report.gpu_request = json.loads(request.to_json())
     if shim_on:
         annotations[contract.ANNOTATION_LIMITS] = contract.render_shim_limits(
-            memory_bytes=request.memory_bytes, compute_percent=request.compute,  # type: ignore[union-attr]
+            memory_bytes=request.memory_bytes,
+            compute_percent=request.compute,  # type: ignore[union-attr]
             scrub_on_free=spec.runtime.scrub_on_free,
         )
     for key, value in annotations.items():
         kubernetes.add_pod_annotation(task, key, value)
 
     hardening = spec.hardening
-    kubernetes.set_security_context(task, run_as_user=hardening.run_as_user,
-                                    run_as_group=hardening.run_as_group, run_as_non_root=True)
-    scratch = list(dict.fromkeys([*hardening.scratch_mounts, *(settings.scratch_mounts if settings else ())]))
+    kubernetes.set_security_context(
+        task,
+        run_as_user=hardening.run_as_user,
+        run_as_group=hardening.run_as_group,
+        run_as_non_root=True,
+    )
+    scratch = list(
+        dict.fromkeys([*hardening.scratch_mounts, *(settings.scratch_mounts if settings else ())])
+    )
     for path in scratch:
         kubernetes.empty_dir_mount(task, volume_name=_scratch_volume(path), mount_path=path)
     if settings and settings.timeout_seconds:
@@ -446,7 +472,9 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def _controls(profile: TenantProfile, has_gpu: bool, shim_on: bool, scratch: list[str]) -> list[str]:
+def _controls(
+    profile: TenantProfile, has_gpu: bool, shim_on: bool, scratch: list[str]
+) -> list[str]:
     spec = profile.spec
     controls = ["launcher", f"uid {spec.hardening.run_as_user}"]
     if spec.identity.required:
@@ -474,12 +502,19 @@ def _apply_signatures(ctx: _Context, results: Sequence[Any]) -> None:
             if result.step in by_task:
                 by_task[result.step].signature = {"signer": result.signer, "issuer": result.issuer}
         else:
-            ctx.violations.append(Violation(result.step, result.rule or "image.signature-invalid",
-                                            result.message or "image signature check failed",
-                                            result.fix or "sign the image"))
+            ctx.violations.append(
+                Violation(
+                    result.step,
+                    result.rule or "image.signature-invalid",
+                    result.message or "image signature check failed",
+                    result.fix or "sign the image",
+                )
+            )
 
 
-def _check_admission(documents: list[dict[str, Any]], profile: TenantProfile, ctx: _Context) -> bool:
+def _check_admission(
+    documents: list[dict[str, Any]], profile: TenantProfile, ctx: _Context
+) -> bool:
     """Evaluate the tenant's admission rules on every previewed pod; False when the rule engine
     is not available in this installation."""
     from secureml.preview import preview_pods
@@ -492,6 +527,12 @@ def _check_admission(documents: list[dict[str, Any]], profile: TenantProfile, ct
     rules = rules_for_profile(profile)
     for task, pod in pods.items():
         for violation in evaluate(pod, rules):
-            ctx.violations.append(Violation(task, violation.rule_id, violation.message,
-                                            "see docs/admission-rules.md for this rule"))
+            ctx.violations.append(
+                Violation(
+                    task,
+                    violation.rule_id,
+                    violation.message,
+                    "see docs/admission-rules.md for this rule",
+                )
+            )
     return True

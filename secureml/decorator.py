@@ -42,9 +42,15 @@ def _check_settings(gpu: object, timeout: object, scratch: object, where: str) -
             fix="use gpu=MIG('1g.10gb'), gpu=TimeSlice(memory='8Gi', compute=25) or gpu=WholeGPU(1)",
             where=where,
         )
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
-        raise SecuremlError(f"timeout={timeout!r} must be a whole number of seconds >= 1", where=where)
-    if isinstance(scratch, str) or not all(isinstance(p, str) and p.startswith("/") for p in scratch):  # type: ignore[attr-defined]
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1
+    ):
+        raise SecuremlError(
+            f"timeout={timeout!r} must be a whole number of seconds >= 1", where=where
+        )
+    if isinstance(scratch, str) or not all(
+        isinstance(p, str) and p.startswith("/") for p in scratch
+    ):  # type: ignore[attr-defined]
         raise SecuremlError(
             f"scratch={scratch!r} must be a list of absolute paths",
             fix="write e.g. scratch=['/workspace']",
@@ -125,11 +131,15 @@ def secure_component(
                         "the component",
                         where=where,
                     ) from None
-                raise SecuremlError(str(err), fix="check the keywords against kfp.dsl.component",
-                                    where=where) from None
+                raise SecuremlError(
+                    str(err), fix="check the keywords against kfp.dsl.component", where=where
+                ) from None
         else:
-            raise SecuremlError(f"cannot make a component from {target!r}",
-                                fix="decorate a function or pass a KFP component", where=where)
+            raise SecuremlError(
+                f"cannot make a component from {target!r}",
+                fix="decorate a function or pass a KFP component",
+                where=where,
+            )
         setattr(component.component_spec, _SETTINGS_ATTR, settings)
         return component
 

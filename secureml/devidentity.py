@@ -404,4 +404,4 @@ def _trust_domain_of(spiffe_id: str) -> str:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)

@@ -85,8 +85,9 @@ def _seven_slice_family(eighth: int, quarter: int, half: int, full: int) -> dict
     return {name: _profile(name, c, m, n) for name, c, m, n in rows}
 
 
-def _model(name: str, products: tuple[str, ...], compute: int, memory: int,
-           profiles: dict[str, MigProfile]) -> GPUModel:
+def _model(
+    name: str, products: tuple[str, ...], compute: int, memory: int, profiles: dict[str, MigProfile]
+) -> GPUModel:
     return GPUModel(name, products, compute, memory, profiles)
 
 
@@ -94,7 +95,10 @@ MIG_CATALOGUE: dict[str, GPUModel] = {
     model.name: model
     for model in (
         _model(
-            "A30", ("NVIDIA-A30",), 4, 4,
+            "A30",
+            ("NVIDIA-A30",),
+            4,
+            4,
             {
                 name: _profile(name, c, m, n)
                 for name, c, m, n in (
@@ -106,18 +110,36 @@ MIG_CATALOGUE: dict[str, GPUModel] = {
                 )
             },
         ),
-        _model("A100-40GB", ("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB"), 7, 8,
-               _seven_slice_family(5, 10, 20, 40)),
-        _model("A100-80GB", ("NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe"), 7, 8,
-               _seven_slice_family(10, 20, 40, 80)),
-        _model("H100-80GB", ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"), 7, 8,
-               _seven_slice_family(10, 20, 40, 80)),
-        _model("H100-94GB", ("NVIDIA-H100-NVL",), 7, 8,
-               _seven_slice_family(12, 24, 47, 94)),
-        _model("H200-141GB", ("NVIDIA-H200", "NVIDIA-H200-NVL"), 7, 8,
-               _seven_slice_family(18, 35, 71, 141)),
-        _model("B200", ("NVIDIA-B200",), 7, 8,
-               _seven_slice_family(23, 45, 90, 180)),
+        _model(
+            "A100-40GB",
+            ("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB"),
+            7,
+            8,
+            _seven_slice_family(5, 10, 20, 40),
+        ),
+        _model(
+            "A100-80GB",
+            ("NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe"),
+            7,
+            8,
+            _seven_slice_family(10, 20, 40, 80),
+        ),
+        _model(
+            "H100-80GB",
+            ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"),
+            7,
+            8,
+            _seven_slice_family(10, 20, 40, 80),
+        ),
+        _model("H100-94GB", ("NVIDIA-H100-NVL",), 7, 8, _seven_slice_family(12, 24, 47, 94)),
+        _model(
+            "H200-141GB",
+            ("NVIDIA-H200", "NVIDIA-H200-NVL"),
+            7,
+            8,
+            _seven_slice_family(18, 35, 71, 141),
+        ),
+        _model("B200", ("NVIDIA-B200",), 7, 8, _seven_slice_family(23, 45, 90, 180)),
     )
 }
 
@@ -132,6 +154,7 @@ def models_offering(profile_name: str, model_names: list[str]) -> list[GPUModel]
 
 
 # --- requests ----------------------------------------------------------------------------------
+
 
 def memory_bytes(value: int | str, *, where: str) -> int:
     """Bytes from an int or a Kubernetes quantity string ("16Gi", "500M")."""
@@ -150,8 +173,11 @@ def memory_bytes(value: int | str, *, where: str) -> int:
 
 def _positive_int(value: object, what: str, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SecuremlError(f"{what} {value!r} must be a whole number >= 1", fix=f"set {what}=1 or more",
-                            where=where)
+        raise SecuremlError(
+            f"{what} {value!r} must be a whole number >= 1",
+            fix=f"set {what}=1 or more",
+            where=where,
+        )
     return value
 
 
@@ -169,7 +195,9 @@ class MIG:
 
     def __post_init__(self) -> None:
         where = f"MIG({self.profile!r})"
-        if not isinstance(self.profile, str) or not re.fullmatch(r"[1-9]g\.[0-9]+gb(\+me)?", self.profile):
+        if not isinstance(self.profile, str) or not re.fullmatch(
+            r"[1-9]g\.[0-9]+gb(\+me)?", self.profile
+        ):
             raise SecuremlError(
                 f"{self.profile!r} is not a MIG profile name",
                 why="MIG profiles are named <compute>g.<memory>gb, e.g. 1g.10gb or 3g.40gb",
@@ -197,7 +225,11 @@ class TimeSlice:
     def __post_init__(self) -> None:
         where = "TimeSlice(...)"
         object.__setattr__(self, "memory", memory_bytes(self.memory, where=where))
-        if isinstance(self.compute, bool) or not isinstance(self.compute, int) or not 1 <= self.compute <= 100:
+        if (
+            isinstance(self.compute, bool)
+            or not isinstance(self.compute, int)
+            or not 1 <= self.compute <= 100
+        ):
             raise SecuremlError(
                 f"compute {self.compute!r} is not a percentage",
                 why="compute is the share of the GPU's SMs, a whole number from 1 to 100",
@@ -213,7 +245,9 @@ class TimeSlice:
         return "timeslice-shim" if profile.spec.runtime.shim == "enforce" else "timeslice"
 
     def to_json(self) -> str:
-        return _compact_json({"kind": "timeslice", "memory": self.memory_bytes, "compute": self.compute})
+        return _compact_json(
+            {"kind": "timeslice", "memory": self.memory_bytes, "compute": self.compute}
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +262,8 @@ class WholeGPU:
         where = "WholeGPU(...)"
         _positive_int(self.count, "count", where)
         if self.product is not None and (
-            not isinstance(self.product, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.product)
+            not isinstance(self.product, str)
+            or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.product)
         ):
             raise SecuremlError(
                 f"product {self.product!r} is not a GPU product name",
@@ -258,7 +293,9 @@ class Placement:
     accelerator_type: str | None = None  # extended resource name; None on the dra backend
     accelerator_count: int = 0
     node_selector: dict[str, str] = field(default_factory=dict)
-    node_affinity: list[dict[str, object]] = field(default_factory=list)  # required matchExpressions
+    node_affinity: list[dict[str, object]] = field(
+        default_factory=list
+    )  # required matchExpressions
     tolerations: list[dict[str, object]] = field(default_factory=list)
     pod_labels: dict[str, str] = field(default_factory=dict)
 
@@ -310,7 +347,9 @@ def placement(request: GPURequest | None, profile: TenantProfile) -> Placement:
     gpu = profile.spec.gpu
     isolation = request.isolation(profile)
     if gpu.backend == "dra":
-        return Placement(isolation=isolation, pod_labels={contract.LABEL_GPU_CLAIM: claim_template_name(request)})
+        return Placement(
+            isolation=isolation, pod_labels={contract.LABEL_GPU_CLAIM: claim_template_name(request)}
+        )
     if isinstance(request, MIG):
         if gpu.mig_strategy == "mixed":
             return Placement(isolation, mig_resource_name(request.profile), request.count)
@@ -318,14 +357,23 @@ def placement(request: GPURequest | None, profile: TenantProfile) -> Placement:
         return Placement(isolation, RESOURCE_GPU, request.count, selector, affinity)
     if isinstance(request, TimeSlice):
         time_slice = gpu.time_slice
-        selector = {LABEL_SHARING_STRATEGY: SHARING_TIME_SLICING, **dict(time_slice.node_selector or {})}
+        selector = {
+            LABEL_SHARING_STRATEGY: SHARING_TIME_SLICING,
+            **dict(time_slice.node_selector or {}),
+        }
         return Placement(isolation, time_slice.resource_name, 1, selector)
     whole = gpu.whole_gpu
     selector = dict(whole.node_selector or {})
     if request.product:
         selector[LABEL_GPU_PRODUCT] = request.product
-    return Placement(isolation, RESOURCE_GPU, request.count, selector, [],
-                     [toleration.model_dump(exclude_none=True) for toleration in whole.tolerations])
+    return Placement(
+        isolation,
+        RESOURCE_GPU,
+        request.count,
+        selector,
+        [],
+        [toleration.model_dump(exclude_none=True) for toleration in whole.tolerations],
+    )
 
 
 def allowed_accelerators(profile: TenantProfile) -> set[str]:

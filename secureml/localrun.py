@@ -177,7 +177,7 @@ class RunResult:
 
 
 def default_output_dir(pipeline_file: Path) -> Path:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     return Path("secureml-runs") / f"{pipeline_file.stem}-{stamp}"
 
 
@@ -285,15 +285,23 @@ def fake_machine_for(request: dict[str, Any], directory: Path) -> tuple[Any, lis
 
         profile = str(request["profile"])
         memory = MigRequest(profile=profile).memory_gb * 10**9
-        migs = [simulator.FakeMig(profile=profile, memory=memory, gi=i + 1) for i in range(int(request.get("count", 1)))]
-        device = simulator.FakeDevice(name=SIMULATED_GPU_NAME, memory=80 * 2**30, mig_mode=True, migs=migs)
+        migs = [
+            simulator.FakeMig(profile=profile, memory=memory, gi=i + 1)
+            for i in range(int(request.get("count", 1)))
+        ]
+        device = simulator.FakeDevice(
+            name=SIMULATED_GPU_NAME, memory=80 * 2**30, mig_mode=True, migs=migs
+        )
         return simulator.FakeGPU(directory, [device]), [mig.uuid for mig in migs]
     if kind == "timeslice":
         device = simulator.FakeDevice(name=SIMULATED_GPU_NAME, memory=int(request["memory"]))
         return simulator.FakeGPU(directory, [device]), [device.uuid]
     product = request.get("product")
     name = " ".join(str(product).split("-")) if product else SIMULATED_GPU_NAME
-    devices = [simulator.FakeDevice(name=name, memory=SIMULATED_SMALL_MEMORY) for _ in range(int(request["count"]))]
+    devices = [
+        simulator.FakeDevice(name=name, memory=SIMULATED_SMALL_MEMORY)
+        for _ in range(int(request["count"]))
+    ]
     return simulator.FakeGPU(directory, devices), [d.uuid for d in devices]
 
 
@@ -309,7 +317,9 @@ def simulated_gpus(steps: list[LocalStep], folder: Path) -> Iterator[GpuSimulati
         if not request:
             continue
         try:
-            machine, visible = fake_machine_for(request, folder / contract.label_value(step.executor))
+            machine, visible = fake_machine_for(
+                request, folder / contract.label_value(step.executor)
+            )
         except (RuntimeError, OSError) as err:
             raise SecuremlError(
                 "the simulated GPU could not be built",
@@ -395,7 +405,9 @@ def run_compiled(
 
     steps = compiled.steps()
     has_gpu = False if simulate_gpu else machine_has_gpu()
-    check_before_running(steps, dev_identity=dev_identity, simulate_gpu=simulate_gpu, has_gpu=has_gpu)
+    check_before_running(
+        steps, dev_identity=dev_identity, simulate_gpu=simulate_gpu, has_gpu=has_gpu
+    )
     if any(layout.audit_dir.glob("*.audit.json")):
         raise InputError(
             f"{layout.root} already holds the files of a run",
@@ -417,7 +429,9 @@ def run_compiled(
             simulation = stack.enter_context(simulated_gpus(steps, layout.root / "fakegpu"))
             process_env.update(simulation.process_env)
             gpu_env = simulation.step_env
-        apply_local_overlay(steps, layout, spiffe_endpoint=api.endpoint if api else None, gpu_env=gpu_env)
+        apply_local_overlay(
+            steps, layout, spiffe_endpoint=api.endpoint if api else None, gpu_env=gpu_env
+        )
         layout.compiled.write_text(compiled.to_yaml())
         stack.enter_context(_environment(process_env))
         local.init(
@@ -431,7 +445,9 @@ def run_compiled(
             # Images are not pulled locally: the steps run in this Python environment.
             warnings.filterwarnings("ignore", message=".*non-Python base image.*")
             # GPU placement is a cluster matter; locally the launcher checks what it is given.
-            warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
+            warnings.filterwarnings(
+                "ignore", message=".*have no effect in the current local runner.*"
+            )
             try:
                 pipeline(**dict(arguments or {}))
             except RuntimeError as err:
@@ -498,4 +514,3 @@ def run_pipeline_file(
         dev_identity=dev_identity,
         simulate_gpu=simulate_gpu,
     )
-

@@ -54,11 +54,16 @@ def pipelines_in(path: str | Path) -> dict[str, GraphComponent]:
 
     file = Path(path)
     if not file.is_file():
-        raise InputError(f"pipeline file {file} does not exist", fix="pass the path of a .py file with a @dsl.pipeline")
+        raise InputError(
+            f"pipeline file {file} does not exist",
+            fix="pass the path of a .py file with a @dsl.pipeline",
+        )
     module_name = "_secureml_pipeline_" + "".join(ch if ch.isalnum() else "_" for ch in file.stem)
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
-        raise InputError(f"cannot import {file}", why="it is not a Python source file", fix="pass a .py file")
+        raise InputError(
+            f"cannot import {file}", why="it is not a Python source file", fix="pass a .py file"
+        )
     module = importlib.util.module_from_spec(spec)
     folder = str(file.resolve().parent)
     sys.path.insert(0, folder)
@@ -66,7 +71,9 @@ def pipelines_in(path: str | Path) -> dict[str, GraphComponent]:
     try:
         spec.loader.exec_module(module)
     except Exception as err:  # the user's code: report where it failed, without our frames
-        frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(file.resolve())]
+        frames = [
+            f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(file.resolve())
+        ]
         line = f":{frames[-1].lineno}" if frames else ""
         raise InputError(
             f"importing the pipeline failed: {type(err).__name__}: {err}",
@@ -77,9 +84,13 @@ def pipelines_in(path: str | Path) -> dict[str, GraphComponent]:
     finally:
         sys.path.remove(folder)
 
-    found = {attr: value for attr, value in vars(module).items() if isinstance(value, GraphComponent)}
+    found = {
+        attr: value for attr, value in vars(module).items() if isinstance(value, GraphComponent)
+    }
     problems: list[str] = []
-    if not found:  # a component file: each component becomes a one-step pipeline, as kfp compiles it
+    if (
+        not found
+    ):  # a component file: each component becomes a one-step pipeline, as kfp compiles it
         for attr, value in vars(module).items():
             if isinstance(value, BaseComponent):
                 try:
@@ -87,11 +98,18 @@ def pipelines_in(path: str | Path) -> dict[str, GraphComponent]:
                 except (TypeError, ValueError) as err:
                     problems.append(f"{attr}: {err}")
     if problems and not found:
-        raise InputError(f"{file} has components but none can run as a pipeline on its own",
-                         why="; ".join(problems), fix="compile a pipeline that uses them", where=str(file))
+        raise InputError(
+            f"{file} has components but none can run as a pipeline on its own",
+            why="; ".join(problems),
+            fix="compile a pipeline that uses them",
+            where=str(file),
+        )
     if not found:
-        raise InputError(f"{file} defines no pipeline or component",
-                         fix="decorate the pipeline function with @dsl.pipeline", where=str(file))
+        raise InputError(
+            f"{file} defines no pipeline or component",
+            fix="decorate the pipeline function with @dsl.pipeline",
+            where=str(file),
+        )
     return found
 
 
@@ -108,10 +126,12 @@ def as_pipeline(component: BaseComponent) -> GraphComponent:
     single.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names]
     )
-    spec = structures.ComponentSpec(name=component.component_spec.name,
-                                    description=component.component_spec.description,
-                                    inputs=component.component_spec.inputs,
-                                    implementation=structures.Implementation())
+    spec = structures.ComponentSpec(
+        name=component.component_spec.name,
+        description=component.component_spec.description,
+        inputs=component.component_spec.inputs,
+        implementation=structures.Implementation(),
+    )
     return GraphComponent(spec, single)
 
 

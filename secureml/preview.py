@@ -52,24 +52,45 @@ BACKEND_SECURITY_CONTEXT: dict[str, Any] = {
 BACKEND_INIT_SECURITY_CONTEXT: dict[str, Any] = {**BACKEND_SECURITY_CONTEXT, "runAsNonRoot": True}
 # The scratch folders the backend mounts into every executor pod (argocompiler/container.go).
 BACKEND_SCRATCH = (
-    ("gcs-scratch", "/gcs"), ("s3-scratch", "/s3"), ("minio-scratch", "/minio"),
-    ("dot-local-scratch", "/.local"), ("dot-cache-scratch", "/.cache"), ("dot-config-scratch", "/.config"),
+    ("gcs-scratch", "/gcs"),
+    ("s3-scratch", "/s3"),
+    ("minio-scratch", "/minio"),
+    ("dot-local-scratch", "/.local"),
+    ("dot-cache-scratch", "/.cache"),
+    ("dot-config-scratch", "/.config"),
 )
 # The driver's command for the main container: KFP's launcher, its flags, then `--` and the
 # task's own command and args as the container's args (backend/src/v2/driver/driver.go).
 KFP_LAUNCHER_FLAGS = (
-    "--pipeline_name", "--run_id", "--execution_id", "--executor_input", "--component_spec",
-    "--pod_name", "--pod_uid", "--ml_pipeline_server_address", "--ml_pipeline_server_port",
-    "--mlmd_server_address", "--mlmd_server_port",
+    "--pipeline_name",
+    "--run_id",
+    "--execution_id",
+    "--executor_input",
+    "--component_spec",
+    "--pod_name",
+    "--pod_uid",
+    "--ml_pipeline_server_address",
+    "--ml_pipeline_server_port",
+    "--mlmd_server_address",
+    "--mlmd_server_port",
 )
 
 
-def preview_pods(pipeline_yaml_docs: Sequence[dict[str, Any]], profile: TenantProfile) -> dict[str, dict[str, Any]]:
+def preview_pods(
+    pipeline_yaml_docs: Sequence[dict[str, Any]], profile: TenantProfile
+) -> dict[str, dict[str, Any]]:
     """Pods by task path (`task`, or `parent/child` inside nested pipelines), in pipeline order."""
     pipeline_spec = pipeline_yaml_docs[0]
-    platform = pipeline_yaml_docs[1] if len(pipeline_yaml_docs) > 1 and pipeline_yaml_docs[1] else {}
+    platform = (
+        pipeline_yaml_docs[1] if len(pipeline_yaml_docs) > 1 and pipeline_yaml_docs[1] else {}
+    )
     executors = pipeline_spec.get("deploymentSpec", {}).get("executors", {})
-    k8s_executors = platform.get("platforms", {}).get("kubernetes", {}).get("deploymentSpec", {}).get("executors", {})
+    k8s_executors = (
+        platform.get("platforms", {})
+        .get("kubernetes", {})
+        .get("deploymentSpec", {})
+        .get("executors", {})
+    )
     mutate = _mutations()
     pipeline_name = pipeline_spec.get("pipelineInfo", {}).get("name", "pipeline")
     pods: dict[str, dict[str, Any]] = {}
@@ -77,12 +98,18 @@ def preview_pods(pipeline_yaml_docs: Sequence[dict[str, Any]], profile: TenantPr
         executor = executors.get(executor_label, {})
         if "container" not in executor:
             continue  # importer: runs inside KFP's driver
-        pod = _pod(pipeline_name, path, executor["container"], k8s_executors.get(executor_label, {}), profile)
+        pod = _pod(
+            pipeline_name,
+            path,
+            executor["container"],
+            k8s_executors.get(executor_label, {}),
+            profile,
+        )
         pods[path] = mutate(pod, profile) if mutate else pod
     return pods
 
 
-def _mutations():  # noqa: ANN202
+def _mutations():
     try:
         from secureml.bundle.mutation import apply_mutations  # type: ignore[import-not-found]
     except ImportError:
@@ -105,8 +132,9 @@ def _executor_tasks(pipeline_spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
     yield from walk(pipeline_spec.get("root", {}).get("dag", {}), "")
 
 
-def _pod(pipeline: str, path: str, container: dict[str, Any], k8s: dict[str, Any],
-         profile: TenantProfile) -> dict[str, Any]:
+def _pod(
+    pipeline: str, path: str, container: dict[str, Any], k8s: dict[str, Any], profile: TenantProfile
+) -> dict[str, Any]:
     metadata = k8s.get("podMetadata", {})
     system = ((KFP_LAUNCHER_VOLUME, KFP_LAUNCHER_DIR), *BACKEND_SCRATCH)
     volumes: list[dict[str, Any]] = [{"name": name, "emptyDir": {}} for name, _ in system]
@@ -173,7 +201,11 @@ def _pod(pipeline: str, path: str, container: dict[str, Any], k8s: dict[str, Any
 
 
 def _launcher_command(pipeline: str, path: str) -> list[str]:
-    values = {"--pipeline_name": pipeline, "--pod_name": "$(KFP_POD_NAME)", "--pod_uid": "$(KFP_POD_UID)"}
+    values = {
+        "--pipeline_name": pipeline,
+        "--pod_name": "$(KFP_POD_NAME)",
+        "--pod_uid": "$(KFP_POD_UID)",
+    }
     command = [KFP_LAUNCHER_BINARY]
     for flag in KFP_LAUNCHER_FLAGS:
         command += [flag, values.get(flag, f"<{flag[2:]}>")]
@@ -185,17 +217,42 @@ def _env(container: dict[str, Any], k8s: dict[str, Any]) -> list[dict[str, Any]]
         {"name": "KFP_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "KFP_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
     ]
-    env += [{"name": item["name"], "value": item.get("value", "")} for item in container.get("env", [])]
+    env += [
+        {"name": item["name"], "value": item.get("value", "")} for item in container.get("env", [])
+    ]
     for secret in k8s.get("secretAsEnv", []):
         for item in secret.get("keyToEnv", []):
-            env.append({"name": item.get("envVar", ""), "valueFrom": {"secretKeyRef": {
-                "name": secret.get("secretName", ""), "key": item.get("secretKey", "")}}})
+            env.append(
+                {
+                    "name": item.get("envVar", ""),
+                    "valueFrom": {
+                        "secretKeyRef": {
+                            "name": secret.get("secretName", ""),
+                            "key": item.get("secretKey", ""),
+                        }
+                    },
+                }
+            )
     for config_map in k8s.get("configMapAsEnv", []):
         for item in config_map.get("keyToEnv", []):
-            env.append({"name": item.get("envVar", ""), "valueFrom": {"configMapKeyRef": {
-                "name": config_map.get("configMapName", ""), "key": item.get("configMapKey", "")}}})
+            env.append(
+                {
+                    "name": item.get("envVar", ""),
+                    "valueFrom": {
+                        "configMapKeyRef": {
+                            "name": config_map.get("configMapName", ""),
+                            "key": item.get("configMapKey", ""),
+                        }
+                    },
+                }
+            )
     for item in k8s.get("fieldPathAsEnv", []):
-        env.append({"name": item.get("name", ""), "valueFrom": {"fieldRef": {"fieldPath": item.get("fieldPath", "")}}})
+        env.append(
+            {
+                "name": item.get("name", ""),
+                "valueFrom": {"fieldRef": {"fieldPath": item.get("fieldPath", "")}},
+            }
+        )
     return env
 
 
@@ -207,8 +264,10 @@ def _resources(resources: dict[str, Any]) -> dict[str, Any]:
     if kind:
         limits[kind] = str(accelerator.get("resourceCount") or accelerator.get("count") or "1")
     for source, target, key in (
-        ("resourceCpuLimit", limits, "cpu"), ("resourceMemoryLimit", limits, "memory"),
-        ("resourceCpuRequest", requests, "cpu"), ("resourceMemoryRequest", requests, "memory"),
+        ("resourceCpuLimit", limits, "cpu"),
+        ("resourceMemoryLimit", limits, "memory"),
+        ("resourceCpuRequest", requests, "cpu"),
+        ("resourceMemoryRequest", requests, "memory"),
     ):
         if resources.get(source):
             target[key] = str(resources[source])
@@ -220,14 +279,18 @@ def _resources(resources: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _volumes(k8s: dict[str, Any], volumes: list[dict[str, Any]], mounts: list[dict[str, Any]]) -> None:
+def _volumes(
+    k8s: dict[str, Any], volumes: list[dict[str, Any]], mounts: list[dict[str, Any]]
+) -> None:
     for item in k8s.get("emptyDirMounts", []):
         source = {key: item[key] for key in ("medium", "sizeLimit") if item.get(key)}
         volumes.append({"name": item["volumeName"], "emptyDir": source})
         mounts.append({"name": item["volumeName"], "mountPath": item["mountPath"]})
     for index, item in enumerate(k8s.get("pvcMount", [])):
         name = f"pvc-{index}"
-        claim = item.get("constant") or item.get("pvcNameParameter", {}).get("runtimeValue", {}).get("constant", "")
+        claim = item.get("constant") or item.get("pvcNameParameter", {}).get(
+            "runtimeValue", {}
+        ).get("constant", "")
         volumes.append({"name": name, "persistentVolumeClaim": {"claimName": str(claim)}})
         mounts.append({"name": name, "mountPath": item.get("mountPath", "")})
     for index, item in enumerate(k8s.get("secretAsVolume", [])):
@@ -240,8 +303,10 @@ def _volumes(k8s: dict[str, Any], volumes: list[dict[str, Any]], mounts: list[di
         mounts.append({"name": name, "mountPath": item.get("mountPath", ""), "readOnly": True})
     for item in k8s.get("genericEphemeralVolume", []):
         name = item.get("volumeName", "ephemeral")
-        claim: dict[str, Any] = {"accessModes": item.get("accessModes", ["ReadWriteOnce"]),
-                                 "resources": {"requests": {"storage": item.get("size", "")}}}
+        claim: dict[str, Any] = {
+            "accessModes": item.get("accessModes", ["ReadWriteOnce"]),
+            "resources": {"requests": {"storage": item.get("size", "")}},
+        }
         if item.get("storageClassName"):
             claim["storageClassName"] = item["storageClassName"]
         volumes.append({"name": name, "ephemeral": {"volumeClaimTemplate": {"spec": claim}}})
@@ -254,7 +319,11 @@ def _affinity(terms: list[dict[str, Any]]) -> dict[str, Any]:
     for term in terms:
         if "nodeAffinityJson" in term:
             continue  # set from a pipeline parameter at run time
-        selector = {key: [dict(e) for e in term[key]] for key in ("matchExpressions", "matchFields") if term.get(key)}
+        selector = {
+            key: [dict(e) for e in term[key]]
+            for key in ("matchExpressions", "matchFields")
+            if term.get(key)
+        }
         if term.get("weight"):
             preferred.append({"weight": int(term["weight"]), "preference": selector})
         else:

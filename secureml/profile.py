@@ -405,8 +405,13 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
             )
         )
     if tier == "restricted" and gpu.whole_gpu is None:
-        problems.append(("spec.gpu.wholeGpu", "tier restricted runs only on dedicated whole GPUs; "
-                         "add wholeGpu with the dedicated pool's nodeSelector and tolerations"))
+        problems.append(
+            (
+                "spec.gpu.wholeGpu",
+                "tier restricted runs only on dedicated whole GPUs; "
+                "add wholeGpu with the dedicated pool's nodeSelector and tolerations",
+            )
+        )
     if gpu.whole_gpu is not None and tier in ("confidential", "restricted"):
         if not gpu.whole_gpu.node_selector:
             problems.append(
@@ -425,8 +430,11 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
             mig_profile = resource.removeprefix("nvidia.com/mig-")
             if mig_profile not in allowed_mig:
                 problems.append(
-                    (path, f"quota on MIG profile {mig_profile} which gpu.mig.allowedProfiles "
-                     "does not allow; add it there or remove the quota")
+                    (
+                        path,
+                        f"quota on MIG profile {mig_profile} which gpu.mig.allowedProfiles "
+                        "does not allow; add it there or remove the quota",
+                    )
                 )
         elif resource == "nvidia.com/gpu":
             single_mig = gpu.mig_strategy == "single" and allowed_mig
@@ -454,9 +462,7 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
     if strict and not images.require_digest:
         problems.append(("spec.images.requireDigest", f"tier {tier} requires digest-pinned images"))
     if strict and not images.signatures.required:
-        problems.append(
-            ("spec.images.signatures.required", f"tier {tier} requires signed images")
-        )
+        problems.append(("spec.images.signatures.required", f"tier {tier} requires signed images"))
     if images.signatures.required and not images.signatures.identities:
         problems.append(
             (
@@ -473,7 +479,10 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
             problems.append((f"spec.images.allowedRegistries[{index}]", problem))
     if not images.allowed_registries:
         problems.append(
-            ("spec.images.allowedRegistries", "list at least one registry prefix, e.g. ghcr.io/acme/")
+            (
+                "spec.images.allowedRegistries",
+                "list at least one registry prefix, e.g. ghcr.io/acme/",
+            )
         )
     if strict and not spec.identity.required:
         problems.append(("spec.identity.required", f"tier {tier} requires workload identity"))
@@ -509,17 +518,24 @@ def _mig_profiles_on_models(gpu: GpuSettings) -> list[tuple[str, str]]:
     if gpu.mig is None or not gpu.mig.allowed_profiles:
         return []
     if not gpu.models:
-        return [("spec.gpu.models", "MIG profiles are allowed but no GPU model is listed; "
-                 f"name the models of the tenant's pools ({', '.join(MIG_CATALOGUE)})")]
+        return [
+            (
+                "spec.gpu.models",
+                "MIG profiles are allowed but no GPU model is listed; "
+                f"name the models of the tenant's pools ({', '.join(MIG_CATALOGUE)})",
+            )
+        ]
     problems = []
     for index, name in enumerate(gpu.mig.allowed_profiles):
         if not models_offering(name, gpu.models):
             offered_by = [m.name for m in MIG_CATALOGUE.values() if name in m.profiles]
             hint = f"it exists on {', '.join(offered_by)}" if offered_by else "no GPU model has it"
-            problems.append((
-                f"spec.gpu.mig.allowedProfiles[{index}]",
-                f"MIG profile {name} is not offered by {', '.join(gpu.models)}; {hint}",
-            ))
+            problems.append(
+                (
+                    f"spec.gpu.mig.allowedProfiles[{index}]",
+                    f"MIG profile {name} is not offered by {', '.join(gpu.models)}; {hint}",
+                )
+            )
     return problems
 
 

@@ -28,8 +28,10 @@ def to_json(report: dict[str, Any]) -> str:
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(header), *(len(row[i]) for row in rows)) if rows else len(header)
-              for i, header in enumerate(headers)]
+    widths = [
+        max(len(header), *(len(row[i]) for row in rows)) if rows else len(header)
+        for i, header in enumerate(headers)
+    ]
 
     def line(cells: list[str]) -> str:
         return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()
@@ -53,12 +55,25 @@ def render_text(report: dict[str, Any]) -> str:
     for step in report["steps"]:
         gpu = step["resources"] or "-"
         signer = step["signature"]["signer"] if step.get("signature") else "-"
-        rows.append([
-            step["task"], step["kind"], step["isolation"], gpu,
-            ", ".join(step["scheduling"]) or "-", "yes" if step["spiffe_id"] else "no",
-            signer, ", ".join(step["controls"]) or "-",
-        ])
-    body = _table(["TASK", "KIND", "ISOLATION", "GPU", "SCHEDULING", "IDENTITY", "SIGNED BY", "CONTROLS"], rows)
-    admission = "admission rules checked on previewed pods" if report.get("admissionChecked") else \
-        "admission rules not checked (rule engine unavailable)"
+        rows.append(
+            [
+                step["task"],
+                step["kind"],
+                step["isolation"],
+                gpu,
+                ", ".join(step["scheduling"]) or "-",
+                "yes" if step["spiffe_id"] else "no",
+                signer,
+                ", ".join(step["controls"]) or "-",
+            ]
+        )
+    body = _table(
+        ["TASK", "KIND", "ISOLATION", "GPU", "SCHEDULING", "IDENTITY", "SIGNED BY", "CONTROLS"],
+        rows,
+    )
+    admission = (
+        "admission rules checked on previewed pods"
+        if report.get("admissionChecked")
+        else "admission rules not checked (rule engine unavailable)"
+    )
     return f"{title}\n{body}\ncompliant: {len(rows)} step(s); {admission}\n"

@@ -71,7 +71,9 @@ def pods_in_text(text: str, *, source: str) -> Iterator[PodObject]:
     try:
         documents = list(yaml.load_all(text, Loader=YAML_LOADER))
     except yaml.YAMLError as err:
-        raise InputError(f"{source}: not valid YAML", why=str(err), fix="fix the YAML syntax") from None
+        raise InputError(
+            f"{source}: not valid YAML", why=str(err), fix="fix the YAML syntax"
+        ) from None
     for index, document in enumerate(documents):
         if document is None:
             continue
@@ -89,7 +91,9 @@ def pods_in_document(document: Any, *, source: str, doc_index: int) -> Iterator[
         if not isinstance(items, list):
             raise InputError(f"{where}: {kind} without an items list", fix=_FIX)
         for number, item in enumerate(items):
-            yield from pods_in_document(item, source=f"{source}: items[{number}]", doc_index=doc_index)
+            yield from pods_in_document(
+                item, source=f"{source}: items[{number}]", doc_index=doc_index
+            )
         return
     if not isinstance(kind, str) or not kind:
         raise InputError(f"{where}: the object has no kind", fix=_FIX)
@@ -119,7 +123,9 @@ def _template(document: Mapping[str, Any], path: tuple[str, ...], where: str) ->
     return node
 
 
-def _as_pod(template: Mapping[str, Any], owner_metadata: Mapping[str, Any], where: str) -> dict[str, Any]:
+def _as_pod(
+    template: Mapping[str, Any], owner_metadata: Mapping[str, Any], where: str
+) -> dict[str, Any]:
     """The Pod the API server would judge: the template's metadata and spec."""
     spec = template.get("spec")
     if not isinstance(spec, Mapping):

@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fakegpu import FakeGPU, RealGPU, compiler, real_gpu_available  # noqa: E402
+from fakegpu import FakeGPU, RealGPU, compiler, real_gpu_available
 
 
 def _require_compiler() -> None:

@@ -61,9 +61,13 @@ def real_gpu_available() -> bool:
     return result.returncode == 0 and "GPU" in result.stdout
 
 
-def run_python(code: str, env: dict[str, str], *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_python(
+    code: str, env: dict[str, str], *, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run `code` in a fresh interpreter with `env` (e.g. `gpu.env()`); stdout/stderr captured."""
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def build_shim(*, flags: tuple[str, ...] = (), name: str = "libsecureml_shim.so") -> Path:
@@ -72,5 +76,10 @@ def build_shim(*, flags: tuple[str, ...] = (), name: str = "libsecureml_shim.so"
     sources = [SHIM_DIR / "shim.c", SHIM_DIR / "limits.c"]
     headers = tuple(SHIM_DIR / h for h in ("cuda_api.h", "nvml_api.h", "limits.h", "region.h"))
     return build_native(
-        name, sources, shared=True, flags=(f"-Wl,-soname,{name}", *flags), headers=headers, libs=("-ldl",)
+        name,
+        sources,
+        shared=True,
+        flags=(f"-Wl,-soname,{name}", *flags),
+        headers=headers,
+        libs=("-ldl",),
     )

@@ -74,7 +74,9 @@ def namespace_selector(profile: TenantProfile) -> Manifest:
     return {"matchLabels": {"kubernetes.io/metadata.name": profile.spec.namespace}}
 
 
-def pod_match_constraints(profile: TenantProfile, resources: tuple[str, ...] = ("pods",)) -> Manifest:
+def pod_match_constraints(
+    profile: TenantProfile, resources: tuple[str, ...] = ("pods",)
+) -> Manifest:
     """An admission policy's `matchConstraints`: pod CREATE/UPDATE in the tenant's namespace."""
     return {
         "namespaceSelector": namespace_selector(profile),

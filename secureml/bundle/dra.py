@@ -20,7 +20,9 @@ DRIVER = "gpu.nvidia.com"
 REQUEST_NAME = "gpu"
 
 
-def _template(profile: TenantProfile, name: str, exactly: Manifest, config: list[Manifest] | None = None) -> Manifest:
+def _template(
+    profile: TenantProfile, name: str, exactly: Manifest, config: list[Manifest] | None = None
+) -> Manifest:
     devices: Manifest = {"requests": [{"name": REQUEST_NAME, "exactly": exactly}]}
     if config:
         devices["config"] = config
@@ -48,7 +50,9 @@ def mig_templates(profile: TenantProfile) -> list[Manifest]:
         most = max((model.profiles[mig_profile].max_instances for model in models), default=1)
         exactly = {
             "deviceClassName": MIG_DEVICE_CLASS,
-            "selectors": [{"cel": {"expression": f"device.attributes['{DRIVER}'].profile == '{mig_profile}'"}}],
+            "selectors": [
+                {"cel": {"expression": f"device.attributes['{DRIVER}'].profile == '{mig_profile}'"}}
+            ],
         }
         for count in range(1, most + 1):
             name = claim_template_name(MIG(mig_profile, count))
@@ -60,7 +64,9 @@ def time_slice_templates(profile: TenantProfile) -> list[Manifest]:
     time_slice = profile.spec.gpu.time_slice
     if time_slice is None:
         return []
-    name = claim_template_name(TimeSlice(memory=time_slice.max_memory, compute=time_slice.max_compute))
+    name = claim_template_name(
+        TimeSlice(memory=time_slice.max_memory, compute=time_slice.max_compute)
+    )
     config = [
         {
             "requests": [REQUEST_NAME],
@@ -69,7 +75,10 @@ def time_slice_templates(profile: TenantProfile) -> list[Manifest]:
                 "parameters": {
                     "apiVersion": "resource.nvidia.com/v1beta1",
                     "kind": "GpuConfig",
-                    "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}},
+                    "sharing": {
+                        "strategy": "TimeSlicing",
+                        "timeSlicingConfig": {"interval": "Default"},
+                    },
                 },
             },
         }
@@ -82,7 +91,11 @@ def whole_gpu_templates(profile: TenantProfile) -> list[Manifest]:
     if whole is None:
         return []
     return [
-        _template(profile, claim_template_name(WholeGPU(count)), _counted({"deviceClassName": GPU_DEVICE_CLASS}, count))
+        _template(
+            profile,
+            claim_template_name(WholeGPU(count)),
+            _counted({"deviceClassName": GPU_DEVICE_CLASS}, count),
+        )
         for count in range(1, whole.max_per_step + 1)
     ]
 

@@ -12,7 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from secureml import contract
-from secureml.bundle.common import BundleOptions, Manifest, cluster_name, pod_match_constraints, tenant_labels
+from secureml.bundle.common import (
+    BundleOptions,
+    Manifest,
+    cluster_name,
+    pod_match_constraints,
+    tenant_labels,
+)
 from secureml.errors import SecuremlError
 from secureml.profile import TenantProfile
 
@@ -56,14 +62,21 @@ def _policy_controller_authority(profile: TenantProfile) -> Manifest:
         ctlog["url"] = PUBLIC_GOOD["rekor"]
     else:
         # A TrustRoot object the platform team creates (policy.sigstore.dev TrustRoot).
-        trust_root = STAGING_TRUST_ROOT if root == "staging" else cluster_name(profile, "trust-root")
+        trust_root = (
+            STAGING_TRUST_ROOT if root == "staging" else cluster_name(profile, "trust-root")
+        )
         urls = STAGING if root == "staging" else None
         keyless["trustRootRef"] = trust_root
         ctlog["trustRootRef"] = trust_root
         if urls:
             keyless["url"] = urls["fulcio"]
             ctlog["url"] = urls["rekor"]
-    return {"name": "tenant-signers", "keyless": keyless, "ctlog": ctlog, "signatureFormat": "bundle"}
+    return {
+        "name": "tenant-signers",
+        "keyless": keyless,
+        "ctlog": ctlog,
+        "signatureFormat": "bundle",
+    }
 
 
 def render_cluster_image_policies(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
@@ -80,7 +93,10 @@ def render_cluster_image_policies(profile: TenantProfile, options: BundleOptions
             {
                 "apiVersion": "policy.sigstore.dev/v1beta1",
                 "kind": "ClusterImagePolicy",
-                "metadata": {"name": cluster_name(profile, "images"), "labels": tenant_labels(profile)},
+                "metadata": {
+                    "name": cluster_name(profile, "images"),
+                    "labels": tenant_labels(profile),
+                },
                 "spec": {
                     "mode": "enforce",
                     "images": [{"glob": glob} for glob in globs],
@@ -90,7 +106,9 @@ def render_cluster_image_policies(profile: TenantProfile, options: BundleOptions
                             "group": "",
                             "version": "v1",
                             "resource": "pods",
-                            "selector": {"matchLabels": {contract.LABEL_TENANT: profile.metadata.name}},
+                            "selector": {
+                                "matchLabels": {contract.LABEL_TENANT: profile.metadata.name}
+                            },
                         }
                     ],
                     "authorities": [authority],
@@ -101,7 +119,10 @@ def render_cluster_image_policies(profile: TenantProfile, options: BundleOptions
         {
             "apiVersion": "policy.sigstore.dev/v1beta1",
             "kind": "ClusterImagePolicy",
-            "metadata": {"name": cluster_name(profile, "kfp-system-images"), "labels": tenant_labels(profile)},
+            "metadata": {
+                "name": cluster_name(profile, "kfp-system-images"),
+                "labels": tenant_labels(profile),
+            },
             "spec": {
                 "mode": "enforce",
                 "images": [{"glob": glob} for glob in system_image_globs()],
@@ -134,7 +155,9 @@ def _kyverno_cosign(profile: TenantProfile) -> Manifest:
     return cosign
 
 
-def render_image_validating_policy(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
+def render_image_validating_policy(
+    profile: TenantProfile, options: BundleOptions
+) -> list[Manifest]:
     globs = registry_globs(profile)
     if not globs or not profile.spec.images.signatures.required:
         return []
@@ -154,7 +177,11 @@ def render_image_validating_policy(profile: TenantProfile, options: BundleOption
                 "matchImageReferences": [{"glob": glob} for glob in globs],
                 "images": [{"name": "all", "expression": images_expression}],
                 "attestors": [{"name": "tenant", "cosign": _kyverno_cosign(profile)}],
-                "validationConfigurations": {"required": True, "verifyDigest": True, "mutateDigest": False},
+                "validationConfigurations": {
+                    "required": True,
+                    "verifyDigest": True,
+                    "mutateDigest": False,
+                },
                 "validations": [
                     {
                         "expression": "images.all.map(image, verifyImageSignatures(image, [attestors.tenant])).all(n, n > 0)",

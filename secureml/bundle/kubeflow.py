@@ -83,4 +83,3 @@ def render_limit_range(profile: TenantProfile, options: BundleOptions) -> list[M
             "spec": {"limits": [{"type": "Container", "max": limits}]},
         }
     ]
-

@@ -14,7 +14,9 @@ MIB = 1024 * 1024
 GROUP_BY = "namespace, pod, container, gpu, UUID, Hostname"
 
 
-def _rule(alert: str, expr: str, duration: str, severity: str, summary: str, description: str) -> Manifest:
+def _rule(
+    alert: str, expr: str, duration: str, severity: str, summary: str, description: str
+) -> Manifest:
     return {
         "alert": alert,
         "expr": expr,
@@ -82,6 +84,10 @@ def render(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "PrometheusRule",
             "metadata": metadata(profile, "secureml-gpu-alerts"),
-            "spec": {"groups": [{"name": f"secureml-{profile.metadata.name}-gpu", "rules": alert_rules(profile)}]},
+            "spec": {
+                "groups": [
+                    {"name": f"secureml-{profile.metadata.name}-gpu", "rules": alert_rules(profile)}
+                ]
+            },
         }
     ]

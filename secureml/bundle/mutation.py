@@ -106,7 +106,11 @@ def mutations_for_profile(profile: TenantProfile) -> list[PodMutation]:
             PodMutation(
                 "read-only-root",
                 "root filesystem read-only, so /etc/ld.so.preload and the image stay as shipped",
-                (Operation("containers", ("securityContext", "readOnlyRootFilesystem"), "set", True),),
+                (
+                    Operation(
+                        "containers", ("securityContext", "readOnlyRootFilesystem"), "set", True
+                    ),
+                ),
             )
         )
     if spec.identity.required:
@@ -120,7 +124,12 @@ def mutations_for_profile(profile: TenantProfile) -> list[PodMutation]:
                         "pod",
                         ("spec", "volumes"),
                         "append",
-                        [{"name": SPIFFE_VOLUME, "csi": {"driver": SPIFFE_CSI_DRIVER, "readOnly": True}}],
+                        [
+                            {
+                                "name": SPIFFE_VOLUME,
+                                "csi": {"driver": SPIFFE_CSI_DRIVER, "readOnly": True},
+                            }
+                        ],
                     ),
                     Operation(
                         "containers",
@@ -180,7 +189,11 @@ def mutations_for_profile(profile: TenantProfile) -> list[PodMutation]:
                         ("volumeMounts",),
                         "append",
                         [
-                            {"name": PODINFO_VOLUME, "mountPath": contract.PODINFO_DIR, "readOnly": True},
+                            {
+                                "name": PODINFO_VOLUME,
+                                "mountPath": contract.PODINFO_DIR,
+                                "readOnly": True,
+                            },
                             {
                                 "name": PODINFO_VOLUME,
                                 "mountPath": contract.SHIM_PRELOAD_FILE,
@@ -204,10 +217,17 @@ def mutations_for_profile(profile: TenantProfile) -> list[PodMutation]:
                         "pod",
                         ("spec", "resourceClaims"),
                         "append",
-                        [{"name": CLAIM_NAME, "resourceClaimTemplateName": FromLabel(contract.LABEL_GPU_CLAIM)}],
+                        [
+                            {
+                                "name": CLAIM_NAME,
+                                "resourceClaimTemplateName": FromLabel(contract.LABEL_GPU_CLAIM),
+                            }
+                        ],
                         claimed,
                     ),
-                    Operation("main", ("resources", "claims"), "append", [{"name": CLAIM_NAME}], claimed),
+                    Operation(
+                        "main", ("resources", "claims"), "append", [{"name": CLAIM_NAME}], claimed
+                    ),
                 ),
             )
         )
@@ -335,7 +355,8 @@ def apply_mutations(pod: Manifest, profile: TenantProfile) -> Manifest:
         for field_name in ("containers", "initContainers"):
             for container in spec.get(field_name) or []:
                 if group.target == "main" and (
-                    field_name != "containers" or container.get("name") != contract.KFP_MAIN_CONTAINER
+                    field_name != "containers"
+                    or container.get("name") != contract.KFP_MAIN_CONTAINER
                 ):
                     continue
                 _write(container, group.path, group.kind, value)
@@ -367,7 +388,9 @@ def _cel_value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_cel_value(item) for item in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{_str(key)}: {_cel_value(item)}" for key, item in value.items()) + "}"
+        return (
+            "{" + ", ".join(f"{_str(key)}: {_cel_value(item)}" for key, item in value.items()) + "}"
+        )
     raise TypeError(f"no CEL literal for {value!r}")
 
 
@@ -399,7 +422,9 @@ def _patch(pointer: tuple[str, ...], value_cel: str) -> str:
     return f'JSONPatch{{op: "add", path: {_pointer_cel(pointer)}, value: {value_cel}}}'
 
 
-def _ensure(var: str, pointer: tuple[str, ...], path: tuple[str, ...], kind: str, value_cel: str) -> str:
+def _ensure(
+    var: str, pointer: tuple[str, ...], path: tuple[str, ...], kind: str, value_cel: str
+) -> str:
     """One JSONPatch that writes `value_cel` at `path` under `var`, creating missing parents."""
     head = path[0]
     here = (*pointer, "/" + _pointer(head))
@@ -482,7 +507,10 @@ def render_policy(profile: TenantProfile, options: BundleOptions) -> list[Manife
         {
             "apiVersion": policy_api_version(options),
             "kind": "MutatingAdmissionPolicy",
-            "metadata": {"name": cluster_name(profile, "mutate-steps"), "labels": tenant_labels(profile)},
+            "metadata": {
+                "name": cluster_name(profile, "mutate-steps"),
+                "labels": tenant_labels(profile),
+            },
             "spec": {
                 "failurePolicy": "Fail",
                 "reinvocationPolicy": "Never",
@@ -519,7 +547,9 @@ def render_binding(profile: TenantProfile, options: BundleOptions) -> list[Manif
                 "policyName": name,
                 "matchResources": {
                     "namespaceSelector": namespace_selector(profile),
-                    "objectSelector": {"matchLabels": {contract.LABEL_TENANT: profile.metadata.name}},
+                    "objectSelector": {
+                        "matchLabels": {contract.LABEL_TENANT: profile.metadata.name}
+                    },
                 },
             },
         }

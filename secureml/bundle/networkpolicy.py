@@ -12,11 +12,12 @@ from __future__ import annotations
 from secureml.bundle.common import BundleOptions, Manifest, metadata, step_pod_selector
 from secureml.profile import TenantProfile
 
-
 EVERY_POD: Manifest = {}
 
 
-def _policy(profile: TenantProfile, name: str, spec: Manifest, pods: Manifest = EVERY_POD) -> Manifest:
+def _policy(
+    profile: TenantProfile, name: str, spec: Manifest, pods: Manifest = EVERY_POD
+) -> Manifest:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -85,7 +86,10 @@ def render(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
                     "policyTypes": ["Egress"],
                     "egress": [
                         {
-                            "to": [{"ipBlock": {"cidr": cidr}} for cidr in sorted(options.api_server_cidrs)],
+                            "to": [
+                                {"ipBlock": {"cidr": cidr}}
+                                for cidr in sorted(options.api_server_cidrs)
+                            ],
                             "ports": _tcp((443, 6443)),
                         }
                     ],

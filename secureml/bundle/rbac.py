@@ -65,7 +65,11 @@ def render_role_binding(profile: TenantProfile, options: BundleOptions) -> list[
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
             "metadata": metadata(profile, RUNNER_NAME),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RUNNER_NAME},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": RUNNER_NAME,
+            },
             "subjects": [
                 {"kind": "ServiceAccount", "name": RUNNER_NAME, "namespace": profile.spec.namespace}
             ],

@@ -72,7 +72,11 @@ class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[mi
 
 
 def _str_representer(dumper: yaml.SafeDumper, text: str) -> Any:
-    style = "|" if "\n" in text and not any(line != line.rstrip() for line in text.splitlines()) else None
+    style = (
+        "|"
+        if "\n" in text and not any(line != line.rstrip() for line in text.splitlines())
+        else None
+    )
     return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
 
 
@@ -81,7 +85,14 @@ _Dumper.add_representer(str, _str_representer)
 
 def dump_documents(objects: Iterable[Manifest]) -> str:
     return "---\n".join(
-        yaml.dump(obj, Dumper=_Dumper, sort_keys=True, default_flow_style=False, width=1_000_000, allow_unicode=True)
+        yaml.dump(
+            obj,
+            Dumper=_Dumper,
+            sort_keys=True,
+            default_flow_style=False,
+            width=1_000_000,
+            allow_unicode=True,
+        )
         for obj in objects
     )
 
@@ -128,7 +139,9 @@ def write_bundle(profile: TenantProfile, out_dir: Path, options: BundleOptions) 
         target.mkdir(parents=True, exist_ok=True)
         files = render_bundle(profile, options)
         for stale in sorted(target.glob("*.yaml")):
-            if stale.name not in files and stale.read_text(errors="replace").startswith(HEADER_MARK):
+            if stale.name not in files and stale.read_text(errors="replace").startswith(
+                HEADER_MARK
+            ):
                 stale.unlink()
         for name, content in files.items():
             (target / name).write_text(content)

@@ -11,7 +11,13 @@ from __future__ import annotations
 import string
 
 from secureml import contract
-from secureml.bundle.common import BundleOptions, Manifest, cluster_name, namespace_selector, tenant_labels
+from secureml.bundle.common import (
+    BundleOptions,
+    Manifest,
+    cluster_name,
+    namespace_selector,
+    tenant_labels,
+)
 from secureml.errors import SecuremlError
 from secureml.profile import TenantProfile
 

@@ -68,7 +68,9 @@ def render_policy(profile: TenantProfile, options: BundleOptions) -> list[Manife
     for suffix, scope, entries in _policies(profile):
         spec: Manifest = {
             "failurePolicy": "Fail",
-            "matchConstraints": pod_match_constraints(profile, ("pods", "pods/ephemeralcontainers")),
+            "matchConstraints": pod_match_constraints(
+                profile, ("pods", "pods/ephemeralcontainers")
+            ),
         }
         if scope:
             spec["matchConditions"] = [{"name": STEP_POD_CONDITION_NAME, "expression": scope}]
@@ -77,7 +79,10 @@ def render_policy(profile: TenantProfile, options: BundleOptions) -> list[Manife
             {
                 "apiVersion": API_VERSION,
                 "kind": "ValidatingAdmissionPolicy",
-                "metadata": {"name": cluster_name(profile, suffix), "labels": tenant_labels(profile)},
+                "metadata": {
+                    "name": cluster_name(profile, suffix),
+                    "labels": tenant_labels(profile),
+                },
                 "spec": spec,
             }
         )

@@ -49,9 +49,11 @@ def run_cli(fn: Callable[P, R]) -> Callable[P, R]:
 
 # Command modules register themselves on `app` / `profile_app` when imported; the order here is
 # the order of `secureml --help`.
+# isort: off
 from secureml.cli import compile as _compile  # noqa: E402,F401
 from secureml.cli import run as _run  # noqa: E402,F401
 from secureml.cli import check_pod as _check_pod  # noqa: E402,F401
 from secureml.cli import verify as _verify  # noqa: E402,F401
 from secureml.cli import profile as _profile  # noqa: E402,F401
 from secureml.cli import bundle as _bundle  # noqa: E402,F401
+# isort: on

@@ -28,7 +28,9 @@ class ImagePolicyEngine(str, Enum):
 
 K8sVersionOption = Annotated[
     K8sVersion,
-    typer.Option("--k8s-version", help="Kubernetes version the bundle targets (PSA pin, API versions)."),
+    typer.Option(
+        "--k8s-version", help="Kubernetes version the bundle targets (PSA pin, API versions)."
+    ),
 ]
 ImagePolicyOption = Annotated[
     ImagePolicyEngine,
@@ -53,8 +55,13 @@ ApiServerOption = Annotated[
 ]
 
 
-def _options(k8s_version: K8sVersion, image_policy: ImagePolicyEngine, kubeflow_profile: bool,
-             kfp_namespace: str, api_server_cidr: list[str] | None) -> BundleOptions:
+def _options(
+    k8s_version: K8sVersion,
+    image_policy: ImagePolicyEngine,
+    kubeflow_profile: bool,
+    kfp_namespace: str,
+    api_server_cidr: list[str] | None,
+) -> BundleOptions:
     from secureml.bundle import BundleOptions
 
     return BundleOptions(
@@ -70,7 +77,9 @@ def _options(k8s_version: K8sVersion, image_policy: ImagePolicyEngine, kubeflow_
 @run_cli
 def render(
     profiles: Annotated[list[Path], typer.Argument(help="TenantProfile YAML files.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Folder; each tenant gets DIR/<tenant>/.")],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Folder; each tenant gets DIR/<tenant>/.")
+    ],
     k8s_version: K8sVersionOption = K8sVersion.v1_36,
     image_policy: ImagePolicyOption = ImagePolicyEngine.policy_controller,
     kubeflow_profile: KubeflowOption = True,

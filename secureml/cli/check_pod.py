@@ -32,13 +32,17 @@ def check_pod(
     ],
     profile: Annotated[
         Path | None,
-        typer.Option("--profile", help="TenantProfile: Pod Security restricted + its secureml rules."),
+        typer.Option(
+            "--profile", help="TenantProfile: Pod Security restricted + its secureml rules."
+        ),
     ] = None,
     level: Annotated[
         Level | None,
         typer.Option("--level", help="Pod Security Standard of Kubernetes 1.36 to apply."),
     ] = None,
-    output: Annotated[OutputFormat, typer.Option("--format", help="table or json.")] = OutputFormat.table,
+    output: Annotated[
+        OutputFormat, typer.Option("--format", help="table or json.")
+    ] = OutputFormat.table,
     only: Annotated[
         list[str] | None,
         typer.Option("--rule", help="Apply only this rule id (repeatable), e.g. pss.hostPorts."),
@@ -99,7 +103,11 @@ def check_pod(
             "policy": policy,
             "rules": [rule.id for rule in rules],
             "objects": results,
-            "summary": {"objects": len(results), "allowed": len(results) - denied, "denied": denied},
+            "summary": {
+                "objects": len(results),
+                "allowed": len(results) - denied,
+                "denied": denied,
+            },
         }
         typer.echo(json.dumps(report, indent=2))
     else:

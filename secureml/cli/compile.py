@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,13 +16,43 @@ from secureml.cli.verify import IdentityOpt, IdentityRegexpOpt, IssuerOpt, Trust
 def compile_command(
     file: Annotated[Path, typer.Argument(help="Python file with the @dsl.pipeline to compile.")],
     profile: Annotated[Path, typer.Option("--profile", help="The tenant's TenantProfile YAML.")],
-    pipeline: Annotated[Optional[str], typer.Option("--pipeline", help="Which pipeline, when the file has several.")] = None,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Pipeline YAML to write (default: FILE's name with .yaml, here).")] = None,
-    report: Annotated[Optional[Path], typer.Option("--report", help="Also write the compliance report as JSON.")] = None,
-    bundles: Annotated[Optional[Path], typer.Option("--bundles", help="Folder of image Sigstore bundles, sha256-<hex>.sigstore.json.")] = None,
-    fetch_bundles: Annotated[bool, typer.Option("--fetch-bundles", help="Read missing image bundles from the registry (OCI referrers).")] = False,
-    require_signed_profile: Annotated[bool, typer.Option("--require-signed-profile", help="Refuse a profile whose Sigstore bundle does not verify.")] = False,
-    profile_bundle: Annotated[Optional[Path], typer.Option("--profile-bundle", help="The profile's bundle (default: PROFILE.sigstore.json).")] = None,
+    pipeline: Annotated[
+        str | None, typer.Option("--pipeline", help="Which pipeline, when the file has several.")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o", "--output", help="Pipeline YAML to write (default: FILE's name with .yaml, here)."
+        ),
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Also write the compliance report as JSON.")
+    ] = None,
+    bundles: Annotated[
+        Path | None,
+        typer.Option(
+            "--bundles", help="Folder of image Sigstore bundles, sha256-<hex>.sigstore.json."
+        ),
+    ] = None,
+    fetch_bundles: Annotated[
+        bool,
+        typer.Option(
+            "--fetch-bundles", help="Read missing image bundles from the registry (OCI referrers)."
+        ),
+    ] = False,
+    require_signed_profile: Annotated[
+        bool,
+        typer.Option(
+            "--require-signed-profile",
+            help="Refuse a profile whose Sigstore bundle does not verify.",
+        ),
+    ] = False,
+    profile_bundle: Annotated[
+        Path | None,
+        typer.Option(
+            "--profile-bundle", help="The profile's bundle (default: PROFILE.sigstore.json)."
+        ),
+    ] = None,
     certificate_identity: IdentityOpt = None,
     certificate_identity_regexp: IdentityRegexpOpt = None,
     certificate_oidc_issuer: IssuerOpt = None,
@@ -36,8 +66,15 @@ def compile_command(
 
     content = read_profile_bytes(profile)
     if require_signed_profile:
-        _verify_profile(profile, content, profile_bundle, certificate_identity,
-                        certificate_identity_regexp, certificate_oidc_issuer, trusted_root)
+        _verify_profile(
+            profile,
+            content,
+            profile_bundle,
+            certificate_identity,
+            certificate_identity_regexp,
+            certificate_oidc_issuer,
+            trusted_root,
+        )
     tenant = parse_profile(content, source=str(profile))
     graph = load_pipeline(file, pipeline)
     verifier = _image_verifier(tenant, profile, bundles, fetch_bundles)
@@ -58,24 +95,35 @@ def compile_command(
     typer.echo(f"wrote {target}")
 
 
-def _image_verifier(tenant, profile_path: Path, bundles: Path | None, fetch: bool):  # noqa: ANN001, ANN202
+def _image_verifier(tenant, profile_path: Path, bundles: Path | None, fetch: bool):
     """Signature checks when the profile requires them or bundles were given; otherwise none."""
     if not (tenant.spec.images.signatures.required or bundles is not None or fetch):
         return None
 
-    def verify(steps):  # noqa: ANN001, ANN202
+    def verify(steps):
         from secureml.supplychain.compile import verify_images_for_compile
 
-        return verify_images_for_compile(steps, tenant, bundles, fetch, profile_dir=profile_path.resolve().parent)
+        return verify_images_for_compile(
+            steps, tenant, bundles, fetch, profile_dir=profile_path.resolve().parent
+        )
 
     return verify
 
 
-def _verify_profile(path: Path, content: bytes, bundle: Path | None, identity: str | None,
-                    regexp: str | None, issuer: str | None, trusted_root: str | None) -> None:
+def _verify_profile(
+    path: Path,
+    content: bytes,
+    bundle: Path | None,
+    identity: str | None,
+    regexp: str | None,
+    issuer: str | None,
+    trusted_root: str | None,
+) -> None:
     from secureml.supplychain.identity import identities_from_flags
     from secureml.supplychain.profiles import verify_signed_profile
 
     identities = identities_from_flags(identity=identity, identity_regexp=regexp, issuer=issuer)
-    signed = verify_signed_profile(path, bundle, identities, trusted_root or "production", content=content)
+    signed = verify_signed_profile(
+        path, bundle, identities, trusted_root or "production", content=content
+    )
     typer.echo(f"profile {path}: signed by {signed.signer} (issuer {signed.issuer})", err=True)

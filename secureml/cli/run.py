@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -30,14 +30,20 @@ def _arguments(pairs: list[str]) -> dict[str, Any]:
 @run_cli
 def run(
     file: Annotated[Path, typer.Argument(help="Python file that defines the pipeline.")],
-    profile: Annotated[Path, typer.Option("--profile", help="TenantProfile YAML to compile against.")],
-    local: Annotated[bool, typer.Option("--local", help="Run on this machine with kfp.local.")] = False,
+    profile: Annotated[
+        Path, typer.Option("--profile", help="TenantProfile YAML to compile against.")
+    ],
+    local: Annotated[
+        bool, typer.Option("--local", help="Run on this machine with kfp.local.")
+    ] = False,
     pipeline: Annotated[
-        Optional[str], typer.Option("--pipeline", help="Pipeline to run when FILE defines several.")
+        str | None, typer.Option("--pipeline", help="Pipeline to run when FILE defines several.")
     ] = None,
     output_dir: Annotated[
-        Optional[Path],
-        typer.Option("--output-dir", help="Folder for the run's files (default secureml-runs/<file>-<time>)."),
+        Path | None,
+        typer.Option(
+            "--output-dir", help="Folder for the run's files (default secureml-runs/<file>-<time>)."
+        ),
     ] = None,
     dev_identity: Annotated[
         bool,

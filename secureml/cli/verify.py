@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,27 +17,41 @@ if TYPE_CHECKING:
     from secureml.supplychain.verifier import VerifiedSignature
 
 IdentityOpt = Annotated[
-    Optional[str], typer.Option("--certificate-identity", help="Exact signer identity (certificate SAN).")
+    str | None,
+    typer.Option("--certificate-identity", help="Exact signer identity (certificate SAN)."),
 ]
 IdentityRegexpOpt = Annotated[
-    Optional[str],
-    typer.Option("--certificate-identity-regexp", help="Regular expression over the signer identity (re.search)."),
+    str | None,
+    typer.Option(
+        "--certificate-identity-regexp",
+        help="Regular expression over the signer identity (re.search).",
+    ),
 ]
 IssuerOpt = Annotated[
-    Optional[str], typer.Option("--certificate-oidc-issuer", help="Exact OIDC issuer of the signing certificate.")
+    str | None,
+    typer.Option("--certificate-oidc-issuer", help="Exact OIDC issuer of the signing certificate."),
 ]
 TrustedRootOpt = Annotated[
-    Optional[str],
-    typer.Option("--trusted-root", help="production | staging | path to a trusted_root.json (default production)."),
+    str | None,
+    typer.Option(
+        "--trusted-root",
+        help="production | staging | path to a trusted_root.json (default production).",
+    ),
 ]
 OnlineOpt = Annotated[
-    bool, typer.Option("--online", help="Refresh the production/staging root through TUF instead of the shipped copy.")
+    bool,
+    typer.Option(
+        "--online",
+        help="Refresh the production/staging root through TUF instead of the shipped copy.",
+    ),
 ]
 
 _DIGEST_ARG = re.compile(r"^sha256:[0-9a-fA-F]{64}$")
 
 
-def _flag_identities(identity: str | None, regexp: str | None, issuer: str | None) -> list[TrustedIdentity]:
+def _flag_identities(
+    identity: str | None, regexp: str | None, issuer: str | None
+) -> list[TrustedIdentity]:
     from secureml.supplychain.identity import identities_from_flags
 
     return identities_from_flags(identity=identity, identity_regexp=regexp, issuer=issuer)
@@ -47,7 +61,9 @@ def _read(path: Path, what: str) -> bytes:
     try:
         return path.read_bytes()
     except OSError as err:
-        raise InputError(f"cannot read {what} {path}", why=err.strerror or str(err), fix="check the path") from None
+        raise InputError(
+            f"cannot read {what} {path}", why=err.strerror or str(err), fix="check the path"
+        ) from None
 
 
 def _artifact_arg(file_or_digest: str) -> tuple[bytes | str, str]:
@@ -66,9 +82,18 @@ def _describe(signed: VerifiedSignature) -> str:
 @run_cli
 def verify_image(
     image: Annotated[str, typer.Argument(help="Image pinned by digest: REPOSITORY@sha256:<hex>.")],
-    bundle: Annotated[Optional[Path], typer.Option("--bundle", help="The image's Sigstore bundle (.sigstore.json).")] = None,
-    fetch: Annotated[bool, typer.Option("--fetch", help="Read the bundle from the image's registry (OCI referrers).")] = False,
-    profile: Annotated[Optional[Path], typer.Option("--profile", help="Trust the identities (and root) of this TenantProfile.")] = None,
+    bundle: Annotated[
+        Path | None,
+        typer.Option("--bundle", help="The image's Sigstore bundle (.sigstore.json)."),
+    ] = None,
+    fetch: Annotated[
+        bool,
+        typer.Option("--fetch", help="Read the bundle from the image's registry (OCI referrers)."),
+    ] = False,
+    profile: Annotated[
+        Path | None,
+        typer.Option("--profile", help="Trust the identities (and root) of this TenantProfile."),
+    ] = None,
     certificate_identity: IdentityOpt = None,
     certificate_identity_regexp: IdentityRegexpOpt = None,
     certificate_oidc_issuer: IssuerOpt = None,
@@ -97,7 +122,9 @@ def verify_image(
         root = trusted_root or loaded.spec.images.signatures.trusted_root
         base_dir = profile.parent if trusted_root is None else None
     else:
-        identities = _flag_identities(certificate_identity, certificate_identity_regexp, certificate_oidc_issuer)
+        identities = _flag_identities(
+            certificate_identity, certificate_identity_regexp, certificate_oidc_issuer
+        )
     if (bundle is None) == (not fetch):
         raise InputError(
             "give exactly one of --bundle FILE or --fetch",
@@ -127,21 +154,33 @@ def verify_image(
 @app.command("verify-bundle")
 @run_cli
 def verify_bundle(
-    file_or_digest: Annotated[str, typer.Argument(metavar="FILE_OR_DIGEST", help="The artifact, or its sha256:<hex> digest.")],
+    file_or_digest: Annotated[
+        str,
+        typer.Argument(metavar="FILE_OR_DIGEST", help="The artifact, or its sha256:<hex> digest."),
+    ],
     bundle: Annotated[Path, typer.Option("--bundle", help="The Sigstore bundle to verify.")],
-    staging: Annotated[bool, typer.Option("--staging", help="Use the Sigstore staging instance's trusted root.")] = False,
+    staging: Annotated[
+        bool, typer.Option("--staging", help="Use the Sigstore staging instance's trusted root.")
+    ] = False,
     certificate_identity: IdentityOpt = None,
     certificate_identity_regexp: IdentityRegexpOpt = None,
     certificate_oidc_issuer: IssuerOpt = None,
     key: Annotated[
-        Optional[Path], typer.Option("--key", help="PEM public key of a managed-key bundle (instead of identity flags).")
+        Path | None,
+        typer.Option(
+            "--key", help="PEM public key of a managed-key bundle (instead of identity flags)."
+        ),
     ] = None,
-    trusted_root: Annotated[Optional[Path], typer.Option("--trusted-root", help="A custom trusted_root.json.")] = None,
+    trusted_root: Annotated[
+        Path | None, typer.Option("--trusted-root", help="A custom trusted_root.json.")
+    ] = None,
 ) -> None:
     """Verify a bundle over a file or digest (the sigstore-conformance `verify-bundle` protocol)."""
     from secureml.supplychain.verifier import SignatureVerifier
 
-    root = str(trusted_root) if trusted_root is not None else ("staging" if staging else "production")
+    root = (
+        str(trusted_root) if trusted_root is not None else ("staging" if staging else "production")
+    )
     if key is not None:
         if certificate_identity or certificate_identity_regexp or certificate_oidc_issuer:
             raise InputError(
@@ -153,15 +192,22 @@ def verify_bundle(
 
         artifact, name = _artifact_arg(file_or_digest)
         by_key = verify_with_key(
-            artifact, _read(bundle, "bundle"), _read(key, "key"), root,
-            key_source=str(key), bundle_source=str(bundle), artifact_name=name,
+            artifact,
+            _read(bundle, "bundle"),
+            _read(key, "key"),
+            root,
+            key_source=str(key),
+            bundle_source=str(bundle),
+            artifact_name=name,
         )
         typer.echo(
             f"verified: {file_or_digest} signed by key {by_key.key_fingerprint}; message signature; "
             f"logged in {by_key.log_url} at index {by_key.log_index} ({by_key.integrated_time:%Y-%m-%dT%H:%M:%SZ})"
         )
         return
-    identities = _flag_identities(certificate_identity, certificate_identity_regexp, certificate_oidc_issuer)
+    identities = _flag_identities(
+        certificate_identity, certificate_identity_regexp, certificate_oidc_issuer
+    )
     verifier = SignatureVerifier(root)
     artifact, name = _artifact_arg(file_or_digest)
     signed = verifier.verify_artifact(
@@ -173,8 +219,12 @@ def verify_bundle(
 @profile_app.command("verify")
 @run_cli
 def profile_verify(
-    profile: Annotated[Path, typer.Argument(help="The TenantProfile file, byte for byte as signed.")],
-    bundle: Annotated[Optional[Path], typer.Option("--bundle", help="Its bundle (default PROFILE.sigstore.json).")] = None,
+    profile: Annotated[
+        Path, typer.Argument(help="The TenantProfile file, byte for byte as signed.")
+    ],
+    bundle: Annotated[
+        Path | None, typer.Option("--bundle", help="Its bundle (default PROFILE.sigstore.json).")
+    ] = None,
     certificate_identity: IdentityOpt = None,
     certificate_identity_regexp: IdentityRegexpOpt = None,
     certificate_oidc_issuer: IssuerOpt = None,
@@ -185,7 +235,9 @@ def profile_verify(
     from secureml.supplychain.profiles import verify_signed_profile
     from secureml.supplychain.verifier import SignatureVerifier
 
-    identities = _flag_identities(certificate_identity, certificate_identity_regexp, certificate_oidc_issuer)
+    identities = _flag_identities(
+        certificate_identity, certificate_identity_regexp, certificate_oidc_issuer
+    )
     verifier = SignatureVerifier(trusted_root or "production", online=online)
     signed = verify_signed_profile(profile, bundle, identities, verifier=verifier)
     typer.echo(f"verified: profile {profile} {_describe(signed)}")

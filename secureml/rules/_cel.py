@@ -73,7 +73,9 @@ def is_true(root: str, *fields: str) -> str:
     return f"({has_path(root, *fields)} && {field(root, *fields)} == true)"
 
 
-def every_container(predicate: str, var: str = "c", lists: tuple[str, ...] = CONTAINER_LISTS) -> str:
+def every_container(
+    predicate: str, var: str = "c", lists: tuple[str, ...] = CONTAINER_LISTS
+) -> str:
     """`predicate` (over `var`) holds for every container, init container and ephemeral container.
 
     `lists` is the order the lists are tested in (the first false one ends the test).

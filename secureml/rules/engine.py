@@ -80,7 +80,9 @@ def projection(pod: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]
         for list_name in (*_CONTAINER_LISTS, "volumes"):
             entries = spec.get(list_name)
             if isinstance(entries, list):
-                spec[list_name] = [keep(entry) for entry in pod["spec"][list_name] if entry is not None]
+                spec[list_name] = [
+                    keep(entry) for entry in pod["spec"][list_name] if entry is not None
+                ]
     return view
 
 
@@ -98,7 +100,9 @@ def evaluate(obj: Mapping[str, Any], rules: Iterable[Rule]) -> list[Violation]:
         try:
             verdict = compiled(rule.expression).execute(context)
         except Exception as err:  # the engine raises several types; any of them denies
-            violations.append(Violation(rule.id, f"{rule.message} (rule could not be evaluated: {err})"))
+            violations.append(
+                Violation(rule.id, f"{rule.message} (rule could not be evaluated: {err})")
+            )
             continue
         if verdict is True:
             continue
@@ -134,4 +138,3 @@ def _message(rule: Rule, context: cel.Context) -> str:
     except Exception:
         return rule.message
     return text if isinstance(text, str) and text else rule.message
-

@@ -13,9 +13,9 @@ from secureml.rules._cel import (
     SPEC,
     container_rule_message,
     every_container,
-    inherited_setting,
     field,
     has_path,
+    inherited_setting,
     is_true,
     quote,
     spec_bound,
@@ -81,7 +81,9 @@ def _container_rule(
         id=rule_id,
         message=message,
         expression=spec_bound(expression),
-        message_expression=spec_bound_message(container_rule_message(predicate, message, pod_message)),
+        message_expression=spec_bound_message(
+            container_rule_message(predicate, message, pod_message)
+        ),
         applies_to=_levels(levels),
     )
 
@@ -89,7 +91,11 @@ def _container_rule(
 def _pod_rule(rule_id: str, message: str, expression: str, message_expression: str,
               levels: tuple[str, ...]) -> Rule:  # fmt: skip
     return Rule(
-        rule_id, message, spec_bound(expression), spec_bound_message(message_expression), _levels(levels)
+        rule_id,
+        message,
+        spec_bound(expression),
+        spec_bound_message(message_expression),
+        _levels(levels),
     )
 
 
@@ -184,8 +190,12 @@ def _app_armor() -> Rule:
         f"(!has({annotations}) || {annotations}.all(k, !k.startsWith({quote(APPARMOR_ANNOTATION_PREFIX)}) || "
         f"{annotations}[k] == '' || {annotations}[k] == 'runtime/default' || {annotations}[k].startsWith('localhost/')))"
     )
-    pod_ok = f"(!{has_path(SPEC, 'securityContext', 'appArmorProfile')} || {_apparmor_valid(_POD_SC)})"
-    container_ok = f"(!{has_path('c', 'securityContext', 'appArmorProfile')} || {_apparmor_valid(_C_SC)})"
+    pod_ok = (
+        f"(!{has_path(SPEC, 'securityContext', 'appArmorProfile')} || {_apparmor_valid(_POD_SC)})"
+    )
+    container_ok = (
+        f"(!{has_path('c', 'securityContext', 'appArmorProfile')} || {_apparmor_valid(_C_SC)})"
+    )
     return _container_rule(
         "pss.appArmorProfile",
         "must not set an AppArmor profile other than RuntimeDefault or Localhost",
@@ -235,8 +245,12 @@ def _proc_mount_restricted() -> Rule:
 
 
 def _seccomp_baseline() -> Rule:
-    pod_ok = f"(!{has_path(SPEC, 'securityContext', 'seccompProfile')} || {_seccomp_valid(_POD_SC)})"
-    container_ok = f"(!{has_path('c', 'securityContext', 'seccompProfile')} || {_seccomp_valid(_C_SC)})"
+    pod_ok = (
+        f"(!{has_path(SPEC, 'securityContext', 'seccompProfile')} || {_seccomp_valid(_POD_SC)})"
+    )
+    container_ok = (
+        f"(!{has_path('c', 'securityContext', 'seccompProfile')} || {_seccomp_valid(_C_SC)})"
+    )
     return _container_rule(
         "pss.seccompProfile_baseline",
         "must not set securityContext.seccompProfile.type other than RuntimeDefault or Localhost",
@@ -374,7 +388,9 @@ def _run_as_user() -> Rule:
 def _capabilities_restricted() -> tuple[Rule, Rule]:
     """Upstream `capabilities_restricted`, as its two requirements (both must hold)."""
     caps = f"{_C_SC}.capabilities"
-    drops_all = f"({has_path('c', 'securityContext', 'capabilities', 'drop')} && 'ALL' in {caps}.drop)"
+    drops_all = (
+        f"({has_path('c', 'securityContext', 'capabilities', 'drop')} && 'ALL' in {caps}.drop)"
+    )
     adds_only = (
         f"(!{has_path('c', 'securityContext', 'capabilities', 'add')} || "
         f"{caps}.add.all(cap, cap == 'NET_BIND_SERVICE'))"
@@ -382,7 +398,7 @@ def _capabilities_restricted() -> tuple[Rule, Rule]:
     return (
         _container_rule(
             "pss.capabilities_restricted.dropAll",
-            "must set securityContext.capabilities.drop=[\"ALL\"]",
+            'must set securityContext.capabilities.drop=["ALL"]',
             drops_all,
             _RESTRICTED,
             exempt=_WINDOWS,

@@ -84,7 +84,12 @@ class _Catalogue:
         self.applies_to = (f"profile:{profile.metadata.name}",)
 
     def rule(
-        self, rule_id: str, message: str, expression: str, message_expression: str, scope: str = STEP_POD
+        self,
+        rule_id: str,
+        message: str,
+        expression: str,
+        message_expression: str,
+        scope: str = STEP_POD,
     ) -> Rule:
         """A step rule by default; `scope=EVERY_POD` for the rules KFP's own pods must pass too."""
         return Rule(
@@ -96,9 +101,15 @@ class _Catalogue:
             scope,
         )
 
-    def container_rule(self, rule_id: str, message: str, predicate: str, scope: str = STEP_POD) -> Rule:
+    def container_rule(
+        self, rule_id: str, message: str, predicate: str, scope: str = STEP_POD
+    ) -> Rule:
         return self.rule(
-            rule_id, message, every_container(predicate), container_rule_message(predicate, message), scope
+            rule_id,
+            message,
+            every_container(predicate),
+            container_rule_message(predicate, message),
+            scope,
         )
 
     # --- labels and isolation ------------------------------------------------------------------
@@ -127,8 +138,7 @@ class _Catalogue:
         return [
             self.rule(
                 "secureml.isolationLevel",
-                f"tier {self.spec.tier} "
-                f"allows isolation {', '.join(allowed)} only",
+                f"tier {self.spec.tier} allows isolation {', '.join(allowed)} only",
                 _label_in(allowed),
                 f"'pod isolation ' + ((has({_LABELS}) && {key} in {_LABELS}) ? {_ISOLATION} : '(none set)')"
                 f" + ' is weaker than this tenant allows ({', '.join(allowed)})'",
@@ -141,12 +151,18 @@ class _Catalogue:
         timeslice_level = "timeslice-shim" if self.spec.runtime.shim == "enforce" else "timeslice"
         if self.gpu.time_slice is not None and self.gpu.backend == "device-plugin":
             shared = quote(self.gpu.time_slice.resource_name)
-            checks.append(f"(!{_any_container_requests(f'k == {shared}')} || {_label_is(timeslice_level)})")
-        checks.append(f"(!{_any_container_requests(f'k.startsWith({quote(MIG_PREFIX)})')} || {_label_is('mig')})")
+            checks.append(
+                f"(!{_any_container_requests(f'k == {shared}')} || {_label_is(timeslice_level)})"
+            )
+        checks.append(
+            f"(!{_any_container_requests(f'k.startsWith({quote(MIG_PREFIX)})')} || {_label_is('mig')})"
+        )
         whole_levels = ["dedicated"]
         if self.gpu.mig_strategy == "single" and self.gpu.mig is not None:
             whole_levels.append("mig")
-        checks.append(f"(!{_any_container_requests(f'k == {quote(WHOLE_GPU)}')} || {_label_in(whole_levels)})")
+        checks.append(
+            f"(!{_any_container_requests(f'k == {quote(WHOLE_GPU)}')} || {_label_in(whole_levels)})"
+        )
         gpu_free = (
             f"(!{_any_container_requests(f'k.startsWith({quote(NVIDIA_PREFIX)})')} && "
             f"(!has({SPEC}.resourceClaims) || size({SPEC}.resourceClaims) == 0))"
@@ -204,7 +220,9 @@ class _Catalogue:
                 _resource_keys_all(mig_ok),
             )
         )
-        single_mig = gpu.backend == "device-plugin" and gpu.mig is not None and gpu.mig_strategy == "single"
+        single_mig = (
+            gpu.backend == "device-plugin" and gpu.mig is not None and gpu.mig_strategy == "single"
+        )
         asks_gpu = _any_container_requests(f"k == {quote(WHOLE_GPU)}")
         # On the `single` strategy nvidia.com/gpu on a pod labelled `mig` is a MIG instance, checked
         # by secureml.migProfile.single; only the other pods asking for it want whole GPUs.
@@ -212,9 +230,7 @@ class _Catalogue:
         if gpu.backend == "device-plugin" and gpu.whole_gpu is not None:
             counts = string_list(str(n) for n in range(1, gpu.whole_gpu.max_per_step + 1))
             count_ok = f"!(k == {quote(WHOLE_GPU)}) || string(c.resources.limits[k]) in {counts}"
-            predicate = (
-                f"(!{has_path('c', 'resources', 'limits')} || c.resources.limits.all(k, {count_ok}))"
-            )
+            predicate = f"(!{has_path('c', 'resources', 'limits')} || c.resources.limits.all(k, {count_ok}))"
             message = (
                 f"must request at most {gpu.whole_gpu.max_per_step} whole GPU(s) "
                 f"({WHOLE_GPU} limit 1..{gpu.whole_gpu.max_per_step})"
@@ -223,20 +239,29 @@ class _Catalogue:
             if single_mig:
                 counted = f"{_label_is('mig')} || {counted}"
             rules.append(
-                self.rule("secureml.wholeGpuCount", message, counted, container_rule_message(predicate, message))
+                self.rule(
+                    "secureml.wholeGpuCount",
+                    message,
+                    counted,
+                    container_rule_message(predicate, message),
+                )
             )
             if gpu.whole_gpu.node_selector:
                 selector = " && ".join(
                     f"({quote(k)} in {SPEC}.nodeSelector && {SPEC}.nodeSelector[{quote(k)}] == {quote(v)})"
                     for k, v in sorted(gpu.whole_gpu.node_selector.items())
                 )
-                wanted = ", ".join(f"{k}={v}" for k, v in sorted(gpu.whole_gpu.node_selector.items()))
+                wanted = ", ".join(
+                    f"{k}={v}" for k, v in sorted(gpu.whole_gpu.node_selector.items())
+                )
                 rules.append(
                     self.rule(
                         "secureml.dedicatedPool",
                         f"a pod with whole GPUs must select the tenant's dedicated pool ({wanted})",
                         f"!({not_mig}{asks_gpu}) || (has({SPEC}.nodeSelector) && {selector})",
-                        quote(f"pod requests whole GPUs but does not select the dedicated pool ({wanted})"),
+                        quote(
+                            f"pod requests whole GPUs but does not select the dedicated pool ({wanted})"
+                        ),
                     )
                 )
         if single_mig and gpu.mig is not None:
@@ -336,7 +361,10 @@ class _Catalogue:
         kinds: list[str] = []
         if gpu.mig is not None and gpu.mig.allowed_profiles:
             names = [claim_template_name(MIG(p)) for p in gpu.mig.allowed_profiles]
-            match = " || ".join(f"{template} == {quote(n)} || {template}.startsWith({quote(n + '-x')})" for n in names)
+            match = " || ".join(
+                f"{template} == {quote(n)} || {template}.startsWith({quote(n + '-x')})"
+                for n in names
+            )
             kinds.append(f"(({match}) && {_label_is('mig')})")
         if gpu.time_slice is not None:
             level = "timeslice-shim" if self.spec.runtime.shim == "enforce" else "timeslice"
@@ -419,11 +447,17 @@ class _Catalogue:
             )
         )
         pod_sc = f"{SPEC}.securityContext"
-        pod_non_root = f"{has_path(SPEC, 'securityContext', 'runAsNonRoot')} && {pod_sc}.runAsNonRoot == true"
-        pod_root_uid = f"({has_path(SPEC, 'securityContext', 'runAsUser')} && {pod_sc}.runAsUser == 0)"
+        pod_non_root = (
+            f"{has_path(SPEC, 'securityContext', 'runAsNonRoot')} && {pod_sc}.runAsNonRoot == true"
+        )
+        pod_root_uid = (
+            f"({has_path(SPEC, 'securityContext', 'runAsUser')} && {pod_sc}.runAsUser == 0)"
+        )
         not_uid_0 = f"!({has_path('c', 'securityContext', 'runAsUser')} && c.securityContext.runAsUser == 0)"
         container_set = has_path("c", "securityContext", "runAsNonRoot")
-        if_pod_sets = f"((!{container_set} || c.securityContext.runAsNonRoot == true) && {not_uid_0})"
+        if_pod_sets = (
+            f"((!{container_set} || c.securityContext.runAsNonRoot == true) && {not_uid_0})"
+        )
         otherwise = f"({container_set} && c.securityContext.runAsNonRoot == true && {not_uid_0})"
         containers, message_shape = inherited_setting(pod_non_root, if_pod_sets, otherwise)
         tail = "must run as non-root (runAsNonRoot=true, runAsUser not 0)"
@@ -455,8 +489,7 @@ class _Catalogue:
         rules = [
             self.container_rule(
                 "secureml.imageRegistry",
-                f"must use an image from {', '.join(prefixes)} (or KFP's own "
-                f"{', '.join(system)})",
+                f"must use an image from {', '.join(prefixes)} (or KFP's own {', '.join(system)})",
                 f"(has(c.image) && ({tenant_ok} || {system_ok}))",
                 EVERY_POD,
             )

@@ -77,14 +77,20 @@ def verify_images_for_compile(
         try:
             ref = ImageRef.parse(image)
         except SecuremlError as err:
-            results.append(_failed(step, image, SignatureError("missing", err.what, why=err.why, fix=err.fix), None))
+            results.append(
+                _failed(
+                    step, image, SignatureError("missing", err.what, why=err.why, fix=err.fix), None
+                )
+            )
             continue
         key = ref.by_digest() if ref.pinned else str(ref)
         if key not in decided:
             decided[key] = _verify_one(ref, verifier, identities, bundles_dir, fetch)
         outcome = decided[key]
         results.append(
-            ImageVerification(**{**outcome.to_dict(), "step": step, "image": image, "verified": outcome.verified})
+            ImageVerification(
+                **{**outcome.to_dict(), "step": step, "image": image, "verified": outcome.verified}
+            )
         )
     return results
 
@@ -97,11 +103,17 @@ def _verify_one(
     fetch: bool,
 ) -> ImageVerification:
     if ref.digest_hex is None:
-        return _failed("", str(ref), SignatureError(
-            "missing", f"image {ref} is not pinned by digest",
-            why="signatures are over a manifest digest; a tag can be moved to other content",
-            fix="reference the image as REPOSITORY@sha256:<digest>",
-        ), None)
+        return _failed(
+            "",
+            str(ref),
+            SignatureError(
+                "missing",
+                f"image {ref} is not pinned by digest",
+                why="signatures are over a manifest digest; a tag can be moved to other content",
+                fix="reference the image as REPOSITORY@sha256:<digest>",
+            ),
+            None,
+        )
     try:
         candidates = _candidate_bundles(ref, bundles_dir, fetch)
     except SignatureError as err:
@@ -119,7 +131,9 @@ def _verify_one(
     return _failed("", str(ref), *failures[0])
 
 
-def _candidate_bundles(ref: ImageRef, bundles_dir: Path | None, fetch: bool) -> list[tuple[bytes, str]]:
+def _candidate_bundles(
+    ref: ImageRef, bundles_dir: Path | None, fetch: bool
+) -> list[tuple[bytes, str]]:
     assert ref.digest_hex is not None
     looked: list[str] = []
     if bundles_dir is not None:
@@ -134,7 +148,9 @@ def _candidate_bundles(ref: ImageRef, bundles_dir: Path | None, fetch: bool) -> 
     raise SignatureError(
         "missing",
         f"no Sigstore bundle for image {ref.by_digest()}",
-        why=f"looked for {', '.join(looked)}" if looked else "no --bundles folder was given and fetching is off",
+        why=f"looked for {', '.join(looked)}"
+        if looked
+        else "no --bundles folder was given and fetching is off",
         fix=f"put the bundle at DIR/{bundle_filename(ref.digest_hex)} and pass --bundles DIR, "
         "or pass --fetch-bundles to read it from the registry",
     )
@@ -142,14 +158,24 @@ def _candidate_bundles(ref: ImageRef, bundles_dir: Path | None, fetch: bool) -> 
 
 def _passed(image: str, signed: VerifiedSignature, source: str) -> ImageVerification:
     return ImageVerification(
-        step="", image=image, verified=True, signer=signed.signer, issuer=signed.issuer,
-        kind=signed.kind, bundle=source,
+        step="",
+        image=image,
+        verified=True,
+        signer=signed.signer,
+        issuer=signed.issuer,
+        kind=signed.kind,
+        bundle=source,
     )
 
 
 def _failed(step: str, image: str, err: SignatureError, source: str | None) -> ImageVerification:
     message = err.what + (f": {err.why}" if err.why else "")
     return ImageVerification(
-        step=step, image=image, verified=False, bundle=source, rule=err.rule("image"),
-        message=message, fix=err.fix or None,
+        step=step,
+        image=image,
+        verified=False,
+        bundle=source,
+        rule=err.rule("image"),
+        message=message,
+        fix=err.fix or None,
     )

@@ -42,7 +42,9 @@ class Signer:
 
     @property
     def issuer(self) -> str:
-        return self.issuers[0] if len(set(self.issuers)) == 1 else " / ".join(self.issuers) or "(none)"
+        return (
+            self.issuers[0] if len(set(self.issuers)) == 1 else " / ".join(self.issuers) or "(none)"
+        )
 
     def __str__(self) -> str:
         return f"{self.subject} (issuer {self.issuer})"
@@ -117,7 +119,11 @@ class TrustedIdentity:
         if not signer.issuers or set(signer.issuers) != {self.issuer}:
             return None
         for subject in signer.subjects:
-            if self._pattern.search(subject) if self._pattern is not None else subject == self.subject:
+            if (
+                self._pattern.search(subject)
+                if self._pattern is not None
+                else subject == self.subject
+            ):
                 return subject
         return None
 
@@ -129,7 +135,9 @@ class TrustedIdentity:
 def identities_from_profile(profile: Any) -> list[TrustedIdentity]:
     """The `spec.images.signatures.identities` of a TenantProfile."""
     return [
-        TrustedIdentity(issuer=ident.issuer, subject=ident.subject, subject_regexp=ident.subject_reg_exp)
+        TrustedIdentity(
+            issuer=ident.issuer, subject=ident.subject, subject_regexp=ident.subject_reg_exp
+        )
         for ident in profile.spec.images.signatures.identities
     ]
 
@@ -179,4 +187,6 @@ class SignerUntrusted(VerificationError):
         self.signer = signer
         self.identities = identities
         trusted = "; ".join(str(i) for i in identities) or "(none configured)"
-        super().__init__(f"signed by {signer}, which matches none of the trusted identities: {trusted}")
+        super().__init__(
+            f"signed by {signer}, which matches none of the trusted identities: {trusted}"
+        )

@@ -31,7 +31,7 @@ import binascii
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,13 +42,21 @@ from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
 from secureml.errors import InputError
 from secureml.supplychain.trust import load_trusted_root, resolve_trusted_root
-from secureml.supplychain.verifier import FailureKind, SignatureError, _first_line, _parse_bundle_json, digest_hex
+from secureml.supplychain.verifier import (
+    FailureKind,
+    SignatureError,
+    _first_line,
+    _parse_bundle_json,
+    digest_hex,
+)
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
     from sigstore_models.common.v1 import HashOutput
 
-Fail = Callable[..., SignatureError]  # builds the SignatureError for (what, why[, kind]) of one verification
+Fail = Callable[
+    ..., SignatureError
+]  # builds the SignatureError for (what, why[, kind]) of one verification
 
 _CURVES = (ec.SECP256R1, ec.SECP384R1, ec.SECP521R1)
 _MIN_RSA_BITS = 2048
@@ -75,17 +83,27 @@ def load_public_key(pem: bytes, source: str) -> PublicKeyTypes:
             fix="pass the signer's public key as written by `cosign generate-key-pair` (-----BEGIN PUBLIC KEY-----)",
         ) from None
     if isinstance(key, ec.EllipticCurvePublicKey) and not isinstance(key.curve, _CURVES):
-        raise InputError(f"{source}: unsupported curve {key.curve.name}", fix="use a P-256, P-384 or P-521 key")
+        raise InputError(
+            f"{source}: unsupported curve {key.curve.name}", fix="use a P-256, P-384 or P-521 key"
+        )
     if isinstance(key, rsa.RSAPublicKey) and key.key_size < _MIN_RSA_BITS:
-        raise InputError(f"{source}: RSA key of {key.key_size} bits is too short", fix="use RSA of 2048 bits or more")
+        raise InputError(
+            f"{source}: RSA key of {key.key_size} bits is too short",
+            fix="use RSA of 2048 bits or more",
+        )
     if not isinstance(key, ec.EllipticCurvePublicKey | rsa.RSAPublicKey | ed25519.Ed25519PublicKey):
-        raise InputError(f"{source}: unsupported key type {type(key).__name__}", fix="use an ECDSA, RSA or Ed25519 key")
+        raise InputError(
+            f"{source}: unsupported key type {type(key).__name__}",
+            fix="use an ECDSA, RSA or Ed25519 key",
+        )
     return key
 
 
 def fingerprint(key: PublicKeyTypes) -> str:
     """`sha256:<hex>` of the key's DER SubjectPublicKeyInfo (what a bundle's `publicKey.hint` encodes)."""
-    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    der = key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     return "sha256:" + hashlib.sha256(der).hexdigest()
 
 
@@ -111,7 +129,10 @@ def verify_with_key(
     else:
         parsed = digest_hex(artifact)
         if parsed is None:
-            raise InputError(f"{artifact!r} is not a sha256 digest", fix="pass the file, or sha256:<64 hex digits>")
+            raise InputError(
+                f"{artifact!r} is not a sha256 digest",
+                fix="pass the file, or sha256:<64 hex digits>",
+            )
         raw, digest = None, bytes.fromhex(parsed)
     subject = f"{artifact_name} (sha256:{digest.hex()})"
 
@@ -132,36 +153,76 @@ def verify_with_key(
         raise fail("not a valid Sigstore bundle", _first_line(err)) from None
     material = message.verification_material
     if material.public_key is None:
-        raise fail("not a managed-key bundle", "its verification material is a certificate, not a public key hint")
+        raise fail(
+            "not a managed-key bundle",
+            "its verification material is a certificate, not a public key hint",
+        )
     if message.message_signature is None or "dsseEnvelope" in document:
-        raise fail("unsupported managed-key bundle", "only message signatures are verified with --key, not DSSE envelopes")
+        raise fail(
+            "unsupported managed-key bundle",
+            "only message signatures are verified with --key, not DSSE envelopes",
+        )
     if len(material.tlog_entries) != 1:
-        raise fail("log entry missing or ambiguous", f"expected exactly one tlog entry, found {len(material.tlog_entries)}")
+        raise fail(
+            "log entry missing or ambiguous",
+            f"expected exactly one tlog entry, found {len(material.tlog_entries)}",
+        )
     entry = material.tlog_entries[0]
     kind_version = (entry.kind_version.kind, entry.kind_version.version)
     if kind_version != ("hashedrekord", "0.0.1"):
-        raise fail("unsupported log entry", f"entry is {kind_version[0]} {kind_version[1]}, expected hashedrekord 0.0.1")
+        raise fail(
+            "unsupported log entry",
+            f"entry is {kind_version[0]} {kind_version[1]}, expected hashedrekord 0.0.1",
+        )
 
     signature = message.message_signature.signature
-    _check_signature(key, signature, digest, raw, message.message_signature.message_digest, material.public_key.hint, fail)
+    _check_signature(
+        key,
+        signature,
+        digest,
+        raw,
+        message.message_signature.message_digest,
+        material.public_key.hint,
+        fail,
+    )
 
     root = load_trusted_root(resolve_trusted_root(trusted_root))
-    log = next((tlog for tlog in root._inner.tlogs if tlog.log_id.key_id == entry.log_id.key_id), None)
+    log = next(
+        (tlog for tlog in root._inner.tlogs if tlog.log_id.key_id == entry.log_id.key_id), None
+    )
     log_id = base64.b64encode(entry.log_id.key_id).decode()
     if log is None:
-        raise fail("log not trusted", f"log id {log_id} is not a Rekor log of the trusted root", kind="untrusted")
+        raise fail(
+            "log not trusted",
+            f"log id {log_id} is not a Rekor log of the trusted root",
+            kind="untrusted",
+        )
     if not entry.integrated_time or entry.inclusion_promise is None:
-        raise fail("log entry time is not proven", "the entry has no integrated time signed by an inclusion promise")
+        raise fail(
+            "log entry time is not proven",
+            "the entry has no integrated time signed by an inclusion promise",
+        )
     try:
         TransparencyLogEntry(entry)._verify(RekorKeyring(Keyring([log.public_key])))
-    except Exception as err:  # sigstore VerificationError/InvalidBundle, or malformed proof data: fail closed
+    except (
+        Exception
+    ) as err:  # sigstore VerificationError/InvalidBundle, or malformed proof data: fail closed
         raise fail("log entry is not proven", f"{log.base_url}: {_first_line(err)}") from None
 
-    integrated = datetime.fromtimestamp(entry.integrated_time, tz=timezone.utc)
+    integrated = datetime.fromtimestamp(entry.integrated_time, tz=UTC)
     window = log.public_key.valid_for
-    if window is None or not (window.start <= integrated and (window.end is None or integrated <= window.end)):
-        shown = "no validity window" if window is None else f"valid {window.start} to {window.end or 'now'}"
-        raise fail("log entry outside the log key's validity", f"integrated at {integrated}; log {log.base_url} is {shown}")
+    if window is None or not (
+        window.start <= integrated and (window.end is None or integrated <= window.end)
+    ):
+        shown = (
+            "no validity window"
+            if window is None
+            else f"valid {window.start} to {window.end or 'now'}"
+        )
+        raise fail(
+            "log entry outside the log key's validity",
+            f"integrated at {integrated}; log {log.base_url} is {shown}",
+        )
 
     _check_body(entry.canonicalized_body, key, signature, digest, fail)
     return KeyVerifiedSignature(
@@ -183,9 +244,15 @@ def _check_signature(
 ) -> None:
     if message_digest is not None:
         if message_digest.algorithm.value != "SHA2_256":
-            raise fail("unsupported digest", f"the bundle's message digest is {message_digest.algorithm.value}, not SHA2_256")
+            raise fail(
+                "unsupported digest",
+                f"the bundle's message digest is {message_digest.algorithm.value}, not SHA2_256",
+            )
         if message_digest.digest != digest:
-            raise fail("signature does not verify", f"wrong digest: the bundle signs sha256:{message_digest.digest.hex()}")
+            raise fail(
+                "signature does not verify",
+                f"wrong digest: the bundle signs sha256:{message_digest.digest.hex()}",
+            )
     try:
         if isinstance(key, ec.EllipticCurvePublicKey):
             key.verify(signature, digest, ec.ECDSA(Prehashed(hashes.SHA256())))
@@ -202,8 +269,15 @@ def _check_signature(
     except InvalidSignature:
         named = _hint_hex(hint)
         given = fingerprint(key)
-        other = f"; the bundle names key {named}, the key given is {given}" if named and named != given else ""
-        raise fail("signature does not verify", f"bad signature: not by key {given} over sha256:{digest.hex()}{other}") from None
+        other = (
+            f"; the bundle names key {named}, the key given is {given}"
+            if named and named != given
+            else ""
+        )
+        raise fail(
+            "signature does not verify",
+            f"bad signature: not by key {given} over sha256:{digest.hex()}{other}",
+        ) from None
 
 
 def _hint_hex(hint: str | None) -> str | None:
@@ -214,20 +288,35 @@ def _hint_hex(hint: str | None) -> str | None:
     return f"sha256:{decoded.hex()}" if len(decoded) == 32 else None
 
 
-def _check_body(body: bytes, key: PublicKeyTypes, signature: bytes, digest: bytes, fail: Fail) -> None:
+def _check_body(
+    body: bytes, key: PublicKeyTypes, signature: bytes, digest: bytes, fail: Fail
+) -> None:
     """The hashedrekord body must record exactly this signature, key and digest (cf. CVE-2022-36056)."""
     import rekor_types
 
     try:
         spec = rekor_types.Hashedrekord.model_validate_json(body).spec.root
         logged_signature = base64.b64decode(spec.signature.content, validate=True)
-        logged_key = serialization.load_pem_public_key(base64.b64decode(spec.signature.public_key.content, validate=True))
+        logged_key = serialization.load_pem_public_key(
+            base64.b64decode(spec.signature.public_key.content, validate=True)
+        )
         algorithm, value = spec.data.hash.algorithm.value, spec.data.hash.value
     except Exception as err:  # pydantic, base64, PEM: the logged body is not a usable hashedrekord
-        raise fail("log entry does not match the bundle", f"its body is not a hashedrekord 0.0.1: {_first_line(err)}") from None
+        raise fail(
+            "log entry does not match the bundle",
+            f"its body is not a hashedrekord 0.0.1: {_first_line(err)}",
+        ) from None
     if logged_signature != signature:
-        raise fail("log entry does not match the bundle", "the logged signature differs from the bundle's")
+        raise fail(
+            "log entry does not match the bundle", "the logged signature differs from the bundle's"
+        )
     if fingerprint(logged_key) != fingerprint(key):
-        raise fail("log entry does not match the bundle", f"the logged key is {fingerprint(logged_key)}, not {fingerprint(key)}")
+        raise fail(
+            "log entry does not match the bundle",
+            f"the logged key is {fingerprint(logged_key)}, not {fingerprint(key)}",
+        )
     if (algorithm, value) != ("sha256", digest.hex()):
-        raise fail("log entry does not match the bundle", f"the logged artifact is {algorithm}:{value}, not sha256:{digest.hex()}")
+        raise fail(
+            "log entry does not match the bundle",
+            f"the logged artifact is {algorithm}:{value}, not sha256:{digest.hex()}",
+        )

@@ -52,13 +52,19 @@ def verify_signed_profile(
     verifier = verifier or SignatureVerifier(trusted_root)
     try:
         return verifier.verify_artifact(
-            content, bundle, identities, bundle_source=str(bundle_path), artifact_name=f"profile {profile_path}"
+            content,
+            bundle,
+            identities,
+            bundle_source=str(bundle_path),
+            artifact_name=f"profile {profile_path}",
         )
     except SignatureError as err:
         if err.kind == "invalid":
             raise SignatureError(
-                "invalid", err.what,
+                "invalid",
+                err.what,
                 why=err.why + " — the profile may have been changed after it was signed",
-                fix="use the profile exactly as the platform team published it", where=err.where,
+                fix="use the profile exactly as the platform team published it",
+                where=err.where,
             ) from None
         raise

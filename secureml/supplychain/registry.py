@@ -57,7 +57,9 @@ class _FastRegistry(oras.provider.Registry):
         headers = dict(headers or {})
         if getattr(self.auth, "token", None):
             headers.update(self.auth.get_auth_header())
-        send = dict(data=data, json=json, stream=stream, verify=self._tls_verify, timeout=_TIMEOUT_S)
+        send = dict(
+            data=data, json=json, stream=stream, verify=self._tls_verify, timeout=_TIMEOUT_S
+        )
         response = self.session.request(method, url, headers=headers, **send)
         if response.status_code in (401, 403):
             headers, changed = self.auth.authenticate_request(response, headers)
@@ -78,7 +80,9 @@ def fetch_bundles(ref: ImageRef) -> list[FetchedBundle]:
     """Every Sigstore bundle the registry holds for `ref` (pinned by digest); raise SignatureError('missing')."""
     if ref.digest is None:
         raise SignatureError(
-            "missing", f"image {ref} is not pinned by digest", why="bundles are looked up by digest",
+            "missing",
+            f"image {ref} is not pinned by digest",
+            why="bundles are looked up by digest",
             fix="reference the image as REPOSITORY@sha256:<digest>",
         )
     host = _api_host(ref.registry)
@@ -110,7 +114,9 @@ def fetch_bundles(ref: ImageRef) -> list[FetchedBundle]:
     return bundles
 
 
-def _referrer_descriptors(client: _FastRegistry, base: str, ref: ImageRef) -> tuple[list[dict], str]:
+def _referrer_descriptors(
+    client: _FastRegistry, base: str, ref: ImageRef
+) -> tuple[list[dict], str]:
     response = client.do_request(f"{base}/referrers/{ref.digest}", headers={"Accept": OCI_INDEX})
     how = "referrers API"
     if response.status_code == 404:
@@ -128,24 +134,35 @@ def _referrer_descriptors(client: _FastRegistry, base: str, ref: ImageRef) -> tu
     if not isinstance(manifests, list):
         raise _protocol_error(ref, how, "the referrer index has no `manifests` list")
     wanted = [
-        m for m in manifests
-        if isinstance(m, dict) and m.get("artifactType") in SIGSTORE_BUNDLE_TYPES and isinstance(m.get("digest"), str)
+        m
+        for m in manifests
+        if isinstance(m, dict)
+        and m.get("artifactType") in SIGSTORE_BUNDLE_TYPES
+        and isinstance(m.get("digest"), str)
     ]
     return wanted, how
 
 
-def _bundle_from_manifest(client: _FastRegistry, base: str, ref: ImageRef, descriptor: dict, how: str) -> FetchedBundle:
+def _bundle_from_manifest(
+    client: _FastRegistry, base: str, ref: ImageRef, descriptor: dict, how: str
+) -> FetchedBundle:
     digest = descriptor["digest"]
     response = client.do_request(f"{base}/manifests/{digest}", headers={"Accept": OCI_MANIFEST})
     _expect_ok(response, how)
     _check_digest(response.content, digest, ref, how, "referrer manifest")
     try:
         manifest = json.loads(response.content)
-        layers = [layer for layer in manifest["layers"] if layer.get("mediaType") in SIGSTORE_BUNDLE_TYPES]
+        layers = [
+            layer for layer in manifest["layers"] if layer.get("mediaType") in SIGSTORE_BUNDLE_TYPES
+        ]
         layer_digest = layers[0]["digest"]
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        raise _protocol_error(ref, how, f"referrer manifest {digest} has no Sigstore bundle layer") from None
-    blob = client.get_blob(client.get_container(f"{_api_host(ref.registry)}/{ref.repository}"), layer_digest)
+        raise _protocol_error(
+            ref, how, f"referrer manifest {digest} has no Sigstore bundle layer"
+        ) from None
+    blob = client.get_blob(
+        client.get_container(f"{_api_host(ref.registry)}/{ref.repository}"), layer_digest
+    )
     _expect_ok(blob, how)
     _check_digest(blob.content, layer_digest, ref, how, "bundle blob")
     return FetchedBundle(content=blob.content, source=f"{ref.name}@{digest} ({how})")
@@ -153,7 +170,9 @@ def _bundle_from_manifest(client: _FastRegistry, base: str, ref: ImageRef, descr
 
 def _expect_ok(response: requests.Response, how: str) -> None:
     if response.status_code != 200:
-        raise requests.HTTPError(f"{response.request.method} {response.url} -> HTTP {response.status_code} ({how})")
+        raise requests.HTTPError(
+            f"{response.request.method} {response.url} -> HTTP {response.status_code} ({how})"
+        )
 
 
 def _check_digest(content: bytes, digest: str, ref: ImageRef, how: str, what: str) -> None:

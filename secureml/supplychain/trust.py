@@ -40,7 +40,9 @@ def resolve_trusted_root(spec: str | Path, *, base_dir: Path | None = None) -> s
 
 
 def _embedded_root_path(instance: str) -> Path:
-    store = resources.files("sigstore") / "_store" / PUBLIC_INSTANCES[instance] / "trusted_root.json"
+    store = (
+        resources.files("sigstore") / "_store" / PUBLIC_INSTANCES[instance] / "trusted_root.json"
+    )
     return Path(str(store))
 
 
@@ -53,7 +55,9 @@ def load_trusted_root(spec: str | Path, *, online: bool = False) -> TrustedRoot:
         if online:
             try:
                 config = (
-                    ClientTrustConfig.production() if text == "production" else ClientTrustConfig.staging()
+                    ClientTrustConfig.production()
+                    if text == "production"
+                    else ClientTrustConfig.staging()
                 )
             except Exception as err:  # TUF raises many types; all mean "could not refresh"
                 raise SecuremlError(
@@ -97,7 +101,9 @@ def _cached_verifier(resolved: str, mtime_ns: int, online: bool) -> Verifier:
         ) from None
 
 
-def verifier_for(spec: str | Path, *, base_dir: Path | None = None, online: bool = False) -> Verifier:
+def verifier_for(
+    spec: str | Path, *, base_dir: Path | None = None, online: bool = False
+) -> Verifier:
     """A (cached) sigstore `Verifier` for a trusted root spec; a changed root file is reloaded."""
     resolved = resolve_trusted_root(spec, base_dir=base_dir)
     mtime_ns = 0

@@ -44,13 +44,19 @@ FailureKind = Literal["missing", "invalid", "untrusted"]
 class SignatureError(SecuremlError):
     """A signature that is absent, does not verify, or is by an untrusted signer."""
 
-    def __init__(self, kind: FailureKind, what: str, *, why: str = "", fix: str = "", where: str = "") -> None:
+    def __init__(
+        self, kind: FailureKind, what: str, *, why: str = "", fix: str = "", where: str = ""
+    ) -> None:
         self.kind = kind
         super().__init__(what, why=why, fix=fix, where=where)
 
     def rule(self, area: str = "image") -> str:
         """The rule id for this failure, e.g. `image.signer-untrusted` or `profile.signature-invalid`."""
-        suffix = {"missing": "signature-missing", "invalid": "signature-invalid", "untrusted": "signer-untrusted"}
+        suffix = {
+            "missing": "signature-missing",
+            "invalid": "signature-invalid",
+            "untrusted": "signer-untrusted",
+        }
         return f"{area}.{suffix[self.kind]}"
 
 
@@ -74,7 +80,13 @@ def digest_hex(text: str) -> str | None:
 class SignatureVerifier:
     """Verifies bundles against one trusted root; keep one around (the sigstore verifier is warm)."""
 
-    def __init__(self, trusted_root: str | Path = "production", *, base_dir: Path | None = None, online: bool = False) -> None:
+    def __init__(
+        self,
+        trusted_root: str | Path = "production",
+        *,
+        base_dir: Path | None = None,
+        online: bool = False,
+    ) -> None:
         self.trusted_root = resolve_trusted_root(trusted_root, base_dir=base_dir)
         self._verifier = verifier_for(self.trusted_root, online=online)
 
@@ -127,8 +139,13 @@ class SignatureVerifier:
                 )
             hex_digest, raw = parsed, None
         return self._verify(
-            hex_digest, raw, bundle, identities, bundle_source=bundle_source,
-            subject=f"{artifact_name} (sha256:{hex_digest})", predicate_type=None,
+            hex_digest,
+            raw,
+            bundle,
+            identities,
+            bundle_source=bundle_source,
+            subject=f"{artifact_name} (sha256:{hex_digest})",
+            predicate_type=None,
         )
 
     def _verify(
@@ -179,7 +196,9 @@ class SignatureVerifier:
                 fix="sign with a trusted identity, or (platform team) add the signer to the profile's identities",
                 where=bundle_source,
             ) from None
-        except Exception as err:  # sigstore.errors.Error, or anything malformed input provokes: fail closed
+        except (
+            Exception
+        ) as err:  # sigstore.errors.Error, or anything malformed input provokes: fail closed
             raise SignatureError(
                 "invalid",
                 f"{subject}: signature does not verify",
@@ -188,7 +207,9 @@ class SignatureVerifier:
                 where=bundle_source,
             ) from None
         if is_dsse:
-            found_predicate = _check_statement(payload_type, payload, hex_digest, predicate_type, subject, bundle_source)
+            found_predicate = _check_statement(
+                payload_type, payload, hex_digest, predicate_type, subject, bundle_source
+            )
         else:
             found_predicate = None
         matched, subject = policy.matched, policy.matched_subject
@@ -213,7 +234,9 @@ def _parse_bundle_json(data: bytes, source: str) -> dict:
             fix="a Sigstore bundle is the JSON file written by `cosign sign --bundle` / `sigstore sign`",
         ) from None
     if not isinstance(document, dict):
-        raise SignatureError("invalid", f"{source} is not a Sigstore bundle", why="the JSON is not an object")
+        raise SignatureError(
+            "invalid", f"{source} is not a Sigstore bundle", why="the JSON is not an object"
+        )
     return document
 
 
@@ -232,12 +255,21 @@ def _explain(err: BaseException, document: dict, hex_digest: str) -> str:
             signed_hex = "(unreadable)"
         return f"wrong digest: the bundle signs sha256:{signed_hex}, not sha256:{hex_digest}"
     if message == "Signature is invalid for input":
-        return "bad signature: it does not verify over sha256:" + hex_digest + " (content or signature altered)"
+        return (
+            "bad signature: it does not verify over sha256:"
+            + hex_digest
+            + " (content or signature altered)"
+        )
     return f"Sigstore verification failed: {message}"
 
 
 def _check_statement(
-    payload_type: str, payload: bytes, hex_digest: str, predicate_type: str | None, subject: str, source: str
+    payload_type: str,
+    payload: bytes,
+    hex_digest: str,
+    predicate_type: str | None,
+    subject: str,
+    source: str,
 ) -> str:
     def fail(why: str) -> SignatureError:
         return SignatureError(
@@ -260,11 +292,15 @@ def _check_statement(
     if predicate_type is not None and found_predicate != predicate_type:
         raise fail(f"wrong predicate type {found_predicate!r}, expected {predicate_type!r}")
     subjects = statement.get("subject")
-    digests = [
-        s.get("digest", {}).get("sha256")
-        for s in subjects
-        if isinstance(s, dict) and isinstance(s.get("digest"), dict)
-    ] if isinstance(subjects, list) else []
+    digests = (
+        [
+            s.get("digest", {}).get("sha256")
+            for s in subjects
+            if isinstance(s, dict) and isinstance(s.get("digest"), dict)
+        ]
+        if isinstance(subjects, list)
+        else []
+    )
     if hex_digest not in digests:
         listed = ", ".join(f"sha256:{d}" for d in digests if isinstance(d, str)) or "none"
         raise fail(f"wrong digest: the statement's subjects are {listed}, not sha256:{hex_digest}")

@@ -20,7 +20,10 @@ def test_every_allowed_request_has_its_template() -> None:
     templates = _templates("team-dra")
     time_slice = profile.spec.gpu.time_slice
     requests = [MIG(name) for name in profile.spec.gpu.mig.allowed_profiles]
-    requests += [MIG("1g.10gb", count=7), TimeSlice(memory=time_slice.max_memory, compute=time_slice.max_compute)]
+    requests += [
+        MIG("1g.10gb", count=7),
+        TimeSlice(memory=time_slice.max_memory, compute=time_slice.max_compute),
+    ]
     for request in requests:
         label = placement(request, profile).pod_labels[contract.LABEL_GPU_CLAIM]
         assert label == claim_template_name(request)
@@ -33,7 +36,9 @@ def test_mig_templates_select_the_profile_on_the_mig_device_class() -> None:
     exactly = request["exactly"]
     assert exactly["deviceClassName"] == "mig.nvidia.com"
     assert exactly["count"] == 2 and exactly["allocationMode"] == "ExactCount"
-    assert exactly["selectors"] == [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"}}]
+    assert exactly["selectors"] == [
+        {"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"}}
+    ]
     # A 3g.40gb holds two per GPU on the tenant's models: no x3 template.
     assert "secureml-mig-3g-40gb-x3" not in _templates("team-dra")
 
@@ -50,8 +55,14 @@ def test_time_slice_template_uses_the_drivers_time_slicing_config() -> None:
 
 def test_shapes_match_the_nvidia_driver_examples() -> None:
     """Device classes, API versions and opaque config kinds are ones NVIDIA's own v1 examples use."""
-    rows = list(csv.DictReader((fixtures_dir("nvidia", "dra-driver-gpu") / "INDEX.tsv").open(), delimiter="\t"))
-    v1_rows = [row for row in rows if "resource.k8s.io/v1" in row["resource_apiVersions"].split(",")]
+    rows = list(
+        csv.DictReader(
+            (fixtures_dir("nvidia", "dra-driver-gpu") / "INDEX.tsv").open(), delimiter="\t"
+        )
+    )
+    v1_rows = [
+        row for row in rows if "resource.k8s.io/v1" in row["resource_apiVersions"].split(",")
+    ]
     classes = {name for row in v1_rows for name in row["deviceClassNames"].split(",") if name}
     strategies = {name for row in v1_rows for name in row["sharing_strategies"].split(",") if name}
     kinds = {name for row in v1_rows for name in row["kinds"].split(",")}

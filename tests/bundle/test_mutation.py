@@ -119,17 +119,25 @@ def _step_pod(tenant: str, isolation: str, **extra_labels: str) -> dict[str, Any
                 contract.LABEL_ISOLATION: isolation,
                 **extra_labels,
             },
-            "annotations": {contract.ANNOTATION_LIMITS: "version=1\nmemory=1\ncompute=10\nscrub_on_free=1\n"},
+            "annotations": {
+                contract.ANNOTATION_LIMITS: "version=1\nmemory=1\ncompute=10\nscrub_on_free=1\n"
+            },
         },
         "spec": {
             "initContainers": [
-                {"name": "kfp-launcher", "image": "ghcr.io/kubeflow/kfp-launcher:2.17.3",
-                 "volumeMounts": [{"name": "kfp-launcher", "mountPath": "/kfp-launcher"}]}
+                {
+                    "name": "kfp-launcher",
+                    "image": "ghcr.io/kubeflow/kfp-launcher:2.17.3",
+                    "volumeMounts": [{"name": "kfp-launcher", "mountPath": "/kfp-launcher"}],
+                }
             ],
             "containers": [
-                {"name": "main", "image": "ghcr.io/acme/train@sha256:" + "a" * 64,
-                 "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True},
-                 "volumeMounts": [{"name": "kfp-launcher", "mountPath": "/kfp-launcher"}]},
+                {
+                    "name": "main",
+                    "image": "ghcr.io/acme/train@sha256:" + "a" * 64,
+                    "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True},
+                    "volumeMounts": [{"name": "kfp-launcher", "mountPath": "/kfp-launcher"}],
+                },
                 {"name": "wait", "image": "quay.io/argoproj/argoexec:v3.7.0"},
             ],
             "volumes": [{"name": "kfp-launcher", "emptyDir": {}}],
@@ -151,10 +159,17 @@ def test_time_sliced_step_gets_every_platform_mount() -> None:
         assert mounts["/spiffe-workload-api"]["name"] == SPIFFE_VOLUME
         assert mounts[contract.PODINFO_DIR]["readOnly"] is True
         assert mounts[contract.SHIM_PRELOAD_FILE]["subPath"] == "ld.so.preload"
-    assert pod["metadata"]["annotations"][contract.ANNOTATION_SHIM_PRELOAD] == contract.SHIM_LIBRARY_PATH
+    assert (
+        pod["metadata"]["annotations"][contract.ANNOTATION_SHIM_PRELOAD]
+        == contract.SHIM_LIBRARY_PATH
+    )
     items = pod["spec"]["volumes"][2]["downwardAPI"]["items"]
-    paths = {f"{contract.PODINFO_DIR}/{item['path']}": item["fieldRef"]["fieldPath"] for item in items}
-    assert paths[contract.SHIM_LIMITS_PATH] == f"metadata.annotations['{contract.ANNOTATION_LIMITS}']"
+    paths = {
+        f"{contract.PODINFO_DIR}/{item['path']}": item["fieldRef"]["fieldPath"] for item in items
+    }
+    assert (
+        paths[contract.SHIM_LIMITS_PATH] == f"metadata.annotations['{contract.ANNOTATION_LIMITS}']"
+    )
 
 
 def test_mig_step_gets_no_shim_files_and_a_preload_annotation_is_overwritten() -> None:
@@ -165,13 +180,23 @@ def test_mig_step_gets_no_shim_files_and_a_preload_annotation_is_overwritten() -
     forged = _step_pod("team-a", "timeslice-shim")
     forged["metadata"]["annotations"][contract.ANNOTATION_SHIM_PRELOAD] = "/dev/null"
     for result in (apply_mutations(forged, profile), cluster_admits(forged, profile)):
-        assert result["metadata"]["annotations"][contract.ANNOTATION_SHIM_PRELOAD] == contract.SHIM_LIBRARY_PATH
+        assert (
+            result["metadata"]["annotations"][contract.ANNOTATION_SHIM_PRELOAD]
+            == contract.SHIM_LIBRARY_PATH
+        )
 
 
 def test_other_tenants_and_unlabelled_pods_are_left_alone() -> None:
     profile = load("team-a")
-    for pod in (_step_pod("team-b", "mig"), {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
-                                             "spec": {"containers": [{"name": "c", "image": "i"}]}}):
+    for pod in (
+        _step_pod("team-b", "mig"),
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "x"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        },
+    ):
         assert apply_mutations(pod, profile) == pod
         assert cluster_admits(pod, profile) == pod
 
@@ -210,7 +235,11 @@ def test_a_pod_that_pre_empts_a_platform_volume_becomes_invalid() -> None:
 
 @pytest.mark.parametrize("isolation", [*contract.ISOLATION_LEVELS, contract.ISOLATION_NONE])
 def test_mutated_pods_are_valid_pods(profile: TenantProfile, isolation: str) -> None:
-    labels = {contract.LABEL_GPU_CLAIM: "secureml-timeslice"} if profile.spec.gpu.backend == "dra" else {}
+    labels = (
+        {contract.LABEL_GPU_CLAIM: "secureml-timeslice"}
+        if profile.spec.gpu.backend == "dra"
+        else {}
+    )
     pod = _step_pod(profile.metadata.name, isolation, **labels)
     admitted = apply_mutations(pod, profile)
     assert admitted == cluster_admits(pod, profile)
@@ -221,19 +250,28 @@ def test_mutated_pods_are_valid_pods(profile: TenantProfile, isolation: str) -> 
 # --- property: for any shape of pod, the policy and the Python twin agree --------------------
 
 _names = st.sampled_from(["main", "wait", "sidecar", "kfp-launcher"])
-_mount = st.fixed_dictionaries({"name": st.sampled_from(["data", "scratch"]),
-                                "mountPath": st.sampled_from(["/data", "/tmp", "/scratch"])})
-_security = st.fixed_dictionaries({}, optional={"readOnlyRootFilesystem": st.booleans(),
-                                                 "runAsNonRoot": st.booleans()})
-_resources = st.fixed_dictionaries({}, optional={
-    "limits": st.just({"cpu": "1"}), "claims": st.just([{"name": "other"}])})
+_mount = st.fixed_dictionaries(
+    {
+        "name": st.sampled_from(["data", "scratch"]),
+        "mountPath": st.sampled_from(["/data", "/tmp", "/scratch"]),
+    }
+)
+_security = st.fixed_dictionaries(
+    {}, optional={"readOnlyRootFilesystem": st.booleans(), "runAsNonRoot": st.booleans()}
+)
+_resources = st.fixed_dictionaries(
+    {}, optional={"limits": st.just({"cpu": "1"}), "claims": st.just([{"name": "other"}])}
+)
 
 
 @st.composite
 def _container(draw: st.DrawFn, name: str) -> dict[str, Any]:
     container: dict[str, Any] = {"name": name, "image": "ghcr.io/acme/x@sha256:" + "b" * 64}
-    for key, strategy in (("securityContext", _security), ("volumeMounts", st.lists(_mount, max_size=2)),
-                          ("resources", _resources)):
+    for key, strategy in (
+        ("securityContext", _security),
+        ("volumeMounts", st.lists(_mount, max_size=2)),
+        ("resources", _resources),
+    ):
         if draw(st.booleans()):
             container[key] = draw(strategy)
     return container
@@ -246,7 +284,9 @@ def _pods(draw: st.DrawFn) -> dict[str, Any]:
     if tenant is not None:
         labels[contract.LABEL_TENANT] = tenant
     if draw(st.booleans()):
-        labels[contract.LABEL_ISOLATION] = draw(st.sampled_from([*contract.ISOLATION_LEVELS, "none"]))
+        labels[contract.LABEL_ISOLATION] = draw(
+            st.sampled_from([*contract.ISOLATION_LEVELS, "none"])
+        )
     if draw(st.booleans()):
         labels[contract.LABEL_GPU_CLAIM] = "secureml-timeslice"
     metadata: dict[str, Any] = {"name": "p", "labels": labels}

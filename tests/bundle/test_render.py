@@ -106,32 +106,59 @@ def test_runner_role_cannot_exec_or_change_pods(profile: TenantProfile) -> None:
     (role,) = _objects(profile)["Role"]
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-        if set(rule["resources"]) & {"pods", "pods/exec", "pods/attach", "pods/ephemeralcontainers"}:
+        if set(rule["resources"]) & {
+            "pods",
+            "pods/exec",
+            "pods/attach",
+            "pods/ephemeralcontainers",
+        }:
             assert set(rule["verbs"]) <= {"get", "list", "watch"}
-        assert not {"pods/exec", "pods/attach", "pods/portforward", "pods/ephemeralcontainers"} & set(rule["resources"])
+        assert not {
+            "pods/exec",
+            "pods/attach",
+            "pods/portforward",
+            "pods/ephemeralcontainers",
+        } & set(rule["resources"])
         if rule["resources"] in (["secrets"], ["configmaps"]):
             assert rule["verbs"] == ["get"] and rule["resourceNames"]
     (binding,) = _objects(profile)["RoleBinding"]
-    assert binding["subjects"][0]["name"] == _objects(profile)["ServiceAccount"][0]["metadata"]["name"]
+    assert (
+        binding["subjects"][0]["name"] == _objects(profile)["ServiceAccount"][0]["metadata"]["name"]
+    )
 
 
 def test_network_policies_default_deny_then_allow_list() -> None:
     profile = load("team-a")
-    policies = {p["metadata"]["name"]: p["spec"] for p in _objects(profile, api_server_cidrs=("10.96.0.1/32",))["NetworkPolicy"]}
+    policies = {
+        p["metadata"]["name"]: p["spec"]
+        for p in _objects(profile, api_server_cidrs=("10.96.0.1/32",))["NetworkPolicy"]
+    }
     # KFP's driver pods carry no secureml labels: the deny and the platform allowances hold for
     # every pod of the namespace, the tenant's own egress allowlist only for its secure steps.
     for name, spec in policies.items():
         step_only = name == "secureml-allow-egress"
-        assert spec["podSelector"] == ({"matchLabels": {contract.LABEL_TENANT: "team-a"}} if step_only else {})
+        assert spec["podSelector"] == (
+            {"matchLabels": {contract.LABEL_TENANT: "team-a"}} if step_only else {}
+        )
     deny = policies["secureml-default-deny"]
-    assert deny["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in deny and "egress" not in deny
+    assert (
+        deny["policyTypes"] == ["Ingress", "Egress"]
+        and "ingress" not in deny
+        and "egress" not in deny
+    )
     assert not any("ingress" in spec for spec in policies.values())
     assert policies["secureml-allow-egress"]["egress"] == [
         {"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}], "ports": [{"port": 443, "protocol": "TCP"}]}
     ]
     kfp = policies["secureml-allow-kfp"]["egress"]
-    assert all(rule["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] == "kubeflow" for rule in kfp)
-    assert policies["secureml-allow-apiserver"]["egress"][0]["to"] == [{"ipBlock": {"cidr": "10.96.0.1/32"}}]
+    assert all(
+        rule["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+        == "kubeflow"
+        for rule in kfp
+    )
+    assert policies["secureml-allow-apiserver"]["egress"][0]["to"] == [
+        {"ipBlock": {"cidr": "10.96.0.1/32"}}
+    ]
     assert "secureml-allow-egress" not in {
         p["metadata"]["name"] for p in _objects(load("team-conf"))["NetworkPolicy"]
     }
@@ -142,12 +169,17 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
     scope as the only matchCondition); together they hold every rule once, in catalogue order."""
     policies = {p["metadata"]["name"]: p for p in _objects(profile)["ValidatingAdmissionPolicy"]}
     tenant = profile.metadata.name
-    assert sorted(policies) == [f"secureml-{tenant}-validate-pods", f"secureml-{tenant}-validate-steps"]
+    assert sorted(policies) == [
+        f"secureml-{tenant}-validate-pods",
+        f"secureml-{tenant}-validate-steps",
+    ]
     rules = rules_for_profile(profile)
     every_pod = policies[f"secureml-{tenant}-validate-pods"]
     steps = policies[f"secureml-{tenant}-validate-steps"]
     assert "matchConditions" not in every_pod["spec"]
-    assert steps["spec"]["matchConditions"] == [{"name": "secureml-step-pod", "expression": STEP_POD}]
+    assert steps["spec"]["matchConditions"] == [
+        {"name": "secureml-step-pod", "expression": STEP_POD}
+    ]
     for policy, scope in ((every_pod, EVERY_POD), (steps, STEP_POD)):
         in_scope = [rule for rule in rules if rule.scope == scope]
         validations = policy["spec"]["validations"]
@@ -157,26 +189,49 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
             assert rule.message_expression in validation["messageExpression"]
             assert validation["reason"] == "Forbidden"
         assert policy["spec"]["failurePolicy"] == "Fail"
-        assert policy["spec"]["matchConstraints"]["resourceRules"] == [{
-            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-            "resources": ["pods", "pods/ephemeralcontainers"]}]
+        assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["pods", "pods/ephemeralcontainers"],
+            }
+        ]
     pss = [rule.id for rule in rules_for_level("restricted")]
     assert [r.id for r in rules if r.scope == EVERY_POD] == [
-        *pss, "secureml.linuxOnly", "secureml.runAsNonRoot", "secureml.imageRegistry",
-        "secureml.imageDigest", "secureml.forbiddenEnv", "secureml.envFrom"]
+        *pss,
+        "secureml.linuxOnly",
+        "secureml.runAsNonRoot",
+        "secureml.imageRegistry",
+        "secureml.imageDigest",
+        "secureml.forbiddenEnv",
+        "secureml.envFrom",
+    ]
     assert all(r.id.startswith("secureml.") for r in rules if r.scope == STEP_POD)
     if tenant == "team-a":
         assert [r.id for r in rules if r.scope == STEP_POD] == [
-            "secureml.requiredLabels", "secureml.isolationLevel", "secureml.isolationMatchesGpu",
-            "secureml.gpuResourceName", "secureml.migProfile", "secureml.wholeGpuCount",
-            "secureml.dedicatedPool", "secureml.resourceClaims", "secureml.shimLimits",
-            "secureml.gpuRequest", "secureml.readOnlyRootFilesystem"]
-    bindings = {b["spec"]["policyName"]: b for b in _objects(profile)["ValidatingAdmissionPolicyBinding"]}
+            "secureml.requiredLabels",
+            "secureml.isolationLevel",
+            "secureml.isolationMatchesGpu",
+            "secureml.gpuResourceName",
+            "secureml.migProfile",
+            "secureml.wholeGpuCount",
+            "secureml.dedicatedPool",
+            "secureml.resourceClaims",
+            "secureml.shimLimits",
+            "secureml.gpuRequest",
+            "secureml.readOnlyRootFilesystem",
+        ]
+    bindings = {
+        b["spec"]["policyName"]: b for b in _objects(profile)["ValidatingAdmissionPolicyBinding"]
+    }
     assert sorted(bindings) == sorted(policies)
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings.values())
 
 
-@pytest.mark.parametrize(("version", "api"), [("1.34", "v1beta1"), ("1.35", "v1beta1"), ("1.36", "v1")])
+@pytest.mark.parametrize(
+    ("version", "api"), [("1.34", "v1beta1"), ("1.35", "v1beta1"), ("1.36", "v1")]
+)
 def test_mutating_policy_api_version_follows_kubernetes(version: str, api: str) -> None:
     objects = _objects(load("team-a"), k8s_version=version)
     for kind in ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"):
@@ -188,32 +243,52 @@ def test_mutating_policy_api_version_follows_kubernetes(version: str, api: str) 
 
 def test_image_policy_trusts_the_profile_signers_and_kfp_images() -> None:
     profile = load("team-a")
-    tenant, system = sorted(_objects(profile)["ClusterImagePolicy"], key=lambda p: p["metadata"]["name"])
+    tenant, system = sorted(
+        _objects(profile)["ClusterImagePolicy"], key=lambda p: p["metadata"]["name"]
+    )
     assert tenant["spec"]["images"] == [{"glob": "ghcr.io/acme/**"}]
     (authority,) = tenant["spec"]["authorities"]
     assert authority["signatureFormat"] == "bundle"
     assert authority["keyless"]["identities"] == [
-        {"issuer": "https://token.actions.githubusercontent.com", "subjectRegExp": r"^https://github\.com/acme/"}
+        {
+            "issuer": "https://token.actions.githubusercontent.com",
+            "subjectRegExp": r"^https://github\.com/acme/",
+        }
     ]
-    assert tenant["spec"]["match"][0]["selector"] == {"matchLabels": {contract.LABEL_TENANT: "team-a"}}
-    assert {g["glob"] for g in system["spec"]["images"]} == {f"{r}*" for r in contract.KFP_SYSTEM_IMAGES}
+    assert tenant["spec"]["match"][0]["selector"] == {
+        "matchLabels": {contract.LABEL_TENANT: "team-a"}
+    }
+    assert {g["glob"] for g in system["spec"]["images"]} == {
+        f"{r}*" for r in contract.KFP_SYSTEM_IMAGES
+    }
     assert system["spec"]["authorities"] == [{"name": "kfp-system", "static": {"action": "pass"}}]
     (ivp,) = _objects(profile, image_policy="kyverno")["ImageValidatingPolicy"]
-    assert ivp["spec"]["attestors"][0]["cosign"]["keyless"]["identities"] == authority["keyless"]["identities"]
+    assert (
+        ivp["spec"]["attestors"][0]["cosign"]["keyless"]["identities"]
+        == authority["keyless"]["identities"]
+    )
     assert ivp["spec"]["matchImageReferences"] == [{"glob": "ghcr.io/acme/**"}]
 
 
 def test_alerts_cover_the_four_dcgm_signals() -> None:
     (rule,) = _objects(load("team-a"))["PrometheusRule"]
     alerts = {r["alert"]: r for r in rule["spec"]["groups"][0]["rules"]}
-    assert 'DCGM_FI_DEV_XID_ERRORS{namespace="team-a"}) > 0' in alerts["SecuremlGpuXidError"]["expr"]
-    assert "increase(DCGM_FI_DEV_PCIE_REPLAY_COUNTER" in alerts["SecuremlGpuPcieReplayErrors"]["expr"]
+    assert (
+        'DCGM_FI_DEV_XID_ERRORS{namespace="team-a"}) > 0' in alerts["SecuremlGpuXidError"]["expr"]
+    )
+    assert (
+        "increase(DCGM_FI_DEV_PCIE_REPLAY_COUNTER" in alerts["SecuremlGpuPcieReplayErrors"]["expr"]
+    )
     assert alerts["SecuremlGpuPcieReplayErrors"]["expr"].endswith("[1m])) > 100")
     copy_util = alerts["SecuremlGpuMemoryCopyUtilisationHigh"]
     assert copy_util["expr"].endswith("> 90") and copy_util["for"] == "5m"
-    assert alerts["SecuremlGpuFramebufferOverTenantLimit"]["expr"].endswith("> 16384")  # 16Gi in MiB
+    assert alerts["SecuremlGpuFramebufferOverTenantLimit"]["expr"].endswith(
+        "> 16384"
+    )  # 16Gi in MiB
     conf = _objects(load("team-conf"))["PrometheusRule"][0]["spec"]["groups"][0]["rules"]
-    assert "SecuremlGpuFramebufferOverTenantLimit" not in {r["alert"] for r in conf}  # no time-slicing
+    assert "SecuremlGpuFramebufferOverTenantLimit" not in {
+        r["alert"] for r in conf
+    }  # no time-slicing
 
 
 # --- diff and CLI -------------------------------------------------------------------------------
@@ -234,8 +309,21 @@ def test_diff_shows_what_a_profile_change_does() -> None:
 def test_cli_render_and_diff(tmp_path: Path) -> None:
     runner = CliRunner()
     profiles = [str(ROOT / "profiles" / "team-a.yaml"), str(ROOT / "profiles" / "team-dra.yaml")]
-    result = runner.invoke(app, ["profile", "render", *profiles, "-o", str(tmp_path), "--k8s-version", "1.34",
-                                 "--image-policy", "kyverno", "--no-kubeflow-profile"])
+    result = runner.invoke(
+        app,
+        [
+            "profile",
+            "render",
+            *profiles,
+            "-o",
+            str(tmp_path),
+            "--k8s-version",
+            "1.34",
+            "--image-policy",
+            "kyverno",
+            "--no-kubeflow-profile",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "team-a" / "resourcequota.yaml").exists()
     assert (tmp_path / "team-dra" / "resourceclaimtemplate.yaml").exists()
@@ -244,13 +332,19 @@ def test_cli_render_and_diff(tmp_path: Path) -> None:
     same = runner.invoke(app, ["profile", "diff", profiles[0], profiles[0]])
     assert same.exit_code == 0 and "no change" in same.output
     changed = tmp_path / "changed.yaml"
-    changed.write_text((ROOT / "profiles" / "team-a.yaml").read_text().replace("maxCompute: 50", "maxCompute: 40"))
+    changed.write_text(
+        (ROOT / "profiles" / "team-a.yaml").read_text().replace("maxCompute: 50", "maxCompute: 40")
+    )
     differs = runner.invoke(app, ["profile", "diff", profiles[0], str(changed)])
     assert differs.exit_code == 1 and "validatingadmissionpolicy.yaml" in differs.output
     broken = tmp_path / "broken.yaml"
-    broken.write_text("apiVersion: secureml.dev/v1alpha1\nkind: TenantProfile\nmetadata: {name: x}\nspec: {}\n")
+    broken.write_text(
+        "apiVersion: secureml.dev/v1alpha1\nkind: TenantProfile\nmetadata: {name: x}\nspec: {}\n"
+    )
     assert runner.invoke(app, ["profile", "diff", profiles[0], str(broken)]).exit_code == 2
-    assert runner.invoke(app, ["profile", "render", str(broken), "-o", str(tmp_path)]).exit_code != 0
+    assert (
+        runner.invoke(app, ["profile", "render", str(broken), "-o", str(tmp_path)]).exit_code != 0
+    )
 
 
 def test_trusted_root_choices(tmp_path: Path) -> None:
@@ -259,7 +353,11 @@ def test_trusted_root_choices(tmp_path: Path) -> None:
     staging = _changed("team-a", **{"images.signatures.trustedRoot": "staging"})
     (cip, _) = imagepolicy.render(staging, BundleOptions())
     authority = cip["spec"]["authorities"][0]
-    assert authority["keyless"]["trustRootRef"] == authority["ctlog"]["trustRootRef"] == "sigstore-staging"
+    assert (
+        authority["keyless"]["trustRootRef"]
+        == authority["ctlog"]["trustRootRef"]
+        == "sigstore-staging"
+    )
     assert authority["keyless"]["url"] == "https://fulcio.sigstage.dev"
     root = tmp_path / "trusted_root.json"
     root.write_text('{"mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1"}')
@@ -270,5 +368,7 @@ def test_trusted_root_choices(tmp_path: Path) -> None:
     assert cip["spec"]["authorities"][0]["keyless"]["trustRootRef"] == "secureml-team-a-trust-root"
     unsigned = _changed("team-a", **{"images.signatures.required": False})
     (cip, _) = imagepolicy.render(unsigned, BundleOptions())
-    assert cip["spec"]["authorities"] == [{"name": "unsigned-allowed", "static": {"action": "pass"}}]
+    assert cip["spec"]["authorities"] == [
+        {"name": "unsigned-allowed", "static": {"action": "pass"}}
+    ]
     assert imagepolicy.render(unsigned, BundleOptions(image_policy="kyverno")) == []

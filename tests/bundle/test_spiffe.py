@@ -20,13 +20,18 @@ _INDEX_LABEL = re.compile(r'\{\{ index \.PodMeta\.Labels "([^"]+)" \}\}')
 def expand(template: str, labels: dict[str, str]) -> str:
     """text/template semantics for that one action: the label's value, or "" when it is absent."""
     expanded = _INDEX_LABEL.sub(lambda match: labels.get(match.group(1), ""), template)
-    assert "{{" not in expanded and "}}" not in expanded, f"unexpected template action in {template}"
+    assert "{{" not in expanded and "}}" not in expanded, (
+        f"unexpected template action in {template}"
+    )
     return expanded
 
 
-@pytest.mark.parametrize(("pipeline", "step"), [("fine-tune", "train"), ("Fine Tune v2", "eval_step"),
-                                                 ("p" * 80, "s")])
-def test_template_expands_to_the_compilers_id(profile: TenantProfile, pipeline: str, step: str) -> None:
+@pytest.mark.parametrize(
+    ("pipeline", "step"), [("fine-tune", "train"), ("Fine Tune v2", "eval_step"), ("p" * 80, "s")]
+)
+def test_template_expands_to_the_compilers_id(
+    profile: TenantProfile, pipeline: str, step: str
+) -> None:
     labels = {
         contract.LABEL_TENANT: profile.metadata.name,
         contract.LABEL_PIPELINE: contract.label_value(pipeline),
@@ -41,12 +46,17 @@ def test_selectors_pick_the_tenants_labelled_steps() -> None:
     spec = entry["spec"]
     assert spec["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "team-a"}}
     assert spec["podSelector"]["matchLabels"] == {contract.LABEL_TENANT: "team-a"}
-    assert {e["key"] for e in spec["podSelector"]["matchExpressions"]} == {contract.LABEL_PIPELINE, contract.LABEL_STEP}
+    assert {e["key"] for e in spec["podSelector"]["matchExpressions"]} == {
+        contract.LABEL_PIPELINE,
+        contract.LABEL_STEP,
+    }
 
 
 def test_custom_template_with_tenant_field() -> None:
     data = load("team-a").model_dump(by_alias=True)
-    data["spec"]["identity"]["spiffeIdTemplate"] = "spiffe://{trustDomain}/t/{tenant}/{pipeline}/{step}"
+    data["spec"]["identity"]["spiffeIdTemplate"] = (
+        "spiffe://{trustDomain}/t/{tenant}/{pipeline}/{step}"
+    )
     profile = TenantProfile.from_dict(data)
     labels = {contract.LABEL_PIPELINE: "p", contract.LABEL_STEP: "s"}
     assert expand(spiffe_id_template(profile), labels) == "spiffe://acme.example/t/team-a/p/s"
@@ -54,7 +64,9 @@ def test_custom_template_with_tenant_field() -> None:
 
 def test_go_template_braces_in_the_literal_are_refused() -> None:
     data = load("team-a").model_dump(by_alias=True)
-    data["spec"]["identity"]["spiffeIdTemplate"] = "spiffe://{trustDomain}/{{{{x}}}}/{pipeline}/{step}"
+    data["spec"]["identity"]["spiffeIdTemplate"] = (
+        "spiffe://{trustDomain}/{{{{x}}}}/{pipeline}/{step}"
+    )
     profile = TenantProfile.from_dict(data)
     with pytest.raises(SecuremlError, match="Go template"):
         spiffe_id_template(profile)

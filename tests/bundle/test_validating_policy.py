@@ -43,7 +43,9 @@ def _api_server(policies: list[dict], pod: dict) -> list[str]:
 def test_rendered_policies_judge_like_the_offline_engine(tenant: str) -> None:
     policies = _policies(tenant)
     assert [p["metadata"]["name"] for p in policies] == [
-        f"secureml-{tenant}-validate-pods", f"secureml-{tenant}-validate-steps"]
+        f"secureml-{tenant}-validate-pods",
+        f"secureml-{tenant}-validate-steps",
+    ]
     rules = rules_for_profile(load(tenant))
     denied_by_forbidden_env_only = 0
     for path in CORPUS:
@@ -60,7 +62,10 @@ def test_the_driver_pod_skips_the_step_policy_only() -> None:
     del pod["metadata"]["labels"]
     context = {"object": admission_view(pod)}
     matched = [
-        all(compiled(c["expression"]).execute(context) is True for c in p["spec"].get("matchConditions", []))
+        all(
+            compiled(c["expression"]).execute(context) is True
+            for c in p["spec"].get("matchConditions", [])
+        )
         for p in policies
     ]
     assert matched == [True, False]

@@ -23,10 +23,18 @@ from secureml.bundle.common import K8S_VERSIONS
 from secureml.profile import TenantProfile
 from tests.bundle.conftest import fixtures_dir, rendered
 
-BUILT_IN_GROUPS = {"v1", "rbac.authorization.k8s.io", "networking.k8s.io", "admissionregistration.k8s.io",
-                   "resource.k8s.io"}
+BUILT_IN_GROUPS = {
+    "v1",
+    "rbac.authorization.k8s.io",
+    "networking.k8s.io",
+    "admissionregistration.k8s.io",
+    "resource.k8s.io",
+}
 OPTION_SETS = [
-    pytest.param(dict(image_policy="policy-controller", kubeflow_profile=True), id="policy-controller+profile"),
+    pytest.param(
+        dict(image_policy="policy-controller", kubeflow_profile=True),
+        id="policy-controller+profile",
+    ),
     pytest.param(dict(image_policy="kyverno", kubeflow_profile=False), id="kyverno+quota"),
 ]
 
@@ -42,13 +50,16 @@ def _strict(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {key: _strict(value) for key, value in schema.items()}
-    if out.get("type") == "object" and "additionalProperties" not in out and not out.get(
-        "x-kubernetes-preserve-unknown-fields"
-    ) and "properties" in out:
+    if (
+        out.get("type") == "object"
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+        and "properties" in out
+    ):
         out["additionalProperties"] = False
     pattern = out.get("pattern")
     if isinstance(pattern, str) and pattern.startswith("^(?i)"):  # Go allows the flag after ^
-        out["pattern"] = "(?i)^" + pattern[len("^(?i)"):]
+        out["pattern"] = "(?i)^" + pattern[len("^(?i)") :]
     if out.pop("nullable", False) and "type" in out:
         out["type"] = [out["type"], "null"]
     return out
@@ -78,13 +89,17 @@ def crd_schema(api_version: str, kind: str) -> dict[str, Any] | None:
     return None
 
 
-def _bundle(profile: TenantProfile, k8s_version: str, options: dict[str, Any]) -> list[dict[str, Any]]:
+def _bundle(
+    profile: TenantProfile, k8s_version: str, options: dict[str, Any]
+) -> list[dict[str, Any]]:
     return rendered(profile.metadata.name, BundleOptions(k8s_version=k8s_version, **options))
 
 
 @pytest.mark.parametrize("options", OPTION_SETS)
 @pytest.mark.parametrize("k8s_version", K8S_VERSIONS)
-def test_built_in_objects_validate_strictly(profile: TenantProfile, k8s_version: str, options: dict) -> None:
+def test_built_in_objects_validate_strictly(
+    profile: TenantProfile, k8s_version: str, options: dict
+) -> None:
     checked = set()
     for obj in _bundle(profile, k8s_version, options):
         if _group(obj["apiVersion"]) not in BUILT_IN_GROUPS:
@@ -92,10 +107,18 @@ def test_built_in_objects_validate_strictly(profile: TenantProfile, k8s_version:
         try:
             validated = kubernetes_validate.validate(obj, k8s_version, strict=True)
         except kubernetes_validate.ValidationError as err:
-            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} ({k8s_version}): {err.message} at {list(err.path)}")
+            pytest.fail(
+                f"{obj['kind']}/{obj['metadata']['name']} ({k8s_version}): {err.message} at {list(err.path)}"
+            )
         assert validated == k8s_version  # the schemas of exactly that version were used
         checked.add(obj["kind"])
-    assert {"Namespace", "Role", "NetworkPolicy", "ValidatingAdmissionPolicy", "MutatingAdmissionPolicy"} <= checked
+    assert {
+        "Namespace",
+        "Role",
+        "NetworkPolicy",
+        "ValidatingAdmissionPolicy",
+        "MutatingAdmissionPolicy",
+    } <= checked
 
 
 @pytest.mark.parametrize("options", OPTION_SETS)
@@ -109,17 +132,25 @@ def test_custom_resources_validate_against_real_crds(profile: TenantProfile, opt
         try:
             jsonschema.Draft7Validator(schema).validate(obj)
         except jsonschema.ValidationError as err:
-            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {err.message} at {list(err.absolute_path)}")
+            pytest.fail(
+                f"{obj['kind']}/{obj['metadata']['name']}: {err.message} at {list(err.absolute_path)}"
+            )
         seen.add(obj["kind"])
     assert "ClusterSPIFFEID" in seen
-    assert ("ImageValidatingPolicy" if options["image_policy"] == "kyverno" else "ClusterImagePolicy") in seen
+    assert (
+        "ImageValidatingPolicy" if options["image_policy"] == "kyverno" else "ClusterImagePolicy"
+    ) in seen
 
 
 def test_strict_crd_schema_rejects_an_unknown_field() -> None:
     """The strictness above is real: a misspelt field fails."""
     schema = crd_schema("spire.spiffe.io/v1alpha1", "ClusterSPIFFEID")
-    good = {"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID", "metadata": {"name": "x"},
-            "spec": {"spiffeIDTemplate": "spiffe://td/x"}}
+    good = {
+        "apiVersion": "spire.spiffe.io/v1alpha1",
+        "kind": "ClusterSPIFFEID",
+        "metadata": {"name": "x"},
+        "spec": {"spiffeIDTemplate": "spiffe://td/x"},
+    }
     validator = jsonschema.Draft7Validator(schema)
     validator.validate(good)
     bad = copy.deepcopy(good)
@@ -131,8 +162,12 @@ def test_strict_crd_schema_rejects_an_unknown_field() -> None:
 @pytest.mark.parametrize("k8s_version", ["1.34", "1.35"])
 def test_mutating_policy_v1_is_not_served_before_1_36(k8s_version: str) -> None:
     """Why the bundle writes v1beta1 for 1.34/1.35: those versions' schemas have no v1 kind."""
-    policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
-              "metadata": {"name": "x"}, "spec": {}}
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": "x"},
+        "spec": {},
+    }
     with pytest.raises(kubernetes_validate.SchemaNotFoundError):
         kubernetes_validate.validate(policy, k8s_version, strict=True)
     kubernetes_validate.validate(policy, "1.36", strict=True)

@@ -53,7 +53,12 @@ def executor(yaml_text: str, task: str) -> tuple[dict[str, Any], dict[str, Any]]
     label = pipeline["components"][f"comp-{task}"]["executorLabel"]
     container = pipeline["deploymentSpec"]["executors"][label]["container"]
     platform = rest[0] if rest else {}
-    k8s = platform.get("platforms", {}).get("kubernetes", {}).get("deploymentSpec", {}).get("executors", {})
+    k8s = (
+        platform.get("platforms", {})
+        .get("kubernetes", {})
+        .get("deploymentSpec", {})
+        .get("executors", {})
+    )
     return container, k8s.get(label, {})
 
 

@@ -1,6 +1,5 @@
 """What `compile_pipeline` writes: loads back in kfp, parses strictly, carries the exact controls."""
 
-
 import json
 
 import pytest
@@ -67,15 +66,23 @@ def test_mig_step_exact(reference_yaml: str) -> None:
         "SPIFFE_ENDPOINT_SOCKET": "unix:///spiffe-workload-api/spire-agent.sock",
     }
     assert k8s["podMetadata"] == {
-        "labels": {"secureml.dev/tenant": "team-a", "secureml.dev/pipeline": "secure-finetune",
-                   "secureml.dev/step": "train", "secureml.dev/isolation": "mig"},
+        "labels": {
+            "secureml.dev/tenant": "team-a",
+            "secureml.dev/pipeline": "secure-finetune",
+            "secureml.dev/step": "train",
+            "secureml.dev/isolation": "mig",
+        },
         "annotations": {
             "secureml.dev/spiffe-id": spiffe,
             "secureml.dev/image-digest": container["image"].split("@")[1],
             "secureml.dev/gpu-request": '{"kind":"mig","profile":"1g.10gb","count":1}',
         },
     }
-    assert k8s["securityContext"] == {"runAsUser": "1000", "runAsGroup": "1000", "runAsNonRoot": True}
+    assert k8s["securityContext"] == {
+        "runAsUser": "1000",
+        "runAsGroup": "1000",
+        "runAsNonRoot": True,
+    }
     assert k8s["emptyDirMounts"] == [{"volumeName": "scratch-tmp", "mountPath": "/tmp"}]
     assert k8s["activeDeadlineSeconds"] == "3600"
     assert "nodeSelector" not in k8s
@@ -98,7 +105,11 @@ def test_cpu_step_gets_defaults_without_gpu(reference_yaml: str) -> None:
     container, k8s = executor(reference_yaml, "prep")
     env = env_of(container)
     assert "resources" not in container or "accelerator" not in container["resources"]
-    assert (env["SECUREML_ISOLATION"], env["SECUREML_SCRUB_BEFORE"], env["SECUREML_SHIM"]) == ("none", "false", "off")
+    assert (env["SECUREML_ISOLATION"], env["SECUREML_SCRUB_BEFORE"], env["SECUREML_SHIM"]) == (
+        "none",
+        "false",
+        "off",
+    )
     assert "SECUREML_GPU_REQUEST" not in env
     assert k8s["podMetadata"]["labels"]["secureml.dev/isolation"] == "none"
     assert "secureml.dev/gpu-request" not in k8s["podMetadata"]["annotations"]
@@ -140,17 +151,37 @@ def test_container_component_whole_gpu_dedicated_pool() -> None:
     assert container["command"] == [*LAUNCHER, "python3", "-c"]
     assert container["args"] == ["print('hi')"]
     assert container["resources"]["accelerator"] == {
-        "count": "2", "resourceCount": "2", "resourceType": "nvidia.com/gpu", "type": "nvidia.com/gpu"}
+        "count": "2",
+        "resourceCount": "2",
+        "resourceType": "nvidia.com/gpu",
+        "type": "nvidia.com/gpu",
+    }
     assert k8s["nodeSelector"] == {"labels": {"secureml.dev/pool": "dedicated"}}
     assert k8s["tolerations"] == [
-        {"key": "secureml.dev/dedicated", "operator": "Equal", "value": "team-a", "effect": "NoSchedule"}]
+        {
+            "key": "secureml.dev/dedicated",
+            "operator": "Equal",
+            "value": "team-a",
+            "effect": "NoSchedule",
+        }
+    ]
     assert json.loads(k8s["podMetadata"]["annotations"]["secureml.dev/gpu-request"]) == {
-        "kind": "whole", "count": 2, "product": None}
+        "kind": "whole",
+        "count": 2,
+        "product": None,
+    }
 
 
 def test_single_strategy_one_product_is_a_node_selector() -> None:
-    profile = make_profile(gpu={"migStrategy": "single", "models": ["H100-94GB"], "mig": {"allowedProfiles": ["1g.12gb"]},
-                                "wholeGpu": None, "quota": None})
+    profile = make_profile(
+        gpu={
+            "migStrategy": "single",
+            "models": ["H100-94GB"],
+            "mig": {"allowedProfiles": ["1g.12gb"]},
+            "wholeGpu": None,
+            "quota": None,
+        }
+    )
     step = secure_component(gpu=MIG("1g.12gb"))(plain_step)
 
     @dsl.pipeline(name="single")
@@ -161,11 +192,15 @@ def test_single_strategy_one_product_is_a_node_selector() -> None:
     container, k8s = executor(result.yaml_text, "plain-step")
     assert result.admission_checked
     assert container["resources"]["accelerator"]["resourceType"] == "nvidia.com/gpu"
-    assert k8s["nodeSelector"] == {"labels": {"nvidia.com/gpu.product": "NVIDIA-H100-NVL-MIG-1g.12gb"}}
+    assert k8s["nodeSelector"] == {
+        "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-NVL-MIG-1g.12gb"}
+    }
 
 
 def test_single_strategy_several_products_is_a_required_affinity() -> None:
-    profile = make_profile(gpu={"migStrategy": "single", "mig": {"allowedProfiles": ["1g.10gb"]}, "quota": None})
+    profile = make_profile(
+        gpu={"migStrategy": "single", "mig": {"allowedProfiles": ["1g.10gb"]}, "quota": None}
+    )
     step = secure_component(gpu=MIG("1g.10gb"))(plain_step)
 
     @dsl.pipeline(name="single")
@@ -176,10 +211,22 @@ def test_single_strategy_several_products_is_a_required_affinity() -> None:
     assert result.admission_checked
     container, k8s = executor(result.yaml_text, "plain-step")
     assert container["resources"]["accelerator"]["resourceType"] == "nvidia.com/gpu"
-    assert k8s["nodeAffinity"] == [{"matchExpressions": [{
-        "key": "nvidia.com/gpu.product", "operator": "In",
-        "values": ["NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", "NVIDIA-A100-80GB-PCIe-MIG-1g.10gb",
-                   "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", "NVIDIA-H100-PCIe-MIG-1g.10gb"]}]}]
+    assert k8s["nodeAffinity"] == [
+        {
+            "matchExpressions": [
+                {
+                    "key": "nvidia.com/gpu.product",
+                    "operator": "In",
+                    "values": [
+                        "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
+                        "NVIDIA-A100-80GB-PCIe-MIG-1g.10gb",
+                        "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+                        "NVIDIA-H100-PCIe-MIG-1g.10gb",
+                    ],
+                }
+            ]
+        }
+    ]
     json_format.ParseDict(k8s, kubernetes_executor_config_pb2.KubernetesExecutorConfig())
 
 
@@ -190,7 +237,9 @@ def test_dra_backend_sets_the_claim_label_and_no_accelerator() -> None:
     def dra() -> None:
         step(x=1)
 
-    container, k8s = executor(compile_pipeline(dra, make_profile("team-dra")).yaml_text, "plain-step")
+    container, k8s = executor(
+        compile_pipeline(dra, make_profile("team-dra")).yaml_text, "plain-step"
+    )
     assert "accelerator" not in container.get("resources", {})
     assert k8s["podMetadata"]["labels"]["secureml.dev/gpu-claim"] == "secureml-timeslice"
     assert k8s["podMetadata"]["labels"]["secureml.dev/isolation"] == "timeslice-shim"
@@ -217,7 +266,7 @@ def outer() -> None:
     inner(x=first.output)
 
 
-def test_loaded_component_can_be_made_secure(tmp_path) -> None:  # noqa: ANN001
+def test_loaded_component_can_be_made_secure(tmp_path) -> None:
     from kfp import compiler
 
     path = tmp_path / "component.yaml"
@@ -233,7 +282,9 @@ def test_loaded_component_can_be_made_secure(tmp_path) -> None:  # noqa: ANN001
     assert container["image"] == f"ghcr.io/acme/ml-images/train@{DIGEST}"
 
 
-def test_component_file_compiles_as_a_one_step_pipeline_with_the_image_spelled_out(tmp_path) -> None:  # noqa: ANN001
+def test_component_file_compiles_as_a_one_step_pipeline_with_the_image_spelled_out(
+    tmp_path,
+) -> None:
     from secureml.profile import load_profile
 
     file = tmp_path / "comp.py"
@@ -253,7 +304,7 @@ def test_component_file_compiles_as_a_one_step_pipeline_with_the_image_spelled_o
     assert "secureml.dev/image-digest" not in k8s["podMetadata"]["annotations"]
 
 
-def test_yaml_writer_matches_kfps_own_writer(tmp_path) -> None:  # noqa: ANN001
+def test_yaml_writer_matches_kfps_own_writer(tmp_path) -> None:
     import yaml
     from kfp import compiler
 
@@ -266,7 +317,7 @@ def test_yaml_writer_matches_kfps_own_writer(tmp_path) -> None:  # noqa: ANN001
     assert comments == [line for line in result.yaml_text.splitlines() if line.startswith("#")]
 
 
-def test_the_launcher_accepts_what_the_compiler_writes(reference_yaml: str, tmp_path) -> None:  # noqa: ANN001
+def test_the_launcher_accepts_what_the_compiler_writes(reference_yaml: str, tmp_path) -> None:
     from secureml.enforcement.config import load_config, read_shim_limits
 
     for task, isolation in (("prep", "none"), ("train", "mig"), ("evaluate", "timeslice-shim")):

@@ -1,8 +1,8 @@
 """Hypothesis over generated profiles and GPU requests: a compile either succeeds or names rules."""
 
+from compilerhelp import IMAGE, merge, profile_data
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from compilerhelp import IMAGE, merge, profile_data
 from kfp import dsl
 
 from secureml import MIG, TimeSlice, WholeGPU, gpu, secure_component
@@ -37,19 +37,31 @@ def profiles(draw: st.DrawFn) -> TenantProfile:
         "wholeGpu": None,
     }
     if draw(st.booleans()):
-        gpu_spec["mig"] = {"allowedProfiles": draw(st.lists(st.sampled_from(MIG_NAMES), min_size=1, max_size=3,
-                                                            unique=True))}
+        gpu_spec["mig"] = {
+            "allowedProfiles": draw(
+                st.lists(st.sampled_from(MIG_NAMES), min_size=1, max_size=3, unique=True)
+            )
+        }
     if draw(st.booleans()):
-        gpu_spec["timeSlice"] = {"maxMemory": draw(st.integers(1, 80)) * GIB, "maxCompute": draw(st.integers(1, 100))}
+        gpu_spec["timeSlice"] = {
+            "maxMemory": draw(st.integers(1, 80)) * GIB,
+            "maxCompute": draw(st.integers(1, 100)),
+        }
     if draw(st.booleans()) or tier == "restricted":
-        gpu_spec["wholeGpu"] = {"maxPerStep": draw(st.integers(1, 8)), "nodeSelector": {"pool": "dedicated"}}
+        gpu_spec["wholeGpu"] = {
+            "maxPerStep": draw(st.integers(1, 8)),
+            "nodeSelector": {"pool": "dedicated"},
+        }
     data = profile_data()
-    data["spec"] = merge(data["spec"], {
-        "tier": tier,
-        "gpu": gpu_spec,
-        "runtime": {"shim": draw(st.sampled_from(["off", "enforce"]))},
-        "images": {"signatures": {"required": strict}},
-    })
+    data["spec"] = merge(
+        data["spec"],
+        {
+            "tier": tier,
+            "gpu": gpu_spec,
+            "runtime": {"shim": draw(st.sampled_from(["off", "enforce"]))},
+            "images": {"signatures": {"required": strict}},
+        },
+    )
     try:
         return TenantProfile.from_dict(data, source="generated")
     except ProfileError:
@@ -60,14 +72,22 @@ def profiles(draw: st.DrawFn) -> TenantProfile:
 requests = st.one_of(
     st.none(),
     st.builds(MIG, st.sampled_from([*MIG_NAMES, "9g.99gb"]), st.integers(1, 8)),
-    st.builds(TimeSlice, memory=st.integers(1, 96).map(lambda n: n * GIB), compute=st.integers(1, 100)),
+    st.builds(
+        TimeSlice, memory=st.integers(1, 96).map(lambda n: n * GIB), compute=st.integers(1, 100)
+    ),
     st.builds(WholeGPU, st.integers(1, 9), st.one_of(st.none(), st.sampled_from(PRODUCTS))),
 )
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
 @given(profile=profiles(), request=requests)
-def test_compile_never_crashes_and_every_rejection_has_a_rule(profile: TenantProfile, request) -> None:  # noqa: ANN001
+def test_compile_never_crashes_and_every_rejection_has_a_rule(
+    profile: TenantProfile, request
+) -> None:
     component = secure_component(gpu=request)(work)
 
     @dsl.pipeline(name="generated")
@@ -79,7 +99,9 @@ def test_compile_never_crashes_and_every_rejection_has_a_rule(profile: TenantPro
     except CompileError as err:
         assert err.violations
         for violation in err.violations:
-            assert violation.rule in RULES or violation.rule.startswith(("pss.", "secureml.")), violation
+            assert violation.rule in RULES or violation.rule.startswith(("pss.", "secureml.")), (
+                violation
+            )
             assert violation.task and violation.what and violation.fix
         return
     step = result.steps[0]

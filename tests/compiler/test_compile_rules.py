@@ -26,15 +26,15 @@ def entrypoint_only() -> dsl.ContainerSpec:
     return dsl.ContainerSpec(image=IMAGE, args=["--serve"])
 
 
-def gpu_step(request):  # noqa: ANN001, ANN201
+def gpu_step(request):
     return secure_component(gpu=request)(step)
 
 
-def image_step(image: str):  # noqa: ANN201
+def image_step(image: str):
     return secure_component(image=image)(step.python_func)
 
 
-def single(component, configure=lambda task: None):  # noqa: ANN001, ANN201
+def single(component, configure=lambda task: None):
     @dsl.pipeline(name="rules")
     def pipeline() -> None:
         configure(component(x=1))
@@ -42,7 +42,7 @@ def single(component, configure=lambda task: None):  # noqa: ANN001, ANN201
     return pipeline
 
 
-def rules_of(pipeline, profile=None) -> list[str]:  # noqa: ANN001
+def rules_of(pipeline, profile=None) -> list[str]:
     with pytest.raises(CompileError) as err:
         compile_pipeline(pipeline, profile or make_profile())
     return sorted(v.rule for v in err.value.violations)
@@ -51,8 +51,10 @@ def rules_of(pipeline, profile=None) -> list[str]:  # noqa: ANN001
 CASES = {
     "isolation.below-tier": (
         lambda: single(gpu_step(MIG("1g.10gb"))),
-        lambda: make_profile("team-restricted", images={"allowedRegistries": ["ghcr.io/acme/"],
-                                                       "signatures": {"required": True}}),
+        lambda: make_profile(
+            "team-restricted",
+            images={"allowedRegistries": ["ghcr.io/acme/"], "signatures": {"required": True}},
+        ),
         ["gpu.mig-forbidden", "isolation.below-tier"],
     ),
     "gpu.mig-forbidden": (
@@ -60,7 +62,11 @@ CASES = {
         lambda: make_profile(gpu={"mig": None, "quota": None}),
         ["gpu.mig-forbidden"],
     ),
-    "gpu.mig-profile-not-allowed": (lambda: single(gpu_step(MIG("4g.40gb"))), None, ["gpu.mig-profile-not-allowed"]),
+    "gpu.mig-profile-not-allowed": (
+        lambda: single(gpu_step(MIG("4g.40gb"))),
+        None,
+        ["gpu.mig-profile-not-allowed"],
+    ),
     # Profiles may only allow MIG profiles of their models, so an unknown one is also not allowed.
     "gpu.mig-profile-unknown": (
         lambda: single(gpu_step(MIG("1g.5gb"))),
@@ -73,55 +79,101 @@ CASES = {
         lambda: make_profile(gpu={"timeSlice": None, "quota": None}),
         ["gpu.timeslice-forbidden"],
     ),
-    "gpu.timeslice-memory": (lambda: single(gpu_step(TimeSlice(memory="32Gi", compute=10))), None,
-                             ["gpu.timeslice-memory"]),
-    "gpu.timeslice-compute": (lambda: single(gpu_step(TimeSlice(memory="1Gi", compute=60))), None,
-                              ["gpu.timeslice-compute"]),
+    "gpu.timeslice-memory": (
+        lambda: single(gpu_step(TimeSlice(memory="32Gi", compute=10))),
+        None,
+        ["gpu.timeslice-memory"],
+    ),
+    "gpu.timeslice-compute": (
+        lambda: single(gpu_step(TimeSlice(memory="1Gi", compute=60))),
+        None,
+        ["gpu.timeslice-compute"],
+    ),
     "gpu.whole-forbidden": (
         lambda: single(gpu_step(WholeGPU(1))),
         lambda: make_profile(gpu={"wholeGpu": None, "quota": None}),
         ["gpu.whole-forbidden"],
     ),
-    "gpu.whole-count": (lambda: single(gpu_step(WholeGPU(3))), lambda: make_profile(gpu={"quota": None}),
-                        ["gpu.whole-count"]),
-    "gpu.whole-product": (lambda: single(gpu_step(WholeGPU(1, product="NVIDIA-B200"))), None, ["gpu.whole-product"]),
+    "gpu.whole-count": (
+        lambda: single(gpu_step(WholeGPU(3))),
+        lambda: make_profile(gpu={"quota": None}),
+        ["gpu.whole-count"],
+    ),
+    "gpu.whole-product": (
+        lambda: single(gpu_step(WholeGPU(1, product="NVIDIA-B200"))),
+        None,
+        ["gpu.whole-product"],
+    ),
     "gpu.quota": (
         lambda: single(gpu_step(WholeGPU(2))),
         lambda: make_profile(gpu={"quota": {"nvidia.com/gpu": 1}}),
         ["gpu.quota"],
     ),
     "accelerator.not-allowed": (
-        lambda: single(step, lambda t: t.set_accelerator_type("nvidia.com/mig-7g.80gb")), None,
+        lambda: single(step, lambda t: t.set_accelerator_type("nvidia.com/mig-7g.80gb")),
+        None,
         ["accelerator.not-allowed"],
     ),
     "accelerator.without-request": (
-        lambda: single(step, lambda t: t.set_accelerator_type("nvidia.com/gpu")), None,
+        lambda: single(step, lambda t: t.set_accelerator_type("nvidia.com/gpu")),
+        None,
         ["accelerator.without-request"],
     ),
-    "image.invalid": (lambda: single(image_step(f"ghcr.io/acme/Train@{DIGEST}")), None, ["image.invalid"]),
+    "image.invalid": (
+        lambda: single(image_step(f"ghcr.io/acme/Train@{DIGEST}")),
+        None,
+        ["image.invalid"],
+    ),
     "image.dynamic": (lambda: _dynamic_image(), None, ["image.dynamic"]),
-    "image.registry": (lambda: single(image_step(f"docker.io/library/python@{DIGEST}")), None, ["image.registry"]),
-    "image.digest": (lambda: single(image_step("ghcr.io/acme/ml-images/train:1.0")), None, ["image.digest"]),
+    "image.registry": (
+        lambda: single(image_step(f"docker.io/library/python@{DIGEST}")),
+        None,
+        ["image.registry"],
+    ),
+    "image.digest": (
+        lambda: single(image_step("ghcr.io/acme/ml-images/train:1.0")),
+        None,
+        ["image.digest"],
+    ),
     "runtime.install": (lambda: single(installs), None, ["runtime.install"]),
-    "runtime.debug-pause": (lambda: single(step, lambda t: t.set_debug_pause()), None, ["runtime.debug-pause"]),
+    "runtime.debug-pause": (
+        lambda: single(step, lambda t: t.set_debug_pause()),
+        None,
+        ["runtime.debug-pause"],
+    ),
     "env.forbidden": (
-        lambda: single(step, lambda t: (t.set_env_variable("LD_PRELOAD", "/x.so"),
-                                        kubernetes.use_secret_as_env(t, "s", {"k": "CUDA_DISABLE_CONTROL"}))),
+        lambda: single(
+            step,
+            lambda t: (
+                t.set_env_variable("LD_PRELOAD", "/x.so"),
+                kubernetes.use_secret_as_env(t, "s", {"k": "CUDA_DISABLE_CONTROL"}),
+            ),
+        ),
         None,
         ["env.forbidden", "env.forbidden"],
     ),
-    "env.reserved": (lambda: single(step, lambda t: t.set_env_variable("SECUREML_SHIM", "off")), None,
-                     ["env.reserved"]),
+    "env.reserved": (
+        lambda: single(step, lambda t: t.set_env_variable("SECUREML_SHIM", "off")),
+        None,
+        ["env.reserved"],
+    ),
     "metadata.reserved": (
-        lambda: single(step, lambda t: kubernetes.add_pod_label(t, "secureml.dev/isolation", "dedicated")), None,
+        lambda: single(
+            step, lambda t: kubernetes.add_pod_label(t, "secureml.dev/isolation", "dedicated")
+        ),
+        None,
         ["metadata.reserved"],
     ),
     "launcher.no-command": (lambda: _no_command(), None, ["launcher.no-command"]),
-    "pipeline.nested-unresolved": (lambda: _unreachable_nested(), None, ["pipeline.nested-unresolved"]),
+    "pipeline.nested-unresolved": (
+        lambda: _unreachable_nested(),
+        None,
+        ["pipeline.nested-unresolved"],
+    ),
 }
 
 
-def _dynamic_image():  # noqa: ANN202
+def _dynamic_image():
     @dsl.pipeline(name="rules")
     def pipeline(image: str = IMAGE) -> None:
         step(x=1).set_container_image(image)
@@ -129,7 +181,7 @@ def _dynamic_image():  # noqa: ANN202
     return pipeline
 
 
-def _no_command():  # noqa: ANN202
+def _no_command():
     @dsl.pipeline(name="rules")
     def pipeline() -> None:
         entrypoint_only()
@@ -137,7 +189,7 @@ def _no_command():  # noqa: ANN202
     return pipeline
 
 
-def _unreachable_nested():  # noqa: ANN202
+def _unreachable_nested():
     @dsl.pipeline(name="inner")
     def inner() -> None:
         step(x=1)
@@ -173,8 +225,10 @@ def test_all_violations_of_all_tasks_are_reported_at_once() -> None:
         compile_pipeline(many, make_profile())
     found = sorted((v.task, v.rule) for v in err.value.violations)
     assert found == [
-        ("installs", "runtime.debug-pause"), ("installs", "runtime.install"),
-        ("step", "env.forbidden"), ("step", "gpu.mig-profile-not-allowed"),
+        ("installs", "runtime.debug-pause"),
+        ("installs", "runtime.install"),
+        ("step", "env.forbidden"),
+        ("step", "gpu.mig-profile-not-allowed"),
         ("step-2", "image.digest"),
     ]
     assert all(v.fix and v.what for v in err.value.violations)
@@ -187,12 +241,12 @@ def test_runtime_installs_pass_when_the_profile_allows_them() -> None:
     assert compile_pipeline(single(installs), profile).steps[0].task == "installs"
 
 
-def test_missing_signatures_come_from_the_supply_chain_verifier(tmp_path) -> None:  # noqa: ANN001
+def test_missing_signatures_come_from_the_supply_chain_verifier(tmp_path) -> None:
     from secureml.supplychain.compile import verify_images_for_compile
 
     profile = make_profile(images={"signatures": {"required": True}})
 
-    def verifier(steps):  # noqa: ANN001, ANN202
+    def verifier(steps):
         return verify_images_for_compile(steps, profile, tmp_path, False)
 
     with pytest.raises(CompileError) as err:
@@ -203,4 +257,8 @@ def test_missing_signatures_come_from_the_supply_chain_verifier(tmp_path) -> Non
 def test_docs_list_every_rule_id() -> None:
     text = (ROOT / "docs" / "rules.md").read_text()
     documented = set(re.findall(r"^\| `([a-z]+\.[a-z-]+)` \|", text, flags=re.M))
-    assert documented == set(RULES) | {"image.signature-missing", "image.signature-invalid", "image.signer-untrusted"}
+    assert documented == set(RULES) | {
+        "image.signature-missing",
+        "image.signature-invalid",
+        "image.signer-untrusted",
+    }

@@ -46,8 +46,14 @@ def test_preview_has_what_the_backend_and_the_mutation_add(pods: dict[str, dict]
     security = main["securityContext"]
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"]["drop"] == ["ALL"]
-    assert (security["runAsUser"], security["runAsGroup"], security["runAsNonRoot"]) == (1000, 1000, True)
-    assert security.get("readOnlyRootFilesystem") is True  # added by the tenant's MutatingAdmissionPolicy
+    assert (security["runAsUser"], security["runAsGroup"], security["runAsNonRoot"]) == (
+        1000,
+        1000,
+        True,
+    )
+    assert (
+        security.get("readOnlyRootFilesystem") is True
+    )  # added by the tenant's MutatingAdmissionPolicy
     assert main["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
     assert main["command"][0] == "/kfp-launcher/launch" and main["command"][-1] == "--"
     assert main["args"][:4] == list(contract.LAUNCHER_PREFIX)
@@ -72,33 +78,73 @@ runner = CliRunner()
 
 def test_cli_compiles_and_writes_yaml_and_report(tmp_path: Path) -> None:
     out, report = tmp_path / "p.yaml", tmp_path / "r.json"
-    result = runner.invoke(app, ["compile", str(REFERENCE), "--profile", str(DEV_PROFILE),
-                                 "-o", str(out), "--report", str(report)])
+    result = runner.invoke(
+        app,
+        [
+            "compile",
+            str(REFERENCE),
+            "--profile",
+            str(DEV_PROFILE),
+            "-o",
+            str(out),
+            "--report",
+            str(report),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "train" in result.output and "nvidia.com/mig-1g.10gb x1" in result.output
     data = json.loads(report.read_text())
     assert data["result"] == "compliant" and data["admissionChecked"] is True
     assert [s["isolation"] for s in data["steps"]] == ["none", "mig", "timeslice-shim"]
     first = out.read_bytes()
-    again = runner.invoke(app, ["compile", str(REFERENCE), "--profile", str(DEV_PROFILE), "-o", str(out)])
+    again = runner.invoke(
+        app, ["compile", str(REFERENCE), "--profile", str(DEV_PROFILE), "-o", str(out)]
+    )
     assert again.exit_code == 0 and out.read_bytes() == first
 
 
 def test_cli_reports_every_violation_and_exits_1(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    result = runner.invoke(app, ["compile", str(REFERENCE), "--profile", str(ROOT / "profiles" / "team-conf.yaml"),
-                                 "-o", str(tmp_path / "p.yaml"), "--report", str(report)])
+    result = runner.invoke(
+        app,
+        [
+            "compile",
+            str(REFERENCE),
+            "--profile",
+            str(ROOT / "profiles" / "team-conf.yaml"),
+            "-o",
+            str(tmp_path / "p.yaml"),
+            "--report",
+            str(report),
+        ],
+    )
     assert result.exit_code == 1
     rules = sorted((v["task"], v["rule"]) for v in json.loads(report.read_text())["violations"])
-    assert rules == [("evaluate", "gpu.timeslice-forbidden"), ("evaluate", "image.registry"),
-                     ("evaluate", "isolation.below-tier"), ("prep", "image.registry"), ("train", "image.registry")]
+    assert rules == [
+        ("evaluate", "gpu.timeslice-forbidden"),
+        ("evaluate", "image.registry"),
+        ("evaluate", "isolation.below-tier"),
+        ("prep", "image.registry"),
+        ("train", "image.registry"),
+    ]
     assert not (tmp_path / "p.yaml").exists()
     assert "Traceback" not in result.output
 
 
 def test_cli_requires_signatures_when_the_profile_does(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["compile", str(REFERENCE), "--profile", str(ROOT / "profiles" / "team-a.yaml"),
-                                 "-o", str(tmp_path / "p.yaml"), "--bundles", str(tmp_path)])
+    result = runner.invoke(
+        app,
+        [
+            "compile",
+            str(REFERENCE),
+            "--profile",
+            str(ROOT / "profiles" / "team-a.yaml"),
+            "-o",
+            str(tmp_path / "p.yaml"),
+            "--bundles",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 1
     assert result.output.count("[image.signature-missing]") == 3
 
@@ -111,8 +157,9 @@ def test_cli_requires_signatures_when_the_profile_does(tmp_path: Path) -> None:
         (None, ["--pipeline", "nope"], "no pipeline named 'nope'"),
     ],
 )
-def test_cli_input_errors_exit_2_without_traceback(tmp_path: Path, source: str | None, args: list[str],
-                                                    message: str) -> None:
+def test_cli_input_errors_exit_2_without_traceback(
+    tmp_path: Path, source: str | None, args: list[str], message: str
+) -> None:
     file = tmp_path / "pipe.py"
     if source is None:
         shutil.copy(REFERENCE, file)
@@ -125,7 +172,8 @@ def test_cli_input_errors_exit_2_without_traceback(tmp_path: Path, source: str |
 
 def test_loader_asks_which_pipeline_when_there_are_several(tmp_path: Path) -> None:
     file = tmp_path / "two.py"
-    file.write_text(textwrap.dedent("""
+    file.write_text(
+        textwrap.dedent("""
         from kfp import dsl
 
         @dsl.component(base_image="python:3.11")
@@ -139,7 +187,8 @@ def test_loader_asks_which_pipeline_when_there_are_several(tmp_path: Path) -> No
         @dsl.pipeline(name="two")
         def two():
             hello()
-    """))
+    """)
+    )
     result = runner.invoke(app, ["compile", str(file), "--profile", str(DEV_PROFILE)])
     assert result.exit_code == 2 and "--pipeline NAME: one, two" in result.output
     assert load_pipeline(file, "two").name == "two"
@@ -158,23 +207,50 @@ def test_reference_pipeline_runs_under_kfp_local(tmp_path: Path) -> None:
 
 def test_the_walkthroughs_rule_breaker_reports_what_the_walkthrough_shows(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    result = runner.invoke(app, ["compile", str(ROOT / "examples" / "rule_breaker.py"), "--profile", str(DEV_PROFILE),
-                                 "--report", str(report)])
+    result = runner.invoke(
+        app,
+        [
+            "compile",
+            str(ROOT / "examples" / "rule_breaker.py"),
+            "--profile",
+            str(DEV_PROFILE),
+            "--report",
+            str(report),
+        ],
+    )
     assert result.exit_code == 1
     found = [(v["task"], v["rule"]) for v in json.loads(report.read_text())["violations"]]
     assert found == [
-        ("train", "env.forbidden"), ("train", "gpu.mig-profile-not-allowed"),
-        ("evaluate", "image.digest"), ("evaluate", "gpu.timeslice-memory"), ("evaluate", "gpu.timeslice-compute"),
-        ("report", "image.registry"), ("report", "image.digest"), ("report", "runtime.install"),
+        ("train", "env.forbidden"),
+        ("train", "gpu.mig-profile-not-allowed"),
+        ("evaluate", "image.digest"),
+        ("evaluate", "gpu.timeslice-memory"),
+        ("evaluate", "gpu.timeslice-compute"),
+        ("report", "image.registry"),
+        ("report", "image.digest"),
+        ("report", "runtime.install"),
     ]
     walkthrough = (ROOT / "examples" / "README.md").read_text()
     assert all(f"[{rule}]" in walkthrough for _, rule in found)
 
 
 def test_cli_refuses_an_unsigned_profile_when_a_signed_one_is_required(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["compile", str(REFERENCE), "--profile", str(DEV_PROFILE), "-o", str(tmp_path / "p.yaml"),
-                                 "--require-signed-profile", "--certificate-identity", "platform@acme.example",
-                                 "--certificate-oidc-issuer", "https://accounts.google.com"])
+    result = runner.invoke(
+        app,
+        [
+            "compile",
+            str(REFERENCE),
+            "--profile",
+            str(DEV_PROFILE),
+            "-o",
+            str(tmp_path / "p.yaml"),
+            "--require-signed-profile",
+            "--certificate-identity",
+            "platform@acme.example",
+            "--certificate-oidc-issuer",
+            "https://accounts.google.com",
+        ],
+    )
     assert result.exit_code == 1
     assert "has no signature bundle" in result.output
     assert not (tmp_path / "p.yaml").exists()
@@ -183,11 +259,22 @@ def test_cli_refuses_an_unsigned_profile_when_a_signed_one_is_required(tmp_path:
 EXPECTED_BY_PROFILE = {
     "team-a": [],
     "team-dra": [],
-    "team-conf": [("evaluate", "gpu.timeslice-forbidden"), ("evaluate", "image.registry"),
-                  ("evaluate", "isolation.below-tier"), ("prep", "image.registry"), ("train", "image.registry")],
-    "team-restricted": [("evaluate", "gpu.timeslice-forbidden"), ("evaluate", "image.registry"),
-                        ("evaluate", "isolation.below-tier"), ("prep", "image.registry"),
-                        ("train", "gpu.mig-forbidden"), ("train", "image.registry"), ("train", "isolation.below-tier")],
+    "team-conf": [
+        ("evaluate", "gpu.timeslice-forbidden"),
+        ("evaluate", "image.registry"),
+        ("evaluate", "isolation.below-tier"),
+        ("prep", "image.registry"),
+        ("train", "image.registry"),
+    ],
+    "team-restricted": [
+        ("evaluate", "gpu.timeslice-forbidden"),
+        ("evaluate", "image.registry"),
+        ("evaluate", "isolation.below-tier"),
+        ("prep", "image.registry"),
+        ("train", "gpu.mig-forbidden"),
+        ("train", "image.registry"),
+        ("train", "isolation.below-tier"),
+    ],
 }
 
 

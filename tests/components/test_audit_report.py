@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from secureml import contract
 from secureml.components import audit_report_op
 from secureml.components.audit_report import render_text, summarize
 from secureml.enforcement.audit import load_audit_records
+
+from secureml import contract
 
 
 def _launch(audit_dir: Path, step: str, command: list[str]) -> int:
@@ -28,7 +28,9 @@ def _launch(audit_dir: Path, step: str, command: list[str]) -> int:
     }
     proc = subprocess.run(
         [sys.executable, "-m", contract.LAUNCHER_MODULE, "--", *command],
-        env=env, capture_output=True, timeout=60,
+        env=env,
+        capture_output=True,
+        timeout=60,
     )
     return proc.returncode
 
@@ -54,9 +56,7 @@ def test_summary_reads_the_launchers_records(audit_dir: Path) -> None:
 def test_report_component_runs_under_kfp_local(audit_dir: Path, tmp_path: Path) -> None:
     from kfp import local
 
-    local.init(
-        runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root")
-    )
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
     report = audit_report_op(image="python:3.11")
     task = report(audit_dir=str(audit_dir), title="run 42")
 

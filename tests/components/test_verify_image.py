@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from secureml.components import verify_image_op
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +19,8 @@ BEACON = (
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 
 pytestmark = pytest.mark.skipif(
-    not HAPPY.is_dir(), reason=f"Sigstore fixtures not found at {CONFORMANCE} (checkout without shared/)"
+    not HAPPY.is_dir(),
+    reason=f"Sigstore fixtures not found at {CONFORMANCE} (checkout without shared/)",
 )
 
 
@@ -35,9 +35,7 @@ def _run(tmp_path: Path, image: str, subject: str) -> object:
         bundle = dsl.importer(
             artifact_uri=str(HAPPY / "bundle.sigstore.json"), artifact_class=dsl.Artifact
         )
-        verify(
-            image=image, bundle=bundle.output, issuer=GITHUB_ISSUER, subject=subject
-        )
+        verify(image=image, bundle=bundle.output, issuer=GITHUB_ISSUER, subject=subject)
 
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
     return check()

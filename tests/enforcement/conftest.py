@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from secureml.enforcement.audit import load_audit_records, records_from_log
 
 from secureml import contract
-from secureml.enforcement.audit import load_audit_records, records_from_log
 
 
 @dataclass
@@ -47,8 +47,10 @@ def launcher_env(extra: Mapping[str, str], gpu: Any = None) -> dict[str, str]:
     """A clean environment (no SECUREML_* or SPIFFE variable of the test runner), then the GPU's
     (`FakeGPU`/`RealGPU` `.env()`: the driver to load), then `extra`."""
     env = {
-        k: v for k, v in os.environ.items()
-        if not k.startswith(contract.ENV_PREFIX) and k not in (contract.SPIFFE_SOCKET_ENV, "CUDA_VISIBLE_DEVICES")
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(contract.ENV_PREFIX)
+        and k not in (contract.SPIFFE_SOCKET_ENV, "CUDA_VISIBLE_DEVICES")
     }
     if gpu is not None:
         env = gpu.env(env)
@@ -71,7 +73,10 @@ def launch(tmp_path: Path) -> Launch:
         full_env = launcher_env({contract.ENV_AUDIT_DIR: str(audit_dir), **(env or {})}, gpu)
         proc = subprocess.run(
             [sys.executable, "-m", contract.LAUNCHER_MODULE, "--", *command],
-            env=full_env, capture_output=True, text=True, timeout=timeout,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         return LaunchResult(proc.returncode, proc.stdout, proc.stderr, audit_dir)
 

@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
-from secureml import contract
 from secureml.enforcement.audit import (
     AUDIT_SCHEMA,
     AuditError,
@@ -18,16 +16,27 @@ from secureml.enforcement.audit import (
     write_audit_record,
 )
 
+from secureml import contract
+
 
 def _record(step: str, started_at: str, run_id: str) -> dict[str, object]:
-    return {"schema": AUDIT_SCHEMA, "pipeline": "fine tune/v1", "step": step,
-            "started_at": started_at, "run_id": run_id, "exit_code": 0}
+    return {
+        "schema": AUDIT_SCHEMA,
+        "pipeline": "fine tune/v1",
+        "step": step,
+        "started_at": started_at,
+        "run_id": run_id,
+        "exit_code": 0,
+    }
 
 
 def test_written_records_read_back_oldest_first(tmp_path: Path) -> None:
     later = _record("train", "2026-11-29T10:00:01.000+00:00", "b" * 12)
     earlier = _record("prep", "2026-11-29T10:00:00.000+00:00", "a" * 12)
-    paths = [write_audit_record(later, tmp_path / "audit"), write_audit_record(earlier, tmp_path / "audit" / "sub")]
+    paths = [
+        write_audit_record(later, tmp_path / "audit"),
+        write_audit_record(earlier, tmp_path / "audit" / "sub"),
+    ]
 
     assert load_audit_records(tmp_path / "audit") == [earlier, later]
     assert all(p.name.endswith(".audit.json") and "/" not in p.name for p in paths)
@@ -41,7 +50,10 @@ def test_missing_folder_has_no_records(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("content", "fragment"),
-    [("{not json", "cannot read"), (json.dumps({"schema": "other/v9"}), "not a secureml audit record")],
+    [
+        ("{not json", "cannot read"),
+        (json.dumps({"schema": "other/v9"}), "not a secureml audit record"),
+    ],
 )
 def test_bad_record_is_named(tmp_path: Path, content: str, fragment: str) -> None:
     bad = tmp_path / "x.audit.json"

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from secureml import contract
 from secureml.enforcement.config import (
     ConfigError,
     MigRequest,
@@ -15,6 +13,8 @@ from secureml.enforcement.config import (
     load_config,
     parse_gpu_request,
 )
+
+from secureml import contract
 from secureml.gpu import MIG, TimeSlice, WholeGPU
 
 
@@ -72,17 +72,19 @@ def test_defaults_for_an_empty_environment() -> None:
 
 
 def test_full_environment() -> None:
-    config = load_config({
-        contract.ENV_ISOLATION: "timeslice-shim",
-        contract.ENV_GPU_REQUEST: '{"kind":"timeslice","memory":1073741824,"compute":20}',
-        contract.ENV_IMAGE: "reg.example/train@sha256:" + "0" * 64,
-        contract.ENV_SCRUB_BEFORE: "true",
-        contract.ENV_SCRUB_AFTER: "TRUE",
-        contract.ENV_SCRUB_VERIFY: "full",
-        contract.ENV_SHIM_LIMITS_FILE: "/tmp/limits",
-        contract.ENV_WATCHDOG_INTERVAL: "0.1",
-        contract.ENV_AUDIT_DIR: "/tmp/audit",
-    })
+    config = load_config(
+        {
+            contract.ENV_ISOLATION: "timeslice-shim",
+            contract.ENV_GPU_REQUEST: '{"kind":"timeslice","memory":1073741824,"compute":20}',
+            contract.ENV_IMAGE: "reg.example/train@sha256:" + "0" * 64,
+            contract.ENV_SCRUB_BEFORE: "true",
+            contract.ENV_SCRUB_AFTER: "TRUE",
+            contract.ENV_SCRUB_VERIFY: "full",
+            contract.ENV_SHIM_LIMITS_FILE: "/tmp/limits",
+            contract.ENV_WATCHDOG_INTERVAL: "0.1",
+            contract.ENV_AUDIT_DIR: "/tmp/audit",
+        }
+    )
     assert config.uses_gpu and config.shim_required  # timeslice-shim requires the shim
     assert config.gpu_request == TimeSliceRequest(2**30, 20)
     assert config.scrub_before and config.scrub_after and config.scrub_verify == "full"
@@ -92,11 +94,13 @@ def test_full_environment() -> None:
 
 
 def test_mig_step_does_not_require_the_shim() -> None:
-    config = load_config({
-        contract.ENV_ISOLATION: "mig",
-        contract.ENV_GPU_REQUEST: '{"kind":"mig","profile":"1g.10gb","count":1}',
-        contract.ENV_SHIM_MODE: "enforce",
-    })
+    config = load_config(
+        {
+            contract.ENV_ISOLATION: "mig",
+            contract.ENV_GPU_REQUEST: '{"kind":"mig","profile":"1g.10gb","count":1}',
+            contract.ENV_SHIM_MODE: "enforce",
+        }
+    )
     assert config.uses_gpu and not config.shim_required
 
 

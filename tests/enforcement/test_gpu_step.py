@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from secureml import contract
 from secureml.enforcement.launch import ExitCode
+
+from secureml import contract
 
 from .conftest import Launch, launcher_env
 
@@ -26,7 +27,10 @@ def _previous_tenant(gpu: Any, pattern: int) -> None:
     """A process that fills device memory with `pattern` and exits without clearing it."""
     proc = subprocess.run(
         [sys.executable, CUDA_STEP, "--alloc", str(32 * MiB), "--fill", hex(pattern)],
-        env=launcher_env(DEVICE_0, gpu), capture_output=True, text=True, timeout=60,
+        env=launcher_env(DEVICE_0, gpu),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
 
@@ -42,16 +46,26 @@ def test_dedicated_step_through_every_gpu_stage(launch: Launch, fake_gpu: Any) -
         contract.ENV_SCRUB_VERIFY: "sample",
         contract.ENV_WATCHDOG_INTERVAL: "0.05",
     }
-    result = launch([sys.executable, CUDA_STEP, "--alloc", str(32 * MiB), "--report-nonzero", "--hold", "0.5"],
-                    env, gpu=fake_gpu, timeout=300)
+    result = launch(
+        [sys.executable, CUDA_STEP, "--alloc", str(32 * MiB), "--report-nonzero", "--hold", "0.5"],
+        env,
+        gpu=fake_gpu,
+        timeout=300,
+    )
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "0"  # what the previous tenant left was zeroed before the step
     record = result.record
     statuses = {s["name"]: s["status"] for s in record["stages"]}
     assert statuses == {
-        "config": "ok", "shim-claim": "skipped", "identity": "skipped", "preflight": "ok", "scrub-before": "ok",
-        "shim": "skipped", "run": "ok", "scrub-after": "ok",
+        "config": "ok",
+        "shim-claim": "skipped",
+        "identity": "skipped",
+        "preflight": "ok",
+        "scrub-before": "ok",
+        "shim": "skipped",
+        "run": "ok",
+        "scrub-after": "ok",
     }
     (device,) = record["gpu"]["devices"]
     assert device["uuid"].startswith("GPU-") and device["memory_total"] > 0
@@ -67,12 +81,18 @@ def test_time_sliced_step_over_its_share_is_stopped(launch: Launch, fake_gpu: An
     env = {
         **DEVICE_0,
         contract.ENV_ISOLATION: "timeslice",
-        contract.ENV_GPU_REQUEST: json.dumps({"kind": "timeslice", "memory": 16 * MiB, "compute": 10}),
+        contract.ENV_GPU_REQUEST: json.dumps(
+            {"kind": "timeslice", "memory": 16 * MiB, "compute": 10}
+        ),
         contract.ENV_WATCHDOG_INTERVAL: "0.05",
         contract.ENV_WATCHDOG_GRACE: "2",
     }
-    result = launch([sys.executable, CUDA_STEP, "--alloc", str(64 * MiB), "--hold", "60"],
-                    env, gpu=fake_gpu, timeout=120)
+    result = launch(
+        [sys.executable, CUDA_STEP, "--alloc", str(64 * MiB), "--hold", "60"],
+        env,
+        gpu=fake_gpu,
+        timeout=120,
+    )
 
     assert result.returncode == ExitCode.WATCHDOG, result.stderr
     (violation,) = result.record["violations"]

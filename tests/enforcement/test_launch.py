@@ -7,16 +7,16 @@ compiled pod does.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from secureml import contract
 from secureml.enforcement.audit import AUDIT_SCHEMA
 from secureml.enforcement.launch import ExitCode
+
+from secureml import contract
 
 from .conftest import Launch, launcher_env
 
@@ -47,12 +47,22 @@ def test_cpu_step_skips_gpu_stages_and_records_why(launch: Launch) -> None:
     assert record == result.logged_record  # the file and the stderr line carry the same record
     assert record["schema"] == AUDIT_SCHEMA
     assert (record["tenant"], record["namespace"], record["pipeline"], record["step"]) == (
-        "team-a", "team-a-ns", "fine-tune", "prep",
+        "team-a",
+        "team-a-ns",
+        "fine-tune",
+        "prep",
     )
     assert record["image_digest"] == "sha256:" + "ab" * 32
     assert record["gpu_request"] is None and record["isolation"] == "none"
     assert [s["name"] for s in record["stages"]] == [
-        "config", "shim-claim", "identity", "preflight", "scrub-before", "shim", "run", "scrub-after",
+        "config",
+        "shim-claim",
+        "identity",
+        "preflight",
+        "scrub-before",
+        "shim",
+        "run",
+        "scrub-after",
     ]
     by_name = {s["name"]: s for s in record["stages"]}
     for name in ("preflight", "scrub-before", "shim", "scrub-after"):
@@ -88,8 +98,11 @@ def test_config_error_fails_closed_before_the_command_runs(launch: Launch, tmp_p
 
 
 def test_gpu_request_without_isolation_is_a_config_error(launch: Launch) -> None:
-    env = {**STEP_ENV, contract.ENV_ISOLATION: "",
-           contract.ENV_GPU_REQUEST: '{"kind":"mig","profile":"1g.10gb","count":1}'}
+    env = {
+        **STEP_ENV,
+        contract.ENV_ISOLATION: "",
+        contract.ENV_GPU_REQUEST: '{"kind":"mig","profile":"1g.10gb","count":1}',
+    }
     result = launch([PY, "-c", "pass"], env)
 
     assert result.returncode == ExitCode.CONFIG
@@ -136,7 +149,10 @@ def test_missing_command_is_127_and_recorded(launch: Launch, tmp_path: Path) -> 
 
 def test_no_command_is_a_usage_error() -> None:
     proc = subprocess.run(
-        [PY, "-m", contract.LAUNCHER_MODULE, "--"], env=launcher_env({}), capture_output=True, text=True
+        [PY, "-m", contract.LAUNCHER_MODULE, "--"],
+        env=launcher_env({}),
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == ExitCode.USAGE
     assert "usage" in proc.stderr
@@ -157,7 +173,10 @@ def test_unwritable_audit_dir_fails_the_step(launch: Launch, tmp_path: Path) -> 
 def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [PY, "-m", contract.LAUNCHER_MODULE, "--", *command],
-        env=launcher_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=launcher_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -197,7 +216,11 @@ def test_child_killed_by_signal_exits_128_plus_signal(tmp_path: Path) -> None:
 
     assert proc.returncode == 128 + signal.SIGINT
     (line,) = [l for l in stderr.splitlines() if l.startswith(contract.AUDIT_LINE_PREFIX)]
-    run = [s for s in json.loads(line.removeprefix(contract.AUDIT_LINE_PREFIX))["stages"] if s["name"] == "run"]
+    run = [
+        s
+        for s in json.loads(line.removeprefix(contract.AUDIT_LINE_PREFIX))["stages"]
+        if s["name"] == "run"
+    ]
     assert run[0]["signal"] == "SIGINT"
 
 
@@ -205,12 +228,15 @@ def test_launcher_start_does_not_import_heavy_libraries(tmp_path: Path) -> None:
     env = launcher_env({**STEP_ENV, contract.ENV_AUDIT_DIR: str(tmp_path / "audit")})
     proc = subprocess.run(
         [PY, "-X", "importtime", "-m", contract.LAUNCHER_MODULE, "--", PY, "-c", "pass"],
-        env=env, capture_output=True, text=True,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stderr
     imported = {
         line.rsplit("|", 1)[1].strip().split(".")[0]
-        for line in proc.stderr.splitlines() if line.startswith("import time:") and "|" in line
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
     }
     assert "secureml" in imported  # the probe sees the launcher's own imports
     assert not imported & {"kfp", "grpc", "sigstore", "spiffe", "pynvml", "pydantic", "yaml", "cel"}

@@ -7,9 +7,10 @@ import sys
 import time
 from pathlib import Path
 
+from secureml.enforcement.launch import ExitCode
+
 from secureml import contract
 from secureml.devidentity import DevWorkloadAPI
-from secureml.enforcement.launch import ExitCode
 
 from .conftest import Launch
 
@@ -85,15 +86,27 @@ def test_signal_before_the_command_starts_stops_the_launcher(tmp_path: Path) -> 
 
     marker = tmp_path / "ran"
     with DevWorkloadAPI(tmp_path / "agent.sock", spiffe_id=EXPECTED, mode="hang") as api:
-        env = _env(api, **{
-            contract.ENV_IDENTITY_REQUIRED: "false",  # optional: its timeout alone would not stop the step
-            contract.ENV_IDENTITY_TIMEOUT: "3",
-            contract.ENV_AUDIT_DIR: str(tmp_path / "audit"),
-        })
+        env = _env(
+            api,
+            **{
+                contract.ENV_IDENTITY_REQUIRED: "false",  # optional: its timeout alone would not stop the step
+                contract.ENV_IDENTITY_TIMEOUT: "3",
+                contract.ENV_AUDIT_DIR: str(tmp_path / "audit"),
+            },
+        )
         proc = subprocess.Popen(
-            [sys.executable, "-m", contract.LAUNCHER_MODULE, "--", sys.executable, "-c",
-             f"open({str(marker)!r}, 'w')"],
-            env=launcher_env(env), stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                contract.LAUNCHER_MODULE,
+                "--",
+                sys.executable,
+                "-c",
+                f"open({str(marker)!r}, 'w')",
+            ],
+            env=launcher_env(env),
+            stderr=subprocess.PIPE,
+            text=True,
         )
         deadline = time.monotonic() + 20
         while not api.workloads:  # the launcher is now waiting on the Workload API
@@ -108,5 +121,10 @@ def test_signal_before_the_command_starts_stops_the_launcher(tmp_path: Path) -> 
     record = json.loads(line.removeprefix(contract.AUDIT_LINE_PREFIX))
     stages = {s["name"]: s for s in record["stages"]}
     assert stages["identity"]["status"] == "warning"
-    assert stages["run"] == {"name": "run", "status": "skipped", "reason": "launcher was signalled", "seconds": 0.0}
+    assert stages["run"] == {
+        "name": "run",
+        "status": "skipped",
+        "reason": "launcher was signalled",
+        "seconds": 0.0,
+    }
     assert record["child_exit_code"] is None and record["exit_code"] == 128 + signal.SIGTERM

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from secureml import contract
+from fakegpu import FakeDevice, FakeGPU, FakeMig, FakeProcess, MiB
 from secureml.enforcement.launch import ExitCode
 
-from fakegpu import FakeDevice, FakeGPU, FakeMig, FakeProcess, MiB
+from secureml import contract
+
 from .conftest import Launch, LaunchResult
 
 MakeGPU = Callable[..., FakeGPU]
@@ -30,7 +30,11 @@ def _mig(profile: str = "1g.10gb", memory: int = 9984 * MiB) -> FakeMig:
 
 
 def _run(
-    launch: Launch, gpu: FakeGPU, request: dict[str, object], isolation: str, tmp_path: Path,
+    launch: Launch,
+    gpu: FakeGPU,
+    request: dict[str, object],
+    isolation: str,
+    tmp_path: Path,
     **env: str,
 ) -> tuple[LaunchResult, Path]:
     marker = tmp_path / "step-ran"
@@ -56,10 +60,17 @@ def test_mig_instance_of_the_requested_profile_passes(
     launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path
 ) -> None:
     mig = _mig()
-    gpu = make_fake_gpu(devices=[FakeDevice(name=H100, mig_mode=True, migs=[mig, _mig("3g.40gb", 40 * GB)])],
-                        driver_version="560.35.03", cuda_version=12060)
+    gpu = make_fake_gpu(
+        devices=[FakeDevice(name=H100, mig_mode=True, migs=[mig, _mig("3g.40gb", 40 * GB)])],
+        driver_version="560.35.03",
+        cuda_version=12060,
+    )
     result, marker = _run(
-        launch, gpu, {"kind": "mig", "profile": "1g.10gb", "count": 1}, "mig", tmp_path,
+        launch,
+        gpu,
+        {"kind": "mig", "profile": "1g.10gb", "count": 1},
+        "mig",
+        tmp_path,
         CUDA_VISIBLE_DEVICES=mig.uuid,
     )
 
@@ -68,7 +79,11 @@ def test_mig_instance_of_the_requested_profile_passes(
     found = result.record["gpu"]
     assert (found["driver_version"], found["cuda_version"]) == ("560.35.03", "12.6")
     (device,) = found["devices"]
-    assert (device["uuid"], device["mig_profile"], device["memory_total"]) == (mig.uuid, "1g.10gb", 9984 * MiB)
+    assert (device["uuid"], device["mig_profile"], device["memory_total"]) == (
+        mig.uuid,
+        "1g.10gb",
+        9984 * MiB,
+    )
     assert device["parent_uuid"] == gpu.devices[0].uuid
     assert found["health"][gpu.devices[0].uuid]["xid"] is None
 
@@ -76,13 +91,17 @@ def test_mig_instance_of_the_requested_profile_passes(
 def test_mig_profile_mismatch(launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path) -> None:
     mig = _mig("2g.20gb", 19968 * MiB)
     gpu = make_fake_gpu(devices=[FakeDevice(name=H100, mig_mode=True, migs=[mig])])
-    result, marker = _run(launch, gpu, {"kind": "mig", "profile": "1g.10gb", "count": 1}, "mig", tmp_path)
+    result, marker = _run(
+        launch, gpu, {"kind": "mig", "profile": "1g.10gb", "count": 1}, "mig", tmp_path
+    )
     _assert_stopped(result, marker, "profile 2g.20gb", "requested 1g.10gb", mig.uuid)
 
 
 def test_mig_count_mismatch(launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(name=H100, mig_mode=True, migs=[_mig(), _mig()])])
-    result, marker = _run(launch, gpu, {"kind": "mig", "profile": "1g.10gb", "count": 1}, "mig", tmp_path)
+    result, marker = _run(
+        launch, gpu, {"kind": "mig", "profile": "1g.10gb", "count": 1}, "mig", tmp_path
+    )
     _assert_stopped(result, marker, "2 MIG instance(s) visible", "requested 1")
 
 
@@ -90,13 +109,19 @@ def test_mig_memory_that_does_not_match_the_profile(
     launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path
 ) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(name=H100, mig_mode=True, migs=[_mig(memory=5 * GB)])])
-    result, marker = _run(launch, gpu, {"kind": "mig", "profile": "1g.10gb", "count": 1}, "mig", tmp_path)
+    result, marker = _run(
+        launch, gpu, {"kind": "mig", "profile": "1g.10gb", "count": 1}, "mig", tmp_path
+    )
     _assert_stopped(result, marker, f"{5 * GB} bytes", "1g.10gb")
 
 
-def test_mig_request_on_a_gpu_without_mig(launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path) -> None:
+def test_mig_request_on_a_gpu_without_mig(
+    launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path
+) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(name=H100)])
-    result, marker = _run(launch, gpu, {"kind": "mig", "profile": "1g.10gb", "count": 1}, "mig", tmp_path)
+    result, marker = _run(
+        launch, gpu, {"kind": "mig", "profile": "1g.10gb", "count": 1}, "mig", tmp_path
+    )
     _assert_stopped(result, marker, "0 MIG instance(s) visible")
 
 
@@ -105,7 +130,11 @@ def test_whole_gpus_of_the_requested_product_pass(
 ) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(name=H100), FakeDevice(name=H100)])
     result, marker = _run(
-        launch, gpu, {"kind": "whole", "count": 2, "product": "NVIDIA-H100-80GB-HBM3"}, "dedicated", tmp_path
+        launch,
+        gpu,
+        {"kind": "whole", "count": 2, "product": "NVIDIA-H100-80GB-HBM3"},
+        "dedicated",
+        tmp_path,
     )
     assert result.returncode == 0, result.stderr
     assert [d["uuid"] for d in result.record["gpu"]["devices"]] == [d.uuid for d in gpu.devices]
@@ -113,7 +142,9 @@ def test_whole_gpus_of_the_requested_product_pass(
 
 def test_whole_gpu_count_mismatch(launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(), FakeDevice()])
-    result, marker = _run(launch, gpu, {"kind": "whole", "count": 1, "product": None}, "dedicated", tmp_path)
+    result, marker = _run(
+        launch, gpu, {"kind": "whole", "count": 1, "product": None}, "dedicated", tmp_path
+    )
     _assert_stopped(result, marker, "2 GPU(s) visible", "1 whole GPU(s)")
 
 
@@ -122,7 +153,11 @@ def test_cuda_visible_devices_narrows_what_the_step_sees(
 ) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(), FakeDevice()])
     result, _ = _run(
-        launch, gpu, {"kind": "whole", "count": 1, "product": None}, "dedicated", tmp_path,
+        launch,
+        gpu,
+        {"kind": "whole", "count": 1, "product": None},
+        "dedicated",
+        tmp_path,
         CUDA_VISIBLE_DEVICES=gpu.devices[1].uuid,
     )
     assert result.returncode == 0, result.stderr
@@ -132,20 +167,30 @@ def test_cuda_visible_devices_narrows_what_the_step_sees(
 def test_whole_gpu_product_mismatch(launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(name="NVIDIA A100-SXM4-80GB")])
     result, marker = _run(
-        launch, gpu, {"kind": "whole", "count": 1, "product": "NVIDIA-H100-80GB-HBM3"}, "dedicated", tmp_path
+        launch,
+        gpu,
+        {"kind": "whole", "count": 1, "product": "NVIDIA-H100-80GB-HBM3"},
+        "dedicated",
+        tmp_path,
     )
     _assert_stopped(result, marker, "NVIDIA A100-SXM4-80GB", "requested NVIDIA-H100-80GB-HBM3")
 
 
 def test_whole_gpu_in_mig_mode(launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(name=H100, mig_mode=True, migs=[_mig()])])
-    result, marker = _run(launch, gpu, {"kind": "whole", "count": 1, "product": None}, "dedicated", tmp_path)
+    result, marker = _run(
+        launch, gpu, {"kind": "whole", "count": 1, "product": None}, "dedicated", tmp_path
+    )
     _assert_stopped(result, marker, "MIG mode")
 
 
-def test_foreign_process_on_a_dedicated_gpu(launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path) -> None:
+def test_foreign_process_on_a_dedicated_gpu(
+    launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path
+) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice()], processes=[FakeProcess(pid=4242, used=8 * MiB)])
-    result, marker = _run(launch, gpu, {"kind": "whole", "count": 1, "product": None}, "dedicated", tmp_path)
+    result, marker = _run(
+        launch, gpu, {"kind": "whole", "count": 1, "product": None}, "dedicated", tmp_path
+    )
     _assert_stopped(result, marker, "pid 4242", "dedicated")
 
 
@@ -165,12 +210,18 @@ def test_time_sliced_share_larger_than_the_device(
 ) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(memory=256 * MiB)])
     result, marker = _run(
-        launch, gpu, {"kind": "timeslice", "memory": 512 * MiB, "compute": 25}, "timeslice", tmp_path
+        launch,
+        gpu,
+        {"kind": "timeslice", "memory": 512 * MiB, "compute": 25},
+        "timeslice",
+        tmp_path,
     )
     _assert_stopped(result, marker, "less than the step's share")
 
 
-def test_time_sliced_step_seeing_two_devices(launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path) -> None:
+def test_time_sliced_step_seeing_two_devices(
+    launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path
+) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(), FakeDevice()])
     result, marker = _run(
         launch, gpu, {"kind": "timeslice", "memory": 64 * MiB, "compute": 25}, "timeslice", tmp_path
@@ -191,11 +242,15 @@ def test_unhealthy_gpu(
     launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path, health: dict[str, object], fragment: str
 ) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(**health)])  # type: ignore[arg-type]
-    result, marker = _run(launch, gpu, {"kind": "whole", "count": 1, "product": None}, "dedicated", tmp_path)
+    result, marker = _run(
+        launch, gpu, {"kind": "whole", "count": 1, "product": None}, "dedicated", tmp_path
+    )
     _assert_stopped(result, marker, fragment, gpu.devices[0].uuid)
 
 
 def test_nvml_that_does_not_start(launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path) -> None:
     gpu = make_fake_gpu(fail_nvmlinit=9)  # NVML_ERROR_DRIVER_NOT_LOADED
-    result, marker = _run(launch, gpu, {"kind": "whole", "count": 1, "product": None}, "dedicated", tmp_path)
+    result, marker = _run(
+        launch, gpu, {"kind": "whole", "count": 1, "product": None}, "dedicated", tmp_path
+    )
     _assert_stopped(result, marker, "NVML did not start")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from fakegpu import FakeDevice, FakeGPU, FakeMig, MiB, run_python
+from secureml.enforcement.launch import ExitCode
 
 from secureml import contract
-from secureml.enforcement.launch import ExitCode
 
 from .conftest import Launch, launcher_env
 
@@ -39,7 +39,9 @@ def test_scrub_before_removes_a_previous_tenants_residue(
     launch: Launch, make_fake_gpu: MakeGPU, scrub: bool
 ) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(memory=64 * MiB, residue=RESIDUE)])
-    env = _gpu_env(**{contract.ENV_SCRUB_BEFORE: str(scrub).lower(), contract.ENV_SCRUB_VERIFY: "full"})
+    env = _gpu_env(
+        **{contract.ENV_SCRUB_BEFORE: str(scrub).lower(), contract.ENV_SCRUB_VERIFY: "full"}
+    )
     result = launch(_step("--alloc", str(16 * MiB), "--report-nonzero"), env, gpu=gpu)
 
     assert result.returncode == 0, result.stderr
@@ -58,9 +60,13 @@ def test_scrub_before_removes_a_previous_tenants_residue(
 
 
 @pytest.mark.parametrize("scrub", [True, False])
-def test_scrub_after_erases_what_the_step_left(launch: Launch, make_fake_gpu: MakeGPU, scrub: bool) -> None:
+def test_scrub_after_erases_what_the_step_left(
+    launch: Launch, make_fake_gpu: MakeGPU, scrub: bool
+) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(memory=64 * MiB)])
-    env = _gpu_env(**{contract.ENV_SCRUB_AFTER: str(scrub).lower(), contract.ENV_SCRUB_VERIFY: "sample"})
+    env = _gpu_env(
+        **{contract.ENV_SCRUB_AFTER: str(scrub).lower(), contract.ENV_SCRUB_VERIFY: "sample"}
+    )
     result = launch(_step("--alloc", str(8 * MiB), "--fill", "0x5A"), env, gpu=gpu)
 
     assert result.returncode == 0, result.stderr
@@ -81,7 +87,9 @@ def test_scrub_runs_after_a_failing_step(launch: Launch, make_fake_gpu: MakeGPU)
         f"import subprocess, sys; subprocess.run([sys.executable, {CUDA_STEP!r}, '--alloc', "
         f"'{4 * MiB}', '--fill', '0x5A'], check=True); sys.exit(9)"
     )
-    result = launch([sys.executable, "-c", code], _gpu_env(**{contract.ENV_SCRUB_AFTER: "true"}), gpu=gpu)
+    result = launch(
+        [sys.executable, "-c", code], _gpu_env(**{contract.ENV_SCRUB_AFTER: "true"}), gpu=gpu
+    )
 
     assert result.returncode == 9
     assert result.stage("scrub-after")["status"] == "ok"
@@ -95,7 +103,8 @@ def test_scrub_that_cannot_take_the_memory_fails_closed(
     marker = tmp_path / "ran"
     result = launch(
         [sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
-        _gpu_env(**{contract.ENV_SCRUB_BEFORE: "true"}), gpu=gpu,
+        _gpu_env(**{contract.ENV_SCRUB_BEFORE: "true"}),
+        gpu=gpu,
     )
 
     assert result.returncode == ExitCode.SCRUB_BEFORE
@@ -105,18 +114,23 @@ def test_scrub_that_cannot_take_the_memory_fails_closed(
 
 def test_cuda_that_does_not_start_fails_the_scrub(launch: Launch, make_fake_gpu: MakeGPU) -> None:
     gpu = make_fake_gpu(fail_cuinit=100)  # CUDA_ERROR_NO_DEVICE
-    result = launch([sys.executable, "-c", "pass"], _gpu_env(**{contract.ENV_SCRUB_BEFORE: "true"}), gpu=gpu)
+    result = launch(
+        [sys.executable, "-c", "pass"], _gpu_env(**{contract.ENV_SCRUB_BEFORE: "true"}), gpu=gpu
+    )
 
     assert result.returncode == ExitCode.SCRUB_BEFORE
     assert "cuInit failed: CUDA_ERROR_NO_DEVICE" in result.stage("scrub-before")["error"]
 
 
-def test_scrub_after_failure_overrides_a_successful_step(launch: Launch, make_fake_gpu: MakeGPU) -> None:
+def test_scrub_after_failure_overrides_a_successful_step(
+    launch: Launch, make_fake_gpu: MakeGPU
+) -> None:
     # the step's own allocation is the last one the fake grants: the scrub after gets nothing
     gpu = make_fake_gpu(devices=[FakeDevice(memory=64 * MiB)], fail_alloc_after=1)
     result = launch(
         _step("--alloc", str(4 * MiB), "--fill", "0x5A"),
-        _gpu_env(**{contract.ENV_SCRUB_AFTER: "true"}), gpu=gpu,
+        _gpu_env(**{contract.ENV_SCRUB_AFTER: "true"}),
+        gpu=gpu,
     )
 
     assert result.returncode == ExitCode.SCRUB_AFTER, result.stderr

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from fakegpu import FakeDevice, FakeGPU, MiB, build_shim
+from secureml.enforcement.launch import ExitCode
 
 from secureml import contract
-from secureml.enforcement.launch import ExitCode
 
 from .conftest import Launch, launcher_env
 
@@ -33,7 +33,11 @@ def shim_library() -> Path:
 def _limits_file(tmp_path: Path, memory: int = LIMIT, compute: int = 50) -> Path:
     path = tmp_path / "podinfo" / "limits"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(contract.render_shim_limits(memory_bytes=memory, compute_percent=compute, scrub_on_free=True))
+    path.write_text(
+        contract.render_shim_limits(
+            memory_bytes=memory, compute_percent=compute, scrub_on_free=True
+        )
+    )
     path.chmod(0o444)
     return path
 
@@ -57,11 +61,17 @@ def test_shim_refuses_what_exceeds_the_limit_and_the_scrub_runs_outside_it(
     env = _env(shim_library, _limits_file(tmp_path), **{contract.ENV_SCRUB_AFTER: "true"})
     result = launch([sys.executable, CUDA_STEP, "--alloc", str(16 * MiB)], env, gpu=gpu)
 
-    assert result.returncode == 1, result.stderr  # the step's own failure: its allocation was refused
+    assert result.returncode == 1, (
+        result.stderr
+    )  # the step's own failure: its allocation was refused
     assert "cuMemAlloc failed with CUDA error 2" in result.stderr
     record = result.record
-    assert record["limits"] == {"memory": LIMIT, "compute": 50, "scrub_on_free": True,
-                                "source": str(tmp_path / "podinfo" / "limits")}
+    assert record["limits"] == {
+        "memory": LIMIT,
+        "compute": 50,
+        "scrub_on_free": True,
+        "source": str(tmp_path / "podinfo" / "limits"),
+    }
     assert record["shim_counters"]["refused"] >= 1
     assert record["shim_counters"]["memory_limit"] == LIMIT
     # the launcher's own scrub is not under the shim: it reached the whole device, not 8 MiB
@@ -77,7 +87,9 @@ def test_step_within_its_limit_runs_under_the_shim(
         "import os, subprocess, sys; print(os.environ['LD_PRELOAD']); "
         f"subprocess.run([sys.executable, {CUDA_STEP!r}, '--alloc', '{4 * MiB}'], check=True)"
     )
-    result = launch([sys.executable, "-c", code], _env(shim_library, _limits_file(tmp_path)), gpu=gpu)
+    result = launch(
+        [sys.executable, "-c", code], _env(shim_library, _limits_file(tmp_path)), gpu=gpu
+    )
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.split(":")[0].strip() == str(shim_library)
@@ -92,7 +104,8 @@ def test_missing_limits_file_fails_closed(
     marker = tmp_path / "ran"
     result = launch(
         [sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
-        _env(shim_library, tmp_path / "absent" / "limits"), gpu=gpu,
+        _env(shim_library, tmp_path / "absent" / "limits"),
+        gpu=gpu,
     )
     assert result.returncode == ExitCode.SHIM
     assert not marker.exists()
@@ -104,7 +117,9 @@ def test_limits_that_differ_from_the_request_fail_closed(
 ) -> None:
     gpu = make_fake_gpu()
     result = launch(
-        [sys.executable, "-c", "pass"], _env(shim_library, _limits_file(tmp_path, memory=64 * MiB)), gpu=gpu
+        [sys.executable, "-c", "pass"],
+        _env(shim_library, _limits_file(tmp_path, memory=64 * MiB)),
+        gpu=gpu,
     )
     assert result.returncode == ExitCode.SHIM
     assert f"memory={64 * MiB}" in result.stage("shim")["error"]
@@ -122,7 +137,9 @@ def test_malformed_limits_file_fails_closed(
 
 def test_unbuilt_shim_fails_closed(launch: Launch, make_fake_gpu: MakeGPU, tmp_path: Path) -> None:
     result = launch(
-        [sys.executable, "-c", "pass"], _env(tmp_path / "no-shim.so", _limits_file(tmp_path)), gpu=make_fake_gpu()
+        [sys.executable, "-c", "pass"],
+        _env(tmp_path / "no-shim.so", _limits_file(tmp_path)),
+        gpu=make_fake_gpu(),
     )
     assert result.returncode == ExitCode.SHIM
     assert "not built" in result.stage("shim")["error"]
@@ -133,18 +150,37 @@ def test_shim_off_on_a_time_sliced_gpu_is_recorded(launch: Launch, make_fake_gpu
         contract.ENV_ISOLATION: "timeslice",
         contract.ENV_GPU_REQUEST: json.dumps({"kind": "timeslice", "memory": LIMIT, "compute": 50}),
     }
-    result = launch([sys.executable, "-c", "import os; print(os.environ.get('LD_PRELOAD', ''))"], env, gpu=make_fake_gpu())
+    result = launch(
+        [sys.executable, "-c", "import os; print(os.environ.get('LD_PRELOAD', ''))"],
+        env,
+        gpu=make_fake_gpu(),
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
-    assert result.stage("shim") == {"name": "shim", "status": "skipped", "reason": "off in the profile", "seconds": 0.0}
+    assert result.stage("shim") == {
+        "name": "shim",
+        "status": "skipped",
+        "reason": "off in the profile",
+        "seconds": 0.0,
+    }
 
 
-def test_scrub_refuses_to_run_where_the_shim_enforces(make_fake_gpu: MakeGPU, shim_library: Path, tmp_path: Path) -> None:
+def test_scrub_refuses_to_run_where_the_shim_enforces(
+    make_fake_gpu: MakeGPU, shim_library: Path, tmp_path: Path
+) -> None:
     # a process with the shim preloaded that never claimed the launcher's role: the shim enforces there
     gpu = make_fake_gpu()
-    env = launcher_env({"LD_PRELOAD": str(shim_library), contract.ENV_SHIM_LIMITS_FILE: str(_limits_file(tmp_path))}, gpu)
+    env = launcher_env(
+        {
+            "LD_PRELOAD": str(shim_library),
+            contract.ENV_SHIM_LIMITS_FILE: str(_limits_file(tmp_path)),
+        },
+        gpu,
+    )
     code = "from secureml.enforcement.scrub import scrub_devices; scrub_devices('sample')"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode != 0
     assert "the quota shim enforces its limits in the launcher process" in proc.stderr
 
@@ -169,9 +205,15 @@ def test_launcher_with_the_shim_preloaded_works_unlimited_while_its_step_is_limi
     # LD_PRELOAD on the launcher stands in for /etc/ld.so.preload: the shim is in every process,
     # the launcher's included; residue of a previous tenant fills the device.
     gpu = make_fake_gpu(devices=[FakeDevice(memory=128 * MiB, residue=0xA5)])
-    env = _env(shim_library, _limits_file(tmp_path), **{
-        contract.ENV_SCRUB_BEFORE: "true", contract.ENV_SCRUB_AFTER: "true", "LD_PRELOAD": str(shim_library),
-    })
+    env = _env(
+        shim_library,
+        _limits_file(tmp_path),
+        **{
+            contract.ENV_SCRUB_BEFORE: "true",
+            contract.ENV_SCRUB_AFTER: "true",
+            "LD_PRELOAD": str(shim_library),
+        },
+    )
     command = [sys.executable, "-c", CLAIMING_STEP, CUDA_STEP, str(4 * MiB), str(16 * MiB)]
     result = launch(command, env, gpu=gpu)
 
@@ -184,20 +226,29 @@ def test_launcher_with_the_shim_preloaded_works_unlimited_while_its_step_is_limi
     assert claim["detail"]["dumpable"] is False  # the step cannot ptrace the pass-through launcher
     launcher_pid = claim["detail"]["pid"]
     # the launcher's own GPU work saw the device, not the step's 8 MiB
-    assert [d["memory_total"] for d in result.stage("preflight")["detail"]["devices"]] == [128 * MiB]
+    assert [d["memory_total"] for d in result.stage("preflight")["detail"]["devices"]] == [
+        128 * MiB
+    ]
     assert result.stage("scrub-before")["detail"]["zeroed_bytes"] == 128 * MiB
     assert result.stage("scrub-after")["detail"]["zeroed_bytes"] == 128 * MiB
     assert result.stage("shim")["detail"]["preloaded"] is True
     # the step's process asked for the launcher's role and was refused; it stayed enforced
     lines = result.stdout.splitlines()
-    assert lines[0] == f"claim -1 process {launcher_pid} already holds the launcher role of this step"
+    assert (
+        lines[0] == f"claim -1 process {launcher_pid} already holds the launcher role of this step"
+    )
     assert lines[1] == "mode 1"
     assert lines[2] == "0"  # scrub-before removed the residue the step would have found
     counters = record["shim_counters"]
     assert counters["launcher_pid"] == launcher_pid
     assert counters["launcher_claims_refused"] == 1
     assert counters["refused"] >= 1 and counters["peak"] == 4 * MiB
-    assert {"kind": "shim-launcher-claim", "count": 1, "launcher_pid": launcher_pid, "action": "refused"} in record["violations"]
+    assert {
+        "kind": "shim-launcher-claim",
+        "count": 1,
+        "launcher_pid": launcher_pid,
+        "action": "refused",
+    } in record["violations"]
     assert gpu.read_memory().count(0) == 128 * MiB  # scrub-after left nothing of the step's data
 
 
@@ -213,7 +264,8 @@ def test_launcher_takes_its_role_where_the_shim_is_not_preloaded(
     launcher = result.record["shim_launcher"]
     assert launcher["how"] == "private"
     assert result.stdout.splitlines()[:2] == [
-        f"claim -1 process {launcher['pid']} already holds the launcher role of this step", "mode 1",
+        f"claim -1 process {launcher['pid']} already holds the launcher role of this step",
+        "mode 1",
     ]
     assert result.record["shim_counters"]["launcher_claims_refused"] == 1
 
@@ -226,9 +278,17 @@ def test_a_second_launcher_is_refused_its_role(
     gpu = make_fake_gpu()
     limits = _limits_file(tmp_path)
     squatter = subprocess.run(
-        [sys.executable, "-c", "import ctypes, os; print(os.getpid(), ctypes.CDLL(None).secureml_shim_claim_launcher(None, 0))"],
-        env=launcher_env({"LD_PRELOAD": str(shim_library), contract.ENV_SHIM_LIMITS_FILE: str(limits)}, gpu),
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-c",
+            "import ctypes, os; print(os.getpid(), ctypes.CDLL(None).secureml_shim_claim_launcher(None, 0))",
+        ],
+        env=launcher_env(
+            {"LD_PRELOAD": str(shim_library), contract.ENV_SHIM_LIMITS_FILE: str(limits)}, gpu
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     squatter_pid, claimed = squatter.stdout.split()
     assert claimed == "0", squatter.stderr

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fakegpu import FakeDevice, FakeGPU, FakeProcess, MiB
+from secureml.enforcement.launch import ExitCode
 
 from secureml import contract
-from secureml.enforcement.launch import ExitCode
 
 from .conftest import Launch
 
@@ -42,7 +42,8 @@ def test_step_over_its_memory_limit_is_stopped(launch: Launch, make_fake_gpu: Ma
     started = time.monotonic()
     result = launch(
         _step("--alloc", str(32 * MiB), "--hold", "60"),
-        _timeslice_env(8 * MiB, **{contract.ENV_SCRUB_AFTER: "true"}), gpu=gpu,
+        _timeslice_env(8 * MiB, **{contract.ENV_SCRUB_AFTER: "true"}),
+        gpu=gpu,
     )
     elapsed = time.monotonic() - started
 
@@ -64,7 +65,8 @@ def test_step_ignoring_sigterm_is_killed_after_the_grace_period(
     gpu = make_fake_gpu(devices=[FakeDevice(memory=128 * MiB)])
     result = launch(
         _step("--alloc", str(32 * MiB), "--hold", "60", "--ignore-term"),
-        _timeslice_env(8 * MiB, **{contract.ENV_WATCHDOG_GRACE: "0.5"}), gpu=gpu,
+        _timeslice_env(8 * MiB, **{contract.ENV_WATCHDOG_GRACE: "0.5"}),
+        gpu=gpu,
     )
 
     assert result.returncode == ExitCode.WATCHDOG
@@ -77,7 +79,9 @@ def test_memory_of_grandchildren_counts_and_strangers_do_not(
     launch: Launch, make_fake_gpu: MakeGPU
 ) -> None:
     # another tenant's process holds 64 MiB on the same GPU: not the step's
-    gpu = make_fake_gpu(devices=[FakeDevice(memory=128 * MiB)], processes=[FakeProcess(pid=4242, used=64 * MiB)])
+    gpu = make_fake_gpu(
+        devices=[FakeDevice(memory=128 * MiB)], processes=[FakeProcess(pid=4242, used=64 * MiB)]
+    )
     code = (
         "import subprocess, sys\n"
         f"procs = [subprocess.Popen([sys.executable, {CUDA_STEP!r}, '--alloc', '{6 * MiB}', '--hold', '10'])"
@@ -100,10 +104,16 @@ def test_step_within_its_limit_runs_to_the_end(launch: Launch, make_fake_gpu: Ma
     record = result.record
     assert record["violations"] == [] and record["peak_gpu_memory_bytes"] == 4 * MiB
     watchdog = result.stage("run")["watchdog"]
-    assert watchdog["limit_bytes"] == 8 * MiB and watchdog["samples"] >= 3 and watchdog["error"] is None
+    assert (
+        watchdog["limit_bytes"] == 8 * MiB
+        and watchdog["samples"] >= 3
+        and watchdog["error"] is None
+    )
 
 
-def test_dedicated_gpu_has_no_limit_but_peak_is_recorded(launch: Launch, make_fake_gpu: MakeGPU) -> None:
+def test_dedicated_gpu_has_no_limit_but_peak_is_recorded(
+    launch: Launch, make_fake_gpu: MakeGPU
+) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(memory=128 * MiB)])
     env = {
         contract.ENV_ISOLATION: "dedicated",

@@ -78,7 +78,11 @@ def test_identity_is_decided_by_attesting_the_calling_process(tmp_path: Path) ->
             env = {**os.environ, contract.ENV_STEP: step}
             proc = subprocess.run(
                 [sys.executable, "-c", probe, api.endpoint],
-                env=env, capture_output=True, text=True, timeout=60, check=True,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
             )
             got[step] = json.loads(proc.stdout)
         pids = {workload.pid for workload in api.workloads}

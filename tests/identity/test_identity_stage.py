@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-
-from secureml import contract
-from secureml.devidentity import DevCA, DevWorkloadAPI
 from secureml.enforcement.identity import (
     IdentityError,
     _check_chain,
     fetch_and_check_identity,
     socket_path_of,
 )
+
+from secureml import contract
+from secureml.devidentity import DevCA, DevWorkloadAPI
 
 EXPECTED = "spiffe://acme.example/ns/team-a/pipeline/fine-tune/step/train"
 
@@ -140,7 +140,11 @@ def test_svid_not_signed_by_the_bundle_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("endpoint", "path"),
-    [("unix:///run/a.sock", "/run/a.sock"), ("unix:/run/a.sock", "/run/a.sock"), ("/run/a.sock", "/run/a.sock")],
+    [
+        ("unix:///run/a.sock", "/run/a.sock"),
+        ("unix:/run/a.sock", "/run/a.sock"),
+        ("/run/a.sock", "/run/a.sock"),
+    ],
 )
 def test_endpoint_forms(endpoint: str, path: str) -> None:
     assert socket_path_of(endpoint) == Path(path)

@@ -16,40 +16,76 @@ PROFILE = ROOT / "profiles" / "team-a.yaml"
 def test_run_prints_the_audit_summary(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,
-        ["run", str(PIPELINES), "--pipeline", "numbers", "--profile", str(PROFILE), "--local",
-         "--dev-identity", "--output-dir", str(tmp_path / "out"), "--arg", "count=3"],
+        [
+            "run",
+            str(PIPELINES),
+            "--pipeline",
+            "numbers",
+            "--profile",
+            str(PROFILE),
+            "--local",
+            "--dev-identity",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--arg",
+            "count=3",
+        ],
     )
     assert result.exit_code == 0, result.output
-    summary = result.output[result.output.index("secureml audit summary: pipeline numbers"):]
+    summary = result.output[result.output.index("secureml audit summary: pipeline numbers") :]
     assert "make-numbers  passed  0" in summary and "total         passed  0" in summary
     assert "spiffe://acme.example/ns/team-a/pipeline/numbers/step/total" in summary
     assert "2 of 2 step(s) passed." in summary
     assert "SIMULATED" not in summary
-    assert sorted(p.name.split(".")[1] for p in (tmp_path / "out" / "audit").glob("*.audit.json")) == [
-        "make-numbers", "total",
+    assert sorted(
+        p.name.split(".")[1] for p in (tmp_path / "out" / "audit").glob("*.audit.json")
+    ) == [
+        "make-numbers",
+        "total",
     ]
 
 
 def test_refusals_are_one_message_and_exit_codes(tmp_path: Path) -> None:
     runner = CliRunner()
     no_identity = runner.invoke(
-        app, ["run", str(PIPELINES), "--pipeline", "numbers", "--profile", str(PROFILE), "--local",
-              "--output-dir", str(tmp_path / "a")],
+        app,
+        [
+            "run",
+            str(PIPELINES),
+            "--pipeline",
+            "numbers",
+            "--profile",
+            str(PROFILE),
+            "--local",
+            "--output-dir",
+            str(tmp_path / "a"),
+        ],
     )
     assert no_identity.exit_code == 1
     assert "--dev-identity" in no_identity.output and "Traceback" not in no_identity.output
     not_local = runner.invoke(app, ["run", str(PIPELINES), "--profile", str(PROFILE)])
     assert not_local.exit_code == 2 and "--local" in not_local.output
-    bad_arg = runner.invoke(app, ["run", str(PIPELINES), "--profile", str(PROFILE), "--local",
-                                  "--arg", "novalue"])
+    bad_arg = runner.invoke(
+        app, ["run", str(PIPELINES), "--profile", str(PROFILE), "--local", "--arg", "novalue"]
+    )
     assert bad_arg.exit_code == 2 and "NAME=VALUE" in bad_arg.output
 
 
 def test_a_failing_step_exits_1_with_the_table(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,
-        ["run", str(PIPELINES), "--pipeline", "breaks", "--profile", str(PROFILE), "--local",
-         "--dev-identity", "--output-dir", str(tmp_path / "out")],
+        [
+            "run",
+            str(PIPELINES),
+            "--pipeline",
+            "breaks",
+            "--profile",
+            str(PROFILE),
+            "--local",
+            "--dev-identity",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
     )
     assert result.exit_code == 1
     assert "fail-on-purpose  FAILED at run  3" in result.output
@@ -59,8 +95,18 @@ def test_a_failing_step_exits_1_with_the_table(tmp_path: Path) -> None:
 def test_a_pipeline_that_breaks_the_profile_never_runs(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,
-        ["run", str(PIPELINES), "--pipeline", "foreign-image", "--profile", str(PROFILE), "--local",
-         "--dev-identity", "--output-dir", str(tmp_path / "out")],
+        [
+            "run",
+            str(PIPELINES),
+            "--pipeline",
+            "foreign-image",
+            "--profile",
+            str(PROFILE),
+            "--local",
+            "--dev-identity",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
     )
     assert result.exit_code == 1
     assert "from-elsewhere" in result.output and "docker.io" in result.output

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from secureml.enforcement import simulator
+
 from secureml.localrun import RunLayout, fake_machine_for, run_pipeline
 from secureml.profile import load_profile
 
@@ -23,7 +23,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _preflight_in(env: dict[str, str], request: dict, isolation: str) -> subprocess.CompletedProcess:
+def _preflight_in(
+    env: dict[str, str], request: dict, isolation: str
+) -> subprocess.CompletedProcess:
     code = (
         "import json, sys\n"
         "from secureml.enforcement.config import parse_gpu_request\n"
@@ -32,7 +34,10 @@ def _preflight_in(env: dict[str, str], request: dict, isolation: str) -> subproc
     )
     return subprocess.run(
         [sys.executable, "-c", code, json.dumps(request), isolation],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -45,7 +50,9 @@ def _preflight_in(env: dict[str, str], request: dict, isolation: str) -> subproc
         ({"kind": "whole", "count": 2, "product": "NVIDIA-H100-80GB-HBM3"}, "dedicated"),
     ],
 )
-def test_each_simulated_machine_passes_the_real_preflight(tmp_path: Path, request_json, isolation) -> None:
+def test_each_simulated_machine_passes_the_real_preflight(
+    tmp_path: Path, request_json, isolation
+) -> None:
     machine, visible = fake_machine_for(request_json, tmp_path / "gpu")
     env = machine.env()
     env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
@@ -77,7 +84,9 @@ def test_whole_gpu_step_runs_every_gpu_stage_on_the_fake(tmp_path: Path) -> None
     assert all(r["exit_code"] == 0 and r["isolation"] == "dedicated" for r in result.records)
     record = by_step["on-whole-gpu"]
     stages = {stage["name"]: stage for stage in record["stages"]}
-    assert [stages[n]["status"] for n in ("identity", "preflight", "scrub-before", "run", "scrub-after")] == ["ok"] * 5
+    assert [
+        stages[n]["status"] for n in ("identity", "preflight", "scrub-before", "run", "scrub-after")
+    ] == ["ok"] * 5
     assert stages["scrub-before"]["detail"]["coverage"] == 1.0
     assert record["isolation"] == "dedicated"
     assert record["gpu"]["devices"][0]["uuid"].startswith("GPU-")

@@ -48,7 +48,10 @@ def test_fields_parse_into_python_values() -> None:
     profile = load_profile(ROOT / "profiles/team-a.yaml")
     assert profile.spec.gpu.time_slice.max_memory == 16 * 2**30
     assert profile.spec.gpu.quota["nvidia.com/mig-1g.10gb"] == 8
-    assert profile.spec.images.signatures.identities[0].subject_reg_exp == r"^https://github\.com/acme/"
+    assert (
+        profile.spec.images.signatures.identities[0].subject_reg_exp
+        == r"^https://github\.com/acme/"
+    )
     assert profile.spec.gpu.whole_gpu.tolerations[0].value == "team-a"
 
 
@@ -114,7 +117,7 @@ def test_required_signatures_need_an_identity() -> None:
 def test_signer_needs_exactly_one_subject_form() -> None:
     data = team_a()
     data["spec"]["images"]["signatures"]["identities"][0]["subject"] = "x"
-    (path, message), = problems_of(data)
+    ((path, message),) = problems_of(data)
     assert path == "spec.images.signatures.identities[0]"
     assert "exactly one" in message
 
@@ -163,7 +166,9 @@ def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:
 
 def test_committed_schema_is_in_sync() -> None:
     committed = json.loads((ROOT / "profiles/tenantprofile.schema.json").read_text())
-    assert committed == profile_json_schema(), "run: secureml profile schema > profiles/tenantprofile.schema.json"
+    assert committed == profile_json_schema(), (
+        "run: secureml profile schema > profiles/tenantprofile.schema.json"
+    )
 
 
 def test_validate_cli_prints_one_line_per_problem(tmp_path: Path) -> None:
@@ -173,7 +178,9 @@ def test_validate_cli_prints_one_line_per_problem(tmp_path: Path) -> None:
     broken["spec"]["extra"] = 1
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(broken))
-    result = runner.invoke(app, ["profile", "validate", str(ROOT / "profiles/team-a.yaml"), str(path)])
+    result = runner.invoke(
+        app, ["profile", "validate", str(ROOT / "profiles/team-a.yaml"), str(path)]
+    )
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert lines[0].endswith("ok (tenant team-a, tier internal)")

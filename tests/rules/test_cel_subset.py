@@ -85,7 +85,7 @@ def test_every_rule_id_is_documented() -> None:
         assert f"`{rule.id}`" in doc, rule.id
 
 
-def profile_with_single_strategy():  # noqa: ANN201
+def profile_with_single_strategy():
     import yaml
 
     from secureml.profile import TenantProfile
@@ -100,7 +100,11 @@ def profile_with_single_strategy():  # noqa: ANN201
 def test_single_strategy_mig_rule() -> None:
     from secureml.rules import evaluate
 
-    rule = next(r for r in rules_for_profile(profile_with_single_strategy()) if r.id == "secureml.migProfile.single")
+    rule = next(
+        r
+        for r in rules_for_profile(profile_with_single_strategy())
+        if r.id == "secureml.migProfile.single"
+    )
     pod = {
         "metadata": {"labels": {"secureml.dev/isolation": "mig"}},
         "spec": {

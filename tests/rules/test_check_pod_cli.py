@@ -17,12 +17,14 @@ ALLOWED = ATTACKS_DIR.parent / "allowed"
 runner = CliRunner()
 
 
-def run(*args: str, stdin: str | None = None):  # noqa: ANN201
+def run(*args: str, stdin: str | None = None):
     return runner.invoke(app, ["check-pod", *args], input=stdin)
 
 
 def test_allowed_pod_exits_zero() -> None:
-    result = run(str(ALLOWED / "team-a-timeslice.yaml"), "--profile", str(PROFILES_DIR / "team-a.yaml"))
+    result = run(
+        str(ALLOWED / "team-a-timeslice.yaml"), "--profile", str(PROFILES_DIR / "team-a.yaml")
+    )
     assert result.exit_code == 0, result.output
     assert "ALLOWED  Pod/train" in result.output
 
@@ -46,7 +48,9 @@ def test_denied_json_report() -> None:
 
 
 def test_level_with_rule_filter_and_stdin() -> None:
-    pod = "kind: Pod\nmetadata: {name: p}\nspec: {hostPID: true, containers: [{name: c, image: x}]}\n"
+    pod = (
+        "kind: Pod\nmetadata: {name: p}\nspec: {hostPID: true, containers: [{name: c, image: x}]}\n"
+    )
     assert run("-", "--level", "baseline", stdin=pod).exit_code == 1
     assert run("-", "--level", "restricted", "--rule", "pss.hostPorts", stdin=pod).exit_code == 0
     result = run("-", "--level", "baseline", "--rule", "pss.nope", stdin=pod)
@@ -62,7 +66,9 @@ def test_unusable_input_exits_two() -> None:
 
 def test_invalid_profile_exits_two(tmp_path: Path) -> None:
     bad = tmp_path / "p.yaml"
-    bad.write_text("apiVersion: secureml.dev/v1alpha1\nkind: TenantProfile\nmetadata: {name: x}\nspec: {}\n")
+    bad.write_text(
+        "apiVersion: secureml.dev/v1alpha1\nkind: TenantProfile\nmetadata: {name: x}\nspec: {}\n"
+    )
     result = run(str(ALLOWED / "team-a-cpu.yaml"), "--profile", str(bad))
     assert result.exit_code == 2 and "invalid TenantProfile" in result.output
 
@@ -92,6 +98,12 @@ def test_kfp_driver_pod_and_its_impostor() -> None:
     driver, denied = json.loads(result.stdout)["objects"]
     assert driver["verdict"] == "allowed" and driver["violations"] == []
     assert [v["rule"] for v in denied["violations"]] == [
-        "secureml.requiredLabels", "secureml.isolationLevel", "secureml.readOnlyRootFilesystem"]
+        "secureml.requiredLabels",
+        "secureml.isolationLevel",
+        "secureml.readOnlyRootFilesystem",
+    ]
     # KFP's driver container has a writable root (the mutating policy sets it on labelled steps only).
-    assert denied["violations"][2]["message"] == 'container "main" must set securityContext.readOnlyRootFilesystem=true'
+    assert (
+        denied["violations"][2]["message"]
+        == 'container "main" must set securityContext.readOnlyRootFilesystem=true'
+    )

@@ -25,7 +25,9 @@ def _unprojected(pod: dict, rules: list[Rule]) -> list[tuple[str, str]]:
 
 
 def _pods(*, kyverno: bool) -> list[dict]:
-    paths = sorted(ATTACKS_DIR.glob("*.yaml")) + sorted((ATTACKS_DIR.parent / "allowed").glob("*.yaml"))
+    paths = sorted(ATTACKS_DIR.glob("*.yaml")) + sorted(
+        (ATTACKS_DIR.parent / "allowed").glob("*.yaml")
+    )
     suite = FIXTURES / "kyverno-pod-security" / "pod-security"
     if kyverno and suite.is_dir():
         paths += sorted(suite.glob("*/*/.kyverno-test/resource.yaml"))
@@ -38,7 +40,9 @@ def _pods(*, kyverno: bool) -> list[dict]:
 def test_projection_changes_nothing() -> None:
     """Pod Security over every corpus pod, each example profile over the secureml pods."""
     cases = [(rules_for_level(level), _pods(kyverno=True)) for level in ("baseline", "restricted")]
-    cases += [(rules_for_profile(example_profile(n)), _pods(kyverno=False)) for n in EXAMPLE_PROFILES]
+    cases += [
+        (rules_for_profile(example_profile(n)), _pods(kyverno=False)) for n in EXAMPLE_PROFILES
+    ]
     assert len(cases[0][1]) > 500
     for rules, pods in cases:
         for pod in pods:
@@ -65,8 +69,15 @@ def test_a_rule_out_of_scope_is_skipped_and_a_broken_scope_keeps_it() -> None:
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
     deny = "object.spec.containers.all(c, c.image != 'x')"
     in_scope = Rule("x.in", "in", deny, "'in'", ("level:test",), "object.metadata.name == 'p'")
-    out_of_scope = Rule("x.out", "out", deny, "'out'", ("level:test",), "object.metadata.name != 'p'")
-    broken = Rule("x.broken", "broken", deny, "'broken'", ("level:test",), "object.spec.missing.field")
+    out_of_scope = Rule(
+        "x.out", "out", deny, "'out'", ("level:test",), "object.metadata.name != 'p'"
+    )
+    broken = Rule(
+        "x.broken", "broken", deny, "'broken'", ("level:test",), "object.spec.missing.field"
+    )
     not_bool = Rule("x.type", "type", deny, "'type'", ("level:test",), "'yes'")
     assert [v.rule_id for v in evaluate(pod, [in_scope, out_of_scope, broken, not_bool])] == [
-        "x.in", "x.broken", "x.type"]
+        "x.in",
+        "x.broken",
+        "x.type",
+    ]

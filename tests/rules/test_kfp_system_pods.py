@@ -122,7 +122,11 @@ def test_a_resource_claim_makes_a_step_pod() -> None:
 
 # --- attacks: exact verdicts under team-a ----------------------------------------------------------
 
-NO_STEP_LABELS = {"secureml.requiredLabels", "secureml.isolationLevel", "secureml.readOnlyRootFilesystem"}
+NO_STEP_LABELS = {
+    "secureml.requiredLabels",
+    "secureml.isolationLevel",
+    "secureml.readOnlyRootFilesystem",
+}
 
 
 @pytest.mark.parametrize(
@@ -132,13 +136,22 @@ NO_STEP_LABELS = {"secureml.requiredLabels", "secureml.isolationLevel", "securem
         ("t18-kfp-driver-plus-arbitrary-image", NO_STEP_LABELS),
         ("t18-kfp-driver-ephemeral-container", NO_STEP_LABELS),
         # The driver image asking for a GPU: a step pod, and the GPU rules speak too.
-        ("t18-kfp-driver-gpu", NO_STEP_LABELS | {
-            "secureml.isolationMatchesGpu", "secureml.shimLimits", "secureml.gpuRequest"}),
+        (
+            "t18-kfp-driver-gpu",
+            NO_STEP_LABELS
+            | {"secureml.isolationMatchesGpu", "secureml.shimLimits", "secureml.gpuRequest"},
+        ),
         ("t18-kfp-driver-mig-in-requests", NO_STEP_LABELS | {"secureml.isolationMatchesGpu"}),
         ("t18-kfp-driver-dra-claim", NO_STEP_LABELS | {"secureml.resourceClaims"}),
         # Look-alike repositories are neither system images nor tenant images.
-        ("t18-kfp-driver-lookalike", NO_STEP_LABELS | {"secureml.imageRegistry", "secureml.imageDigest"}),
-        ("t18-kfp-driver-nested-repository", NO_STEP_LABELS | {"secureml.imageRegistry", "secureml.imageDigest"}),
+        (
+            "t18-kfp-driver-lookalike",
+            NO_STEP_LABELS | {"secureml.imageRegistry", "secureml.imageDigest"},
+        ),
+        (
+            "t18-kfp-driver-nested-repository",
+            NO_STEP_LABELS | {"secureml.imageRegistry", "secureml.imageDigest"},
+        ),
         # KFP system pods all the same: Pod Security and the pod rules still hold.
         ("t18-kfp-driver-hostpath", {"pss.restrictedVolumes"}),
         ("t18-kfp-driver-root", {"pss.runAsUser", "secureml.runAsNonRoot"}),
@@ -187,7 +200,9 @@ def step_pods() -> dict[str, dict[str, Any]]:
     return {task: with_argo_executor(pod) for task, pod in pods.items()}
 
 
-def test_step_pods_with_kfp_and_argo_containers_are_allowed(step_pods: dict[str, dict[str, Any]]) -> None:
+def test_step_pods_with_kfp_and_argo_containers_are_allowed(
+    step_pods: dict[str, dict[str, Any]],
+) -> None:
     assert step_pods
     for task, pod in step_pods.items():
         images = [c["image"] for c in pod["spec"]["initContainers"] + pod["spec"]["containers"]]
@@ -211,9 +226,14 @@ def test_system_containers_of_a_step_pod_pass_the_image_rules_by_repository(
     assert violation.message.startswith('container "main" ')
 
 
-def test_argo_executor_without_a_security_context_is_refused(step_pods: dict[str, dict[str, Any]]) -> None:
+def test_argo_executor_without_a_security_context_is_refused(
+    step_pods: dict[str, dict[str, Any]],
+) -> None:
     """Argo runs its executor as root unless configured: Pod Security (every pod) refuses it."""
     pod = copy.deepcopy(next(iter(step_pods.values())))
     del pod["spec"]["containers"][0]["securityContext"]
     assert {v.rule_id for v in evaluate(pod, rules_for_level("restricted"))} == {
-        "pss.allowPrivilegeEscalation", "pss.runAsNonRoot", "pss.capabilities_restricted.dropAll"}
+        "pss.allowPrivilegeEscalation",
+        "pss.runAsNonRoot",
+        "pss.capabilities_restricted.dropAll",
+    }

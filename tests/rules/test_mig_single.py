@@ -21,8 +21,10 @@ MODELS = ["A100-80GB", "H100-80GB"]
 ALLOWED_PROFILES = ["1g.10gb"]  # the profile model allows one profile on `single`
 # Every MIG product of the allowed profile on the tenant's models (A100-80GB and H100-80GB have two each).
 PRODUCTS_1G = [
-    "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", "NVIDIA-A100-80GB-PCIe-MIG-1g.10gb",
-    "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", "NVIDIA-H100-PCIe-MIG-1g.10gb",
+    "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
+    "NVIDIA-A100-80GB-PCIe-MIG-1g.10gb",
+    "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+    "NVIDIA-H100-PCIe-MIG-1g.10gb",
 ]
 POOL = {"secureml.dev/pool": "dedicated"}
 
@@ -52,8 +54,13 @@ def mig_pod(count: str = "1") -> dict[str, Any]:
 
 
 def required(*terms: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": list(term)} for term in terms]}}}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": list(term)} for term in terms]
+            }
+        }
+    }
 
 
 def product_in(values: list[str], operator: str = "In") -> dict[str, Any]:
@@ -107,36 +114,111 @@ SINGLE = {"secureml.migProfile.single"}
     [
         ("no product constraint", None, None, SINGLE),
         ("whole-GPU product", {PRODUCT: "NVIDIA-A100-SXM4-80GB"}, None, SINGLE),
-        ("MIG product of a profile not allowed", {PRODUCT: "NVIDIA-A100-SXM4-80GB-MIG-7g.80gb"}, None, SINGLE),
-        ("MIG product of a model not allowed", {PRODUCT: "NVIDIA-A100-SXM4-40GB-MIG-1g.10gb"}, None, SINGLE),
+        (
+            "MIG product of a profile not allowed",
+            {PRODUCT: "NVIDIA-A100-SXM4-80GB-MIG-7g.80gb"},
+            None,
+            SINGLE,
+        ),
+        (
+            "MIG product of a model not allowed",
+            {PRODUCT: "NVIDIA-A100-SXM4-40GB-MIG-1g.10gb"},
+            None,
+            SINGLE,
+        ),
         ("suffix on an unknown product", {PRODUCT: "ACME-FAKE-MIG-1g.10gb"}, None, SINGLE),
         ("another label only", {"nvidia.com/gpu.count": "1"}, None, SINGLE),
-        ("affinity with a whole-GPU product", None, required([product_in([*PRODUCTS_1G, "NVIDIA-H100-PCIe"])]), SINGLE),
-        ("affinity NotIn", None, required([product_in(["NVIDIA-A100-SXM4-80GB"], "NotIn")]), SINGLE),
+        (
+            "affinity with a whole-GPU product",
+            None,
+            required([product_in([*PRODUCTS_1G, "NVIDIA-H100-PCIe"])]),
+            SINGLE,
+        ),
+        (
+            "affinity NotIn",
+            None,
+            required([product_in(["NVIDIA-A100-SXM4-80GB"], "NotIn")]),
+            SINGLE,
+        ),
         ("affinity Exists", None, required([{"key": PRODUCT, "operator": "Exists"}]), SINGLE),
-        ("second term allows any node", None,
-         required([product_in(PRODUCTS_1G)], [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]),
-         SINGLE),
-        ("second term NotIn", None,
-         required([product_in(PRODUCTS_1G)], [product_in(["NVIDIA-A100-SXM4-80GB"], "NotIn")]), SINGLE),
-        ("In beside NotIn on the product key", None,
-         required([product_in(PRODUCTS_1G), product_in(["NVIDIA-H100-PCIe-MIG-1g.10gb"], "NotIn")]), SINGLE),
-        ("empty terms", None, {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": []}}}, SINGLE),
-        ("preferred only", None, {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 1, "preference": {"matchExpressions": [product_in(PRODUCTS_1G)]}}]}}, SINGLE),
+        (
+            "second term allows any node",
+            None,
+            required(
+                [product_in(PRODUCTS_1G)],
+                [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}],
+            ),
+            SINGLE,
+        ),
+        (
+            "second term NotIn",
+            None,
+            required([product_in(PRODUCTS_1G)], [product_in(["NVIDIA-A100-SXM4-80GB"], "NotIn")]),
+            SINGLE,
+        ),
+        (
+            "In beside NotIn on the product key",
+            None,
+            required(
+                [product_in(PRODUCTS_1G), product_in(["NVIDIA-H100-PCIe-MIG-1g.10gb"], "NotIn")]
+            ),
+            SINGLE,
+        ),
+        (
+            "empty terms",
+            None,
+            {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}
+                }
+            },
+            SINGLE,
+        ),
+        (
+            "preferred only",
+            None,
+            {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 1, "preference": {"matchExpressions": [product_in(PRODUCTS_1G)]}}
+                    ]
+                }
+            },
+            SINGLE,
+        ),
         # Allowed: every term pins the product; other keys only narrow a term (ANDed).
-        ("two pinned terms", None, required([product_in(PRODUCTS_1G[:2])], [product_in(PRODUCTS_1G[2:])]), set()),
-        ("pinned term with another key", None,
-         required([product_in(PRODUCTS_1G), {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]),
-         set()),
-        ("selector pins, affinity says anything", {PRODUCT: PRODUCTS_1G[0]},
-         required([{"key": PRODUCT, "operator": "Exists"}]), set()),
+        (
+            "two pinned terms",
+            None,
+            required([product_in(PRODUCTS_1G[:2])], [product_in(PRODUCTS_1G[2:])]),
+            set(),
+        ),
+        (
+            "pinned term with another key",
+            None,
+            required(
+                [
+                    product_in(PRODUCTS_1G),
+                    {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                ]
+            ),
+            set(),
+        ),
+        (
+            "selector pins, affinity says anything",
+            {PRODUCT: PRODUCTS_1G[0]},
+            required([{"key": PRODUCT, "operator": "Exists"}]),
+            set(),
+        ),
     ],
 )
 @pytest.mark.parametrize("whole_gpu", [True, False])
 def test_mig_pod_product_constraint(
-    name: str, node_selector: dict | None, affinity: dict | None, expected: set[str], whole_gpu: bool
+    name: str,
+    node_selector: dict | None,
+    affinity: dict | None,
+    expected: set[str],
+    whole_gpu: bool,
 ) -> None:
     pod = mig_pod()
     if node_selector is not None:
@@ -150,7 +232,9 @@ def test_message_names_the_product_constraint() -> None:
     pod = mig_pod()
     pod["spec"]["nodeSelector"] = {PRODUCT: "NVIDIA-A100-SXM4-80GB"}
     (violation,) = evaluate(pod, RULES[True])
-    assert violation.message.startswith(f"MIG pod (strategy single) must pin {PRODUCT} by a nodeSelector")
+    assert violation.message.startswith(
+        f"MIG pod (strategy single) must pin {PRODUCT} by a nodeSelector"
+    )
     assert all(product in violation.message for product in PRODUCTS_1G)
 
 
@@ -164,9 +248,16 @@ def test_message_names_the_product_constraint() -> None:
         # The MIG label does not need the dedicated pool, but does need a MIG product.
         ("mig", POOL, SINGLE, SINGLE),
         # A label that lies: not `mig`, so nvidia.com/gpu is taken for whole GPUs, off the pool.
-        ("none", {PRODUCT: PRODUCTS_1G[0]},
-         {"secureml.isolationMatchesGpu", "secureml.migProfile.single", "secureml.dedicatedPool"},
-         {"secureml.isolationMatchesGpu", "secureml.migProfile.single"}),
+        (
+            "none",
+            {PRODUCT: PRODUCTS_1G[0]},
+            {
+                "secureml.isolationMatchesGpu",
+                "secureml.migProfile.single",
+                "secureml.dedicatedPool",
+            },
+            {"secureml.isolationMatchesGpu", "secureml.migProfile.single"},
+        ),
     ],
 )
 def test_isolation_label_tells_mig_from_whole(
@@ -186,4 +277,6 @@ def test_mixed_strategy_is_unchanged() -> None:
     team_a = yaml.safe_load((PROFILES_DIR / "team-a.yaml").read_text())
     rules = rules_for_profile(TenantProfile.from_dict(team_a, source="team-a"))
     assert {v.rule_id for v in evaluate(copy.deepcopy(pod), rules)} == {
-        "secureml.isolationMatchesGpu", "secureml.dedicatedPool"}
+        "secureml.isolationMatchesGpu",
+        "secureml.dedicatedPool",
+    }

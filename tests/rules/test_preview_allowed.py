@@ -16,8 +16,10 @@ REFERENCE_PIPELINES = sorted((REPO / "pipelines").glob("*.py"))
 CATALOGUE_PREFIXES = ("pss.", "secureml.")
 
 
-@pytest.mark.parametrize("pipeline_path", REFERENCE_PIPELINES, ids=[p.stem for p in REFERENCE_PIPELINES])
-def test_previewed_pods_are_allowed(pipeline_path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    "pipeline_path", REFERENCE_PIPELINES, ids=[p.stem for p in REFERENCE_PIPELINES]
+)
+def test_previewed_pods_are_allowed(pipeline_path) -> None:
     compiled_for = []
     for name in EXAMPLE_PROFILES:
         profile = example_profile(name)

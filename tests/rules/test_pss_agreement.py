@@ -36,7 +36,10 @@ CHECK_FOR_RULE: dict[tuple[str, str], str] = {
     ("restrict-seccomp", "check-seccomp"): "pss.seccompProfile_baseline",
     ("restrict-sysctls", "check-sysctls"): "pss.sysctls",
     ("disallow-capabilities-strict", "require-drop-all"): "pss.capabilities_restricted.dropAll",
-    ("disallow-capabilities-strict", "adding-capabilities-strict"): "pss.capabilities_restricted.add",
+    (
+        "disallow-capabilities-strict",
+        "adding-capabilities-strict",
+    ): "pss.capabilities_restricted.add",
     ("disallow-privilege-escalation", "privilege-escalation"): "pss.allowPrivilegeEscalation",
     ("require-run-as-non-root-user", "run-as-non-root-user"): "pss.runAsUser",
     ("require-run-as-nonroot", "run-as-non-root"): "pss.runAsNonRoot",
@@ -87,8 +90,12 @@ def test_every_row_is_present() -> None:
 
 @pytest.mark.parametrize("row", ROWS, ids=[_row_id(r) for r in ROWS])
 def test_row_agrees(row: dict[str, str]) -> None:
-    folder = fixture_dir("kyverno-pod-security", "pod-security", row["level_dir"], row["policy_dir"])
-    pod = _resources(folder / ".kyverno-test" / "resource.yaml")[(row["kind"], row["resource_name"])]
+    folder = fixture_dir(
+        "kyverno-pod-security", "pod-security", row["level_dir"], row["policy_dir"]
+    )
+    pod = _resources(folder / ".kyverno-test" / "resource.yaml")[
+        (row["kind"], row["resource_name"])
+    ]
     check = CHECK_FOR_RULE[(row["policy"], row["rule"])]
     rules = [rule for rule in rules_for_level(row["level_dir"]) if rule.id == check]
     assert len(rules) == 1, f"{check} is not a {row['level_dir']} check"

@@ -53,7 +53,12 @@ def test_minimal_pods() -> None:
 def test_levels_partition_like_upstream() -> None:
     baseline = {r.id for r in rules_for_level("baseline")}
     restricted = {r.id for r in rules_for_level("restricted")}
-    overridden = {"pss.hostPathVolumes", "pss.capabilities_baseline", "pss.seccompProfile_baseline", "pss.procMount"}
+    overridden = {
+        "pss.hostPathVolumes",
+        "pss.capabilities_baseline",
+        "pss.seccompProfile_baseline",
+        "pss.procMount",
+    }
     assert overridden <= baseline and not overridden & restricted
     assert baseline - overridden <= restricted
     with pytest.raises(ValueError):
@@ -138,17 +143,28 @@ def test_sysctls(name: str, allowed: bool) -> None:
 def test_selinux(options: dict[str, str], allowed: bool) -> None:
     for where in ("pod", "container"):
         pod = restricted_pod()
-        target = pod["spec"]["securityContext"] if where == "pod" else pod["spec"]["containers"][0]["securityContext"]
+        target = (
+            pod["spec"]["securityContext"]
+            if where == "pod"
+            else pod["spec"]["containers"][0]["securityContext"]
+        )
         target["seLinuxOptions"] = options
         assert (failed(pod, "baseline") == set()) is allowed, where
 
 
 def test_apparmor_field_and_annotation() -> None:
     pod = restricted_pod()
-    pod["metadata"]["annotations"] = {"container.apparmor.security.beta.kubernetes.io/app": "localhost/prof"}
-    pod["spec"]["securityContext"]["appArmorProfile"] = {"type": "Localhost", "localhostProfile": "p"}
+    pod["metadata"]["annotations"] = {
+        "container.apparmor.security.beta.kubernetes.io/app": "localhost/prof"
+    }
+    pod["spec"]["securityContext"]["appArmorProfile"] = {
+        "type": "Localhost",
+        "localhostProfile": "p",
+    }
     assert failed(pod, "baseline") == set()
-    pod["metadata"]["annotations"]["container.apparmor.security.beta.kubernetes.io/app"] = "unconfined"
+    pod["metadata"]["annotations"]["container.apparmor.security.beta.kubernetes.io/app"] = (
+        "unconfined"
+    )
     assert failed(pod, "baseline") == {"pss.appArmorProfile"}
     pod["metadata"]["annotations"] = {}
     pod["spec"]["containers"][0]["securityContext"]["appArmorProfile"] = {"type": "Unconfined"}
@@ -159,10 +175,15 @@ def test_seccomp_inheritance() -> None:
     pod = restricted_pod()
     pod["spec"]["securityContext"] = {"runAsNonRoot": True}
     assert failed(pod, "restricted") == {"pss.seccompProfile_restricted"}
-    pod["spec"]["containers"][0]["securityContext"]["seccompProfile"] = {"type": "Localhost", "localhostProfile": "x"}
+    pod["spec"]["containers"][0]["securityContext"]["seccompProfile"] = {
+        "type": "Localhost",
+        "localhostProfile": "x",
+    }
     assert failed(pod, "restricted") == set()
     pod["spec"]["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
-    assert failed(pod, "restricted") == {"pss.seccompProfile_restricted"}  # pod level explicitly bad
+    assert failed(pod, "restricted") == {
+        "pss.seccompProfile_restricted"
+    }  # pod level explicitly bad
     assert failed(pod, "baseline") == {"pss.seccompProfile_baseline"}
 
 

@@ -117,7 +117,8 @@ def test_profile_values_are_literals_in_the_text() -> None:
     small = profile_with(**{"spec.gpu.timeSlice.maxMemory": "1Gi"})
     big = profile_with(**{"spec.gpu.timeSlice.maxMemory": "32Gi"})
     small_text, big_text = (
-        next(r for r in profile_rules(p) if r.id == "secureml.shimLimits").expression for p in (small, big)
+        next(r for r in profile_rules(p) if r.id == "secureml.shimLimits").expression
+        for p in (small, big)
     )
     assert small_text != big_text
     assert all("params" not in r.expression for r in profile_rules(small))
@@ -128,13 +129,17 @@ def test_profile_values_are_literals_in_the_text() -> None:
 
 def test_scrub_on_free_zero_allowed_only_when_the_profile_allows_it() -> None:
     pod = _timeslice(GIB, 10)
-    limits = pod["metadata"]["annotations"][contract.ANNOTATION_LIMITS].replace("scrub_on_free=1", "scrub_on_free=0")
+    limits = pod["metadata"]["annotations"][contract.ANNOTATION_LIMITS].replace(
+        "scrub_on_free=1", "scrub_on_free=0"
+    )
     pod["metadata"]["annotations"][contract.ANNOTATION_LIMITS] = limits
     assert "secureml.shimLimits" in failed(pod)
     assert failed(pod, profile_with(**{"spec.runtime.scrubOnFree": False})) == set()
 
 
-@pytest.mark.parametrize(("count", "ok"), [("1", True), (2, True), ("2", True), ("3", False), ("0", False)])
+@pytest.mark.parametrize(
+    ("count", "ok"), [("1", True), (2, True), ("2", True), ("3", False), ("0", False)]
+)
 def test_whole_gpu_count(count: Any, ok: bool) -> None:
     pod = allowed_pod("team-a-whole")
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = count

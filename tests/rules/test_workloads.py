@@ -15,7 +15,11 @@ TEMPLATE = {"metadata": {"labels": {"app": "a"}, "annotations": {"k": "v"}}, "sp
 
 
 def _workload(kind: str) -> dict:
-    obj: dict = {"apiVersion": "v1", "kind": kind, "metadata": {"name": f"{kind.lower()}-1", "namespace": "ns"}}
+    obj: dict = {
+        "apiVersion": "v1",
+        "kind": kind,
+        "metadata": {"name": f"{kind.lower()}-1", "namespace": "ns"},
+    }
     path = TEMPLATE_PATHS[kind]
     if not path:
         return {**obj, "metadata": {**obj["metadata"], **TEMPLATE["metadata"]}, "spec": POD_SPEC}
@@ -31,7 +35,12 @@ def test_each_kind_yields_its_pod(kind: str) -> None:
     import yaml
 
     (pod,) = list(pods_in_text(yaml.safe_dump(_workload(kind)), source="f.yaml"))
-    assert (pod.kind, pod.name, pod.namespace, pod.doc_index) == (kind, f"{kind.lower()}-1", "ns", 0)
+    assert (pod.kind, pod.name, pod.namespace, pod.doc_index) == (
+        kind,
+        f"{kind.lower()}-1",
+        "ns",
+        0,
+    )
     assert pod.pod["kind"] == "Pod"
     assert pod.pod["spec"] == POD_SPEC
     assert pod.pod["metadata"]["labels"] == {"app": "a"}
@@ -68,11 +77,23 @@ def test_multi_document_list_and_other_kinds() -> None:
         ("- just\n- a list\n", "document 0: expected a Kubernetes object"),
         ("metadata: {name: x}\n", "document 0: the object has no kind"),
         ("kind: Pod\nmetadata: {name: x}\n", "document 0: the pod spec is missing"),
-        ("kind: Pod\nspec: {containers: [{name: a}]}\n---\nkind: Pod\nspec: {containers: []}\n", "document 1: spec.containers must be a non-empty list"),
+        (
+            "kind: Pod\nspec: {containers: [{name: a}]}\n---\nkind: Pod\nspec: {containers: []}\n",
+            "document 1: spec.containers must be a non-empty list",
+        ),
         ("kind: Deployment\nspec: {}\n", "document 0: spec.template is missing"),
-        ("kind: CronJob\nspec: {jobTemplate: {spec: {}}}\n", "spec.jobTemplate.spec.template is missing"),
-        ("kind: Pod\nspec: {containers: [{image: x}]}\n", "spec.containers[0] is not a container with a name"),
-        ("kind: Pod\nspec: {containers: [{name: a}], initContainers: {}}\n", "spec.initContainers is not a list"),
+        (
+            "kind: CronJob\nspec: {jobTemplate: {spec: {}}}\n",
+            "spec.jobTemplate.spec.template is missing",
+        ),
+        (
+            "kind: Pod\nspec: {containers: [{image: x}]}\n",
+            "spec.containers[0] is not a container with a name",
+        ),
+        (
+            "kind: Pod\nspec: {containers: [{name: a}], initContainers: {}}\n",
+            "spec.initContainers is not a list",
+        ),
     ],
 )
 def test_unusable_input_names_file_and_document(text: str, fragment: str) -> None:
@@ -85,7 +106,9 @@ def test_unusable_input_names_file_and_document(text: str, fragment: str) -> Non
 def test_read_pods_from_stdin_and_files(tmp_path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text("kind: Pod\nmetadata: {name: f}\nspec: {containers: [{name: c, image: x}]}\n")
-    stdin = io.StringIO("kind: Pod\nmetadata: {name: s}\nspec: {containers: [{name: c, image: x}]}\n")
+    stdin = io.StringIO(
+        "kind: Pod\nmetadata: {name: s}\nspec: {containers: [{name: c, image: x}]}\n"
+    )
     pods = read_pods([str(path), "-"], stdin=stdin)
     assert [(p.name, p.file) for p in pods] == [("f", str(path)), ("s", "-")]
     with pytest.raises(InputError, match="no such file"):

@@ -6,8 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-from fakegpu import MiB, FakeDevice, FakeGPU, build_shim, compiler
+from fakegpu import FakeDevice, FakeGPU, MiB, build_shim, compiler
 
 from .shimstep import Step
 
@@ -15,12 +14,18 @@ from .shimstep import Step
 @pytest.fixture
 def make_step(tmp_path: Path) -> Iterator[Callable[..., Step]]:
     if compiler() is None:
-        pytest.skip("no C compiler: the shim and the fake driver are built from C sources by the tests")
+        pytest.skip(
+            "no C compiler: the shim and the fake driver are built from C sources by the tests"
+        )
     shim = build_shim()
     steps: list[Step] = []
 
     def make(
-        *, device_memory: int = 64 * MiB, devices: int = 1, gpu_options: dict | None = None, gpu: FakeGPU | None = None,
+        *,
+        device_memory: int = 64 * MiB,
+        devices: int = 1,
+        gpu_options: dict | None = None,
+        gpu: FakeGPU | None = None,
         **limits: object,
     ) -> Step:
         """A step on a fresh fake GPU, or on `gpu` (another tenant's step on the same device)."""
@@ -39,5 +44,3 @@ def make_step(tmp_path: Path) -> Iterator[Callable[..., Step]]:
 
     for step in steps:
         remove_region(step.limits_file)
-
-

@@ -25,13 +25,24 @@ def driver_for(gpu: FakeGPU, *, flags: tuple[str, ...] = (), name: str = "shim_d
 class Step:
     """One step's processes: a fake GPU, the shim preloaded, limits and counters in `folder`."""
 
-    def __init__(self, gpu: FakeGPU, folder: Path, shim: Path, *, memory: int, compute: int = 100, scrub: bool = True) -> None:
+    def __init__(
+        self,
+        gpu: FakeGPU,
+        folder: Path,
+        shim: Path,
+        *,
+        memory: int,
+        compute: int = 100,
+        scrub: bool = True,
+    ) -> None:
         self.gpu = gpu
         self.folder = folder
         self.shim = shim
         self.limits_file = folder / "limits"
         self.counters_file = folder / "counters"
-        self.limits_file.write_text(f"version=1\nmemory={memory}\ncompute={compute}\nscrub_on_free={int(scrub)}\n")
+        self.limits_file.write_text(
+            f"version=1\nmemory={memory}\ncompute={compute}\nscrub_on_free={int(scrub)}\n"
+        )
         self.limits_file.chmod(0o444)
         self.driver = driver_for(gpu)
 
@@ -45,14 +56,26 @@ class Step:
 
     def run(self, *args: str, timeout: float = 60, **extra: str) -> dict:
         """Run the driver under the shim; its last stdout line is JSON."""
-        result = subprocess.run([str(self.driver), *args], env=self.env(**extra), capture_output=True, text=True, timeout=timeout)
-        assert result.returncode == 0, f"driver {args} failed ({result.returncode}): {result.stderr}"
+        result = subprocess.run(
+            [str(self.driver), *args],
+            env=self.env(**extra),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert result.returncode == 0, (
+            f"driver {args} failed ({result.returncode}): {result.stderr}"
+        )
         return json.loads(result.stdout.strip().splitlines()[-1])
 
     def popen(self, *args: str, **extra: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [str(self.driver), *args], env=self.env(**extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
+            [str(self.driver), *args],
+            env=self.env(**extra),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
 
     def python(self, code: str, **extra: str) -> dict:

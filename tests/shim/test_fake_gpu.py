@@ -9,8 +9,7 @@ import sys
 import textwrap
 
 import pytest
-
-from fakegpu import MiB, FakeDevice, FakeGPU, FakeMig, FakeProcess, run_python
+from fakegpu import FakeDevice, FakeGPU, FakeMig, FakeProcess, MiB, run_python
 
 CUDA_PRELUDE = textwrap.dedent(
     """
@@ -41,9 +40,18 @@ def _run(gpu: FakeGPU, body: str, **env_extra: str) -> dict:
 def test_nvml_reports_the_configured_machine(make_fake_gpu) -> None:
     gpu = make_fake_gpu(
         devices=[
-            FakeDevice(name="NVIDIA H100 80GB HBM3", memory=128 * MiB, retired_pages_pending=True, xids=[79, 48],
-                       remapped_rows_pending=True, retired_pages_dbe=2),
-            FakeDevice(mig_mode=True, migs=[FakeMig("1g.10gb", 32 * MiB, gi=7), FakeMig("3g.40gb", 64 * MiB, gi=2)]),
+            FakeDevice(
+                name="NVIDIA H100 80GB HBM3",
+                memory=128 * MiB,
+                retired_pages_pending=True,
+                xids=[79, 48],
+                remapped_rows_pending=True,
+                retired_pages_dbe=2,
+            ),
+            FakeDevice(
+                mig_mode=True,
+                migs=[FakeMig("1g.10gb", 32 * MiB, gi=7), FakeMig("3g.40gb", 64 * MiB, gi=2)],
+            ),
         ],
         processes=[FakeProcess(pid=4242, used=3 * MiB)],
         driver_version="560.35.03",
@@ -93,7 +101,10 @@ def test_nvml_reports_the_configured_machine(make_fake_gpu) -> None:
     assert got["xids"] == [79, 48] and got["more_xids"] is False
     assert got["driver"] == "560.35.03" and got["cuda"] == 12060
     assert got["mig_mode"] == [1, 1] and got["mig_mode0"] == [0, 0]
-    assert got["mig_names"] == ["NVIDIA A100-SXM4-80GB MIG 1g.10gb", "NVIDIA A100-SXM4-80GB MIG 3g.40gb"]
+    assert got["mig_names"] == [
+        "NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+        "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+    ]
     assert got["mig_uuids"] == [m.uuid for m in gpu.devices[1].migs]
     assert got["gi"] == [7, 2] and got["is_mig"] == [1, 1, 0]
     assert got["mig_mem"] == [32 * MiB, 64 * MiB] and got["parent"] == gpu.devices[1].uuid
@@ -102,18 +113,28 @@ def test_nvml_reports_the_configured_machine(make_fake_gpu) -> None:
 def test_device_memory_and_accounting_are_shared_by_processes(make_fake_gpu) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(memory=64 * MiB, residue=0xA5)])
     holder = subprocess.Popen(
-        [sys.executable, "-c", CUDA_PRELUDE + textwrap.dedent("""
+        [
+            sys.executable,
+            "-c",
+            CUDA_PRELUDE
+            + textwrap.dedent("""
         rc, p = alloc(8 << 20)
         ok(rc, "alloc")
         print(p, flush=True)
         sys.stdin.read()
-        """)],
-        env=gpu.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        """),
+        ],
+        env=gpu.env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         pointer = int(holder.stdout.readline())
         # Another process sees the holder's use through NVML and the driver's memory info.
-        seen = _run(gpu, """
+        seen = _run(
+            gpu,
+            """
         import pynvml
         pynvml.nvmlInit()
         h = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -121,7 +142,8 @@ def test_device_memory_and_accounting_are_shared_by_processes(make_fake_gpu) -> 
         ok(cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "info")
         procs = [[p.pid, p.usedGpuMemory] for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)]
         print(json.dumps({"free": free.value, "procs": procs}))
-        """)
+        """,
+        )
         assert seen == {"free": 56 * MiB, "procs": [[holder.pid, 8 * MiB]]}
         assert gpu.stats()["used"] == 8 * MiB
         # The residue planted at creation is what a fresh allocation reads.
@@ -137,7 +159,9 @@ def test_device_memory_and_accounting_are_shared_by_processes(make_fake_gpu) -> 
 
 def test_memset_and_copies_reach_device_memory(make_fake_gpu) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(memory=16 * MiB, residue=0x5C)])
-    got = _run(gpu, """
+    got = _run(
+        gpu,
+        """
     rc, p = alloc(4096)
     ok(rc, "alloc")
     ok(cu.cuMemsetD8_v2(ctypes.c_uint64(p), 0, ctypes.c_size_t(4096)), "memset")
@@ -148,7 +172,8 @@ def test_memset_and_copies_reach_device_memory(make_fake_gpu) -> None:
     ok(cu.cuMemFree_v2(ctypes.c_uint64(p)), "free")
     print(json.dumps({"p": p, "back": back.raw.hex(), "outside": outside,
                       "double_free": cu.cuMemFree_v2(ctypes.c_uint64(p))}))
-    """)
+    """,
+    )
     assert bytes.fromhex(got["back"]) == b"\0\0secret"
     assert got["outside"] == 1 and got["double_free"] == 1  # CUDA_ERROR_INVALID_VALUE
     memory = gpu.read_memory(offset=FakeGPU.offset_of(got["p"]), size=4096 + 512)
@@ -158,8 +183,12 @@ def test_memset_and_copies_reach_device_memory(make_fake_gpu) -> None:
 
 def test_zero_fills_punch_holes_and_allocations_touch_nothing(make_fake_gpu) -> None:
     # device 0: a previous tenant's residue in every byte; device 1: 8 GiB that nobody planted
-    gpu = make_fake_gpu(devices=[FakeDevice(memory=64 * MiB, residue=0x5C), FakeDevice(memory=8 << 30)])
-    got = _run(gpu, f"""
+    gpu = make_fake_gpu(
+        devices=[FakeDevice(memory=64 * MiB, residue=0x5C), FakeDevice(memory=8 << 30)]
+    )
+    got = _run(
+        gpu,
+        f"""
     import os, time
     rc, p = alloc({16 * MiB})
     ok(rc, "alloc")
@@ -177,29 +206,40 @@ def test_zero_fills_punch_holes_and_allocations_touch_nothing(make_fake_gpu) -> 
     ok(cu.cuMemcpyDtoH_v2(back, ctypes.c_uint64(chunks[3][1] + (1 << 29)), ctypes.c_size_t(1 << 20)), "dtoh")
     print(json.dumps({{"p": p, "allocated": allocated, "seconds": seconds, "zeros": back.raw.count(0),
                       "disk": os.stat(sys.argv[1]).st_blocks * 512}}))
-    """.replace("sys.argv[1]", repr(str(gpu.memory_path(1)))))
+    """.replace("sys.argv[1]", repr(str(gpu.memory_path(1)))),
+    )
     assert got["allocated"] == 0  # taking all 8 GiB wrote nothing
     assert got["disk"] < 4 * MiB and got["seconds"] < 5  # zeroing them neither
     assert got["zeros"] == MiB  # and they read back as zeros
     start = FakeGPU.offset_of(got["p"])
     memory = gpu.read_memory(offset=start, size=16 * MiB)
     assert memory[:100] == b"\x5c" * 100  # before the span: the residue
-    assert memory[100:100 + 8 * MiB] == bytes(8 * MiB)  # the span: zero, also in its partial pages
-    assert memory[100 + 8 * MiB:] == b"\x5c" * (8 * MiB - 100)  # after it: the residue
-    assert gpu.memory_path(0).stat().st_blocks * 512 <= 64 * MiB - 8 * MiB + 8192  # holes where zeroed
+    assert memory[100 : 100 + 8 * MiB] == bytes(
+        8 * MiB
+    )  # the span: zero, also in its partial pages
+    assert memory[100 + 8 * MiB :] == b"\x5c" * (8 * MiB - 100)  # after it: the residue
+    assert (
+        gpu.memory_path(0).stat().st_blocks * 512 <= 64 * MiB - 8 * MiB + 8192
+    )  # holes where zeroed
 
 
 def test_out_of_memory_and_injected_failures(make_fake_gpu) -> None:
     gpu = make_fake_gpu(devices=[FakeDevice(memory=4 * MiB)], fail_alloc_after=3)
-    got = _run(gpu, """
+    got = _run(
+        gpu,
+        """
     codes = [alloc(1 << 20)[0] for _ in range(4)]
     print(json.dumps({"codes": codes, "huge": alloc(1 << 45)[0]}))
-    """)
+    """,
+    )
     assert got == {"codes": [0, 0, 0, 2], "huge": 2}
     assert gpu.stats()["failed"] == 2
 
     small = make_fake_gpu(devices=[FakeDevice(memory=4 * MiB)])
-    got = _run(small, """print(json.dumps({"codes": [alloc(3 << 20)[0], alloc(2 << 20)[0], alloc(1 << 20)[0]]}))""")
+    got = _run(
+        small,
+        """print(json.dumps({"codes": [alloc(3 << 20)[0], alloc(2 << 20)[0], alloc(1 << 20)[0]]}))""",
+    )
     assert got == {"codes": [0, 2, 0]}
 
     broken = make_fake_gpu(fail_cuinit=999, fail_nvmlinit=9)
@@ -221,14 +261,21 @@ def test_visible_devices_select_mig_instances(make_fake_gpu) -> None:
     """
     assert _run(gpu, body) == {"n": 1, "name": "NVIDIA A100-SXM4-80GB", "total": 256 * MiB, "rc": 0}
     on_mig = _run(gpu, body, CUDA_VISIBLE_DEVICES=mig.uuid)
-    assert on_mig == {"n": 1, "name": "NVIDIA A100-SXM4-80GB MIG 2g.20gb", "total": 48 * MiB, "rc": 0}
+    assert on_mig == {
+        "n": 1,
+        "name": "NVIDIA A100-SXM4-80GB MIG 2g.20gb",
+        "total": 48 * MiB,
+        "rc": 0,
+    }
     assert gpu.stats(1, mig=1)["peak"] == 1 * MiB and gpu.stats(1, mig=0)["peak"] == 0
 
 
 @pytest.mark.timing
 def test_launches_occupy_the_device_and_drive_utilisation(make_fake_gpu) -> None:
     gpu = make_fake_gpu(kernel_us=2000, util_window_ms=50)
-    got = _run(gpu, """
+    got = _run(
+        gpu,
+        """
     import time, pynvml
     pynvml.nvmlInit()
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -243,7 +290,8 @@ def test_launches_occupy_the_device_and_drive_utilisation(make_fake_gpu) -> None
     time.sleep(0.08)
     idle = pynvml.nvmlDeviceGetUtilizationRates(h).gpu
     print(json.dumps({"queued": queued, "waited": waited, "busy": busy, "idle": idle}))
-    """)
+    """,
+    )
     assert got["queued"] < 0.05  # launches are asynchronous
     assert got["waited"] >= 0.079  # 40 x 2 ms of simulated work
     assert got["busy"] >= 95 and got["idle"] == 0
@@ -253,7 +301,9 @@ def test_launches_occupy_the_device_and_drive_utilisation(make_fake_gpu) -> None
 
 def test_get_proc_address_resolves_versions_and_stream_flavours(make_fake_gpu) -> None:
     gpu = make_fake_gpu()
-    got = _run(gpu, """
+    got = _run(
+        gpu,
+        """
     def proc(name, version, flags):
         fn = ctypes.c_void_p(); status = ctypes.c_int(-1)
         rc = cu.cuGetProcAddress_v2(name.encode(), ctypes.byref(fn), version, ctypes.c_uint64(flags), ctypes.byref(status))
@@ -270,8 +320,16 @@ def test_get_proc_address_resolves_versions_and_stream_flavours(make_fake_gpu) -
         "missing": proc("cuNoSuchThing", 12040, 0),
         "self": proc("cuGetProcAddress", 12040, 0)[1] == addr("cuGetProcAddress_v2"),
     }))
-    """)
-    assert got["alloc"] and got["launch"] and got["launch_ptsz"] and got["ctx_old"] and got["ctx_new"] and got["self"]
+    """,
+    )
+    assert (
+        got["alloc"]
+        and got["launch"]
+        and got["launch_ptsz"]
+        and got["ctx_old"]
+        and got["ctx_new"]
+        and got["self"]
+    )
     assert got["too_old"] == [500, None, 2] and got["missing"] == [500, None, 1]
 
 

@@ -13,7 +13,6 @@ import statistics
 import time
 
 import pytest
-
 from fakegpu import MiB
 
 pytestmark = pytest.mark.timing
@@ -27,10 +26,16 @@ def _shares(step, workers) -> list[float]:
     """Busy share (percent) of the device in consecutive windows after the controller settled."""
     time.sleep(SETTLE_S)
     shares, previous = [], step.gpu.stats()
-    while all(w.poll() is None for w in workers) and len(shares) < int((RUN_S - SETTLE_S - 0.3) / WINDOW_S):
+    while all(w.poll() is None for w in workers) and len(shares) < int(
+        (RUN_S - SETTLE_S - 0.3) / WINDOW_S
+    ):
         time.sleep(WINDOW_S)
         current = step.gpu.stats()
-        shares.append(100 * (current["busy_ns"] - previous["busy_ns"]) / (current["now_ns"] - previous["now_ns"]))
+        shares.append(
+            100
+            * (current["busy_ns"] - previous["busy_ns"])
+            / (current["now_ns"] - previous["now_ns"])
+        )
         previous = current
     for worker in workers:
         out, err = worker.communicate(timeout=30)
@@ -41,11 +46,15 @@ def _shares(step, workers) -> list[float]:
 
 @pytest.mark.parametrize(("limit", "processes"), [(30, 1), (45, 3)])
 def test_the_compute_share_is_held_steadily(make_step, limit: int, processes: int) -> None:
-    step = make_step(memory=16 * MiB, compute=limit, gpu_options={"kernel_us": 500, "queue_depth": 4})
+    step = make_step(
+        memory=16 * MiB, compute=limit, gpu_options={"kernel_us": 500, "queue_depth": 4}
+    )
     workers = [step.popen("launch", str(RUN_S)) for _ in range(processes)]
     shares = _shares(step, workers)
     assert len(shares) >= 4
-    assert abs(statistics.median(shares) - limit) <= 0.1 * limit, shares  # within +/-10% of the target
+    assert abs(statistics.median(shares) - limit) <= 0.1 * limit, (
+        shares
+    )  # within +/-10% of the target
     assert max(shares) <= 1.2 * limit, shares  # never above it
     assert step.counters()["throttled"] > 0
 

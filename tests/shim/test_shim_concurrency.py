@@ -48,7 +48,9 @@ def test_processes_killed_mid_flight_leave_the_accounting_usable(make_step) -> N
     charge and allocation. Survivors and newcomers must neither deadlock nor lose quota."""
     step = make_step(memory=16 * MiB, scrub=False)
     for round_ in range(3):
-        victims = [step.popen("stress", "1000000", str(100 * round_ + i), str(MiB)) for i in range(4)]
+        victims = [
+            step.popen("stress", "1000000", str(100 * round_ + i), str(MiB)) for i in range(4)
+        ]
         time.sleep(0.15 + 0.05 * round_)
         for victim in victims:
             victim.send_signal(signal.SIGKILL)
@@ -68,8 +70,15 @@ def test_a_process_dying_inside_the_lock_does_not_wedge_the_step(make_step) -> N
 
     step = make_step(memory=8 * MiB)
     assert step.run("fill", str(MiB)) == {"total": 8 * MiB}  # creates the region
-    holder_bin = build_native("lock_holder", [HERE / "lock_holder.c"], flags=(f"-I{SHIM_DIR}",), headers=(SHIM_DIR / "region.h",))
-    holder = subprocess.Popen([str(holder_bin), str(region_path(step.limits_file))], stdout=subprocess.PIPE, text=True)
+    holder_bin = build_native(
+        "lock_holder",
+        [HERE / "lock_holder.c"],
+        flags=(f"-I{SHIM_DIR}",),
+        headers=(SHIM_DIR / "region.h",),
+    )
+    holder = subprocess.Popen(
+        [str(holder_bin), str(region_path(step.limits_file))], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline() == "locked\n"
     finally:

@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from fakegpu import FAKE_DIR, SHIM_DIR, compiler
 
 
@@ -32,8 +31,21 @@ def _compile(sources: list[Path], defines: list[str], include: Path, tmp_path: P
     if cc is None:
         pytest.skip("no C compiler")
     out = tmp_path / "drift.so"
-    cmd = [cc, "-std=c11", "-shared", "-fPIC", "-pthread", "-Wall", "-Werror", *defines, f"-I{include}", "-o", str(out),
-           *map(str, sources), "-ldl"]
+    cmd = [
+        cc,
+        "-std=c11",
+        "-shared",
+        "-fPIC",
+        "-pthread",
+        "-Wall",
+        "-Werror",
+        *defines,
+        f"-I{include}",
+        "-o",
+        str(out),
+        *map(str, sources),
+        "-ldl",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -41,16 +53,32 @@ def _compile(sources: list[Path], defines: list[str], include: Path, tmp_path: P
 def test_shim_and_fake_driver_match_the_toolkits_cuda_h(tmp_path: Path) -> None:
     include = _toolkit_include("cuda.h")
     if include is None:
-        pytest.skip("no CUDA toolkit headers (/usr/local/cuda*/include/cuda.h): nothing to compare against")
-    _compile([SHIM_DIR / "shim.c", SHIM_DIR / "limits.c"], ["-DSECUREML_REAL_CUDA_H"], include, tmp_path)
-    _compile([FAKE_DIR / "fake_cuda.c", FAKE_DIR / "fake_common.c"], ["-DSECUREML_REAL_CUDA_H"], include, tmp_path)
+        pytest.skip(
+            "no CUDA toolkit headers (/usr/local/cuda*/include/cuda.h): nothing to compare against"
+        )
+    _compile(
+        [SHIM_DIR / "shim.c", SHIM_DIR / "limits.c"], ["-DSECUREML_REAL_CUDA_H"], include, tmp_path
+    )
+    _compile(
+        [FAKE_DIR / "fake_cuda.c", FAKE_DIR / "fake_common.c"],
+        ["-DSECUREML_REAL_CUDA_H"],
+        include,
+        tmp_path,
+    )
 
 
 def test_shim_and_fake_nvml_match_the_toolkits_nvml_h(tmp_path: Path) -> None:
     include = _toolkit_include("nvml.h")
     if include is None:
-        pytest.skip("no nvml.h (CUDA toolkit or the nvidia-nvml-dev-cu12 wheel): nothing to compare against")
+        pytest.skip(
+            "no nvml.h (CUDA toolkit or the nvidia-nvml-dev-cu12 wheel): nothing to compare against"
+        )
     cuda = _toolkit_include("cuda.h")
     defines = ["-DSECUREML_REAL_NVML_H"] + (["-DSECUREML_REAL_CUDA_H", f"-I{cuda}"] if cuda else [])
     _compile([SHIM_DIR / "shim.c", SHIM_DIR / "limits.c"], defines, include, tmp_path)
-    _compile([FAKE_DIR / "fake_nvml.c", FAKE_DIR / "fake_common.c"], ["-DSECUREML_REAL_NVML_H"], include, tmp_path)
+    _compile(
+        [FAKE_DIR / "fake_nvml.c", FAKE_DIR / "fake_common.c"],
+        ["-DSECUREML_REAL_NVML_H"],
+        include,
+        tmp_path,
+    )

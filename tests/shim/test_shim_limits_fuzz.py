@@ -7,10 +7,9 @@ from __future__ import annotations
 import struct
 import subprocess
 
+from fakegpu import SHIM_DIR, build_native
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from fakegpu import SHIM_DIR, build_native
 
 KEYS = ("version", "memory", "compute", "scrub_on_free")
 
@@ -48,9 +47,16 @@ def reference(data: bytes) -> tuple[int, int, int] | None:
 
 
 def _harness():
-    sanitize = ("-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-DLIMITS_FUZZ_MAIN", f"-I{SHIM_DIR}")
+    sanitize = (
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=undefined",
+        "-DLIMITS_FUZZ_MAIN",
+        f"-I{SHIM_DIR}",
+    )
     return build_native(
-        "limits_batch", [SHIM_DIR / "fuzz" / "limits_fuzz.c", SHIM_DIR / "limits.c"], flags=sanitize,
+        "limits_batch",
+        [SHIM_DIR / "fuzz" / "limits_fuzz.c", SHIM_DIR / "limits.c"],
+        flags=sanitize,
         headers=(SHIM_DIR / "limits.h",),
     )
 
@@ -58,7 +64,9 @@ def _harness():
 def run_parser(inputs: list[bytes]) -> list[tuple[int, int, int] | None]:
     payload = b"".join(struct.pack("<I", len(x)) + x for x in inputs)
     result = subprocess.run([str(_harness()), "-"], input=payload, capture_output=True, timeout=60)
-    assert result.returncode == 0 and b"Sanitizer" not in result.stderr, result.stderr.decode(errors="replace")
+    assert result.returncode == 0 and b"Sanitizer" not in result.stderr, result.stderr.decode(
+        errors="replace"
+    )
     out = []
     for line in result.stdout.decode().splitlines():
         words = line.split()
@@ -68,24 +76,47 @@ def run_parser(inputs: list[bytes]) -> list[tuple[int, int, int] | None]:
 
 
 numbers = st.one_of(
-    st.integers(0, 200).map(str), st.integers(0, 2**64).map(str), st.sampled_from(["", "01", "-1", "1e3", "0x10", " 5", "8M"])
+    st.integers(0, 200).map(str),
+    st.integers(0, 2**64).map(str),
+    st.sampled_from(["", "01", "-1", "1e3", "0x10", " 5", "8M"]),
 )
 lines = st.one_of(
-    st.tuples(st.sampled_from(KEYS + ("memroy", "Version", "")), st.sampled_from(["=", " = ", "\t=", "==", ":"]), numbers).map(
-        lambda t: f"{t[0]}{t[1]}{t[2]}"
+    st.tuples(
+        st.sampled_from(KEYS + ("memroy", "Version", "")),
+        st.sampled_from(["=", " = ", "\t=", "==", ":"]),
+        numbers,
+    ).map(lambda t: f"{t[0]}{t[1]}{t[2]}"),
+    st.sampled_from(
+        [
+            "",
+            "# comment",
+            "   ",
+            "\t# x = 1",
+            "version=1",
+            "memory=1024",
+            "compute=50",
+            "scrub_on_free=0",
+        ]
     ),
-    st.sampled_from(["", "# comment", "   ", "\t# x = 1", "version=1", "memory=1024", "compute=50", "scrub_on_free=0"]),
     st.text(alphabet=st.characters(min_codepoint=1, max_codepoint=0x7F), max_size=30),
 )
 documents = st.one_of(
     st.lists(lines, max_size=8).map(lambda ls: "\n".join(ls).encode()),
-    st.lists(lines, max_size=8).map(lambda ls: ("version=1\nmemory=4096\n" + "\n".join(ls)).encode()),
+    st.lists(lines, max_size=8).map(
+        lambda ls: ("version=1\nmemory=4096\n" + "\n".join(ls)).encode()
+    ),
     st.binary(max_size=48),
-    st.tuples(st.integers(4070, 4100), lines).map(lambda t: (f"version=1\nmemory=1\n{t[1]}\n#".encode()).ljust(t[0], b"#")),
+    st.tuples(st.integers(4070, 4100), lines).map(
+        lambda t: (f"version=1\nmemory=1\n{t[1]}\n#".encode()).ljust(t[0], b"#")
+    ),
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(st.lists(documents, min_size=20, max_size=60))
 def test_parser_agrees_with_the_grammar_and_never_faults(inputs: list[bytes]) -> None:
     assert run_parser(inputs) == [reference(x) for x in inputs]

@@ -7,7 +7,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from fakegpu import MiB, build_native, run_python
 
 from .shimstep import CUDA_PY, HERE
@@ -25,23 +24,43 @@ def address(fn):
 """
 
 HOOKED = [
-    "cuMemAlloc_v2", "cuMemAllocPitch_v2", "cuMemAllocManaged", "cuMemAllocAsync", "cuMemAllocFromPoolAsync",
-    "cuMemFree_v2", "cuMemFreeAsync", "cuMemCreate", "cuMemRelease", "cuArrayCreate_v2", "cuArray3DCreate_v2",
-    "cuMipmappedArrayCreate", "cuMemGetInfo_v2", "cuDeviceTotalMem_v2", "cuLaunchKernel", "cuLaunchKernelEx",
-    "cuLaunchCooperativeKernel", "cuGraphLaunch", "cuGetProcAddress", "cuGetProcAddress_v2",
+    "cuMemAlloc_v2",
+    "cuMemAllocPitch_v2",
+    "cuMemAllocManaged",
+    "cuMemAllocAsync",
+    "cuMemAllocFromPoolAsync",
+    "cuMemFree_v2",
+    "cuMemFreeAsync",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuArrayCreate_v2",
+    "cuArray3DCreate_v2",
+    "cuMipmappedArrayCreate",
+    "cuMemGetInfo_v2",
+    "cuDeviceTotalMem_v2",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cuLaunchCooperativeKernel",
+    "cuGraphLaunch",
+    "cuGetProcAddress",
+    "cuGetProcAddress_v2",
 ]
 
 
 def test_dlsym_on_the_driver_handle_returns_the_hooks(make_step) -> None:
     step = make_step(memory=4 * MiB)
-    got = step.python(CUDA_PY + DLADDR + textwrap.dedent(f"""
+    got = step.python(
+        CUDA_PY
+        + DLADDR
+        + textwrap.dedent(f"""
     nvml = ctypes.CDLL("libnvidia-ml.so.1")
     hooked = {{name: where(address(getattr(cu, name))) for name in {HOOKED!r}}}
     hooked["nvmlDeviceGetMemoryInfo"] = where(address(nvml.nvmlDeviceGetMemoryInfo))
     hooked["nvmlDeviceGetMemoryInfo_v2"] = where(address(nvml.nvmlDeviceGetMemoryInfo_v2))
     plain = {{name: where(address(getattr(cu, name)))[0] for name in ("cuMemcpyHtoD_v2", "cuInit", "cuCtxGetDevice")}}
     print(json.dumps({{"hooked": hooked, "plain": plain}}))
-    """))
+    """)
+    )
     for name, (library, symbol) in got["hooked"].items():
         assert library == step.shim.name and symbol == name, name
     assert set(got["plain"].values()) == {"libcuda.so.1"}
@@ -49,7 +68,10 @@ def test_dlsym_on_the_driver_handle_returns_the_hooks(make_step) -> None:
 
 def test_cu_get_proc_address_honours_version_and_stream_flags(make_step) -> None:
     step = make_step(memory=4 * MiB)
-    got = step.python(CUDA_PY + DLADDR + textwrap.dedent("""
+    got = step.python(
+        CUDA_PY
+        + DLADDR
+        + textwrap.dedent("""
     def proc(name, version=12040, flags=0, v2=True):
         fn = ctypes.c_void_p(); status = ctypes.c_int(-1)
         if v2:
@@ -78,7 +100,8 @@ def test_cu_get_proc_address_honours_version_and_stream_flags(make_step) -> None
     out["within"] = looked_up(ctypes.byref(p), 3 << 20)
     out["above"] = looked_up(ctypes.byref(p), 3 << 20)
     print(json.dumps(out))
-    """))
+    """)
+    )
     shim = step.shim.name
     assert got["alloc"] == [0, [shim, "cuMemAlloc_v2"], 0]
     assert got["alloc_v1_api"] == [0, [shim, "cuMemAlloc_v2"], -1]
@@ -124,7 +147,17 @@ def test_the_cuda_runtimes_own_look_ups_receive_the_hooks(make_step) -> None:
         step.env(SECUREML_SHIM_LOG_LEVEL="debug"),
     )
     assert result.returncode == 0, result.stderr
-    hooked = set(re.findall(r"cuGetProcAddress_v2\((\w+), \d+, (\d)\) = 0 \(hooked\)", result.stderr))
-    for wanted in [("cuMemAlloc", "0"), ("cuMemFree", "0"), ("cuMemGetInfo", "0"), ("cuLaunchKernel", "0"),
-                   ("cuLaunchKernel", "2"), ("cuMemAllocAsync", "2"), ("cuGraphLaunch", "2"), ("cuGetProcAddress", "0")]:
+    hooked = set(
+        re.findall(r"cuGetProcAddress_v2\((\w+), \d+, (\d)\) = 0 \(hooked\)", result.stderr)
+    )
+    for wanted in [
+        ("cuMemAlloc", "0"),
+        ("cuMemFree", "0"),
+        ("cuMemGetInfo", "0"),
+        ("cuLaunchKernel", "0"),
+        ("cuLaunchKernel", "2"),
+        ("cuMemAllocAsync", "2"),
+        ("cuGraphLaunch", "2"),
+        ("cuGetProcAddress", "0"),
+    ]:
         assert wanted in hooked, (wanted, result.stderr[-3000:])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from fakegpu import MiB, FakeGPU, build_shim
+from fakegpu import FakeGPU, MiB, build_shim
 
 from .shimstep import CUDA_PY, driver_for
 
@@ -17,11 +17,14 @@ def test_allocation_above_the_quota_is_out_of_memory(make_step) -> None:
     got = step.run("fill", str(1 * MiB))
     assert got == {"total": 8 * MiB}  # the device has 64 MiB; the step may use 8
     assert step.gpu.stats()["peak"] == 8 * MiB
-    got = step.python(CUDA_PY + textwrap.dedent("""
+    got = step.python(
+        CUDA_PY
+        + textwrap.dedent("""
     codes = [alloc(3 << 20)[0] for _ in range(3)]
     rc_big, _ = alloc(9 << 20)
     print(json.dumps({"codes": codes, "big": rc_big}))
-    """))
+    """)
+    )
     assert got == {"codes": [0, 0, OOM], "big": OOM}
     counters = step.counters()
     assert counters["limits_ok"] and counters["memory_limit"] == 8 * MiB
@@ -31,7 +34,9 @@ def test_allocation_above_the_quota_is_out_of_memory(make_step) -> None:
 
 def test_every_allocation_kind_is_charged(make_step) -> None:
     step = make_step(memory=1 * MiB)
-    got = step.python(CUDA_PY + textwrap.dedent("""
+    got = step.python(
+        CUDA_PY
+        + textwrap.dedent("""
     p = ctypes.c_uint64(); pitch = ctypes.c_size_t(); stream = ctypes.c_void_p(); pool = ctypes.c_void_p()
     handle = ctypes.c_uint64(); arr = ctypes.c_void_p()
     assert cu.cuStreamCreate(ctypes.byref(stream), 0) == 0
@@ -63,8 +68,11 @@ def test_every_allocation_kind_is_charged(make_step) -> None:
     ok["destroy"] = cu.cuArrayDestroy(arr)
     ok["again"] = alloc(1 << 20)[0]
     print(json.dumps({"codes": codes, "ok": ok}))
-    """))
-    assert got["codes"] == {k: OOM for k in got["codes"]} | {"legacy": 801}  # CUDA_ERROR_NOT_SUPPORTED
+    """)
+    )
+    assert got["codes"] == {k: OOM for k in got["codes"]} | {
+        "legacy": 801
+    }  # CUDA_ERROR_NOT_SUPPORTED
     assert set(got["ok"].values()) == {0}
     assert step.gpu.stats()["peak"] <= 1 * MiB
 
@@ -74,7 +82,9 @@ def test_memory_reports_show_the_limit_and_the_steps_own_use(make_step) -> None:
     holder = step.popen("hold", str(4 * MiB))  # another process of the same step
     try:
         assert holder.stdout.readline().startswith("ready")
-        got = step.python(CUDA_PY + textwrap.dedent("""
+        got = step.python(
+            CUDA_PY
+            + textwrap.dedent("""
         import pynvml
         rc, p = alloc(2 << 20)
         free, total, dev_total = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
@@ -86,7 +96,8 @@ def test_memory_reports_show_the_limit_and_the_steps_own_use(make_step) -> None:
         m2 = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
         print(json.dumps({"cuda": [free.value, total.value, dev_total.value],
                           "nvml": [m1.total, m1.used, m1.free], "nvml2": [m2.total, m2.used, m2.free]}))
-        """))
+        """)
+        )
     finally:
         holder.stdin.close()
         holder.wait(timeout=10)
@@ -96,11 +107,14 @@ def test_memory_reports_show_the_limit_and_the_steps_own_use(make_step) -> None:
 
 def test_memory_reports_never_exceed_what_the_device_has(make_step) -> None:
     step = make_step(memory=1 << 40, device_memory=32 * MiB)
-    got = step.python(CUDA_PY + textwrap.dedent("""
+    got = step.python(
+        CUDA_PY
+        + textwrap.dedent("""
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
     assert cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)) == 0
     print(json.dumps([free.value, total.value, alloc(33 << 20)[0]]))
-    """))
+    """)
+    )
     assert got == [32 * MiB, 32 * MiB, OOM]  # the driver's own refusal
 
 
@@ -121,12 +135,16 @@ def test_freed_blocks_are_zeroed_before_release(make_step) -> None:
     scrubbing = make_step(memory=8 * MiB, scrub=True)
     got = scrubbing.python(code)
     for pointer in (got["p"], got["q"]):
-        assert scrubbing.gpu.read_memory(offset=FakeGPU.offset_of(pointer), size=1 << 20) == bytes(1 << 20)
+        assert scrubbing.gpu.read_memory(offset=FakeGPU.offset_of(pointer), size=1 << 20) == bytes(
+            1 << 20
+        )
     assert scrubbing.counters()["scrub_failures"] == 0
     # Control: without scrub_on_free the next tenant finds the data in the same device memory.
     keeping = make_step(memory=8 * MiB, scrub=False)
     got = keeping.python(code)
-    assert keeping.gpu.read_memory(offset=FakeGPU.offset_of(got["p"]), size=16) == b"tenant-A-secret!"
+    assert (
+        keeping.gpu.read_memory(offset=FakeGPU.offset_of(got["p"]), size=16) == b"tenant-A-secret!"
+    )
 
 
 def test_no_environment_variable_loosens_the_limits(make_step, tmp_path) -> None:
@@ -146,21 +164,29 @@ def test_no_environment_variable_loosens_the_limits(make_step, tmp_path) -> None
     # A process that names another limits file still shares the step's region... only when it is
     # the same file: a different file is a different step, so the compiled-in path must be what a
     # cluster uses (next test). Here: the step's own processes cannot loosen the region's limits.
-    assert step.run("fill", str(1 * MiB), SECUREML_SHIM_LIMITS_FILE=str(step.limits_file)) == {"total": 4 * MiB}
+    assert step.run("fill", str(1 * MiB), SECUREML_SHIM_LIMITS_FILE=str(step.limits_file)) == {
+        "total": 4 * MiB
+    }
 
 
 def test_the_compiled_in_limits_path_wins_over_the_environment(make_step, tmp_path) -> None:
     fixed = tmp_path / "podinfo" / "limits"
     fixed.parent.mkdir()
     fixed.write_text("version=1\nmemory=2097152\n")
-    shim = build_shim(flags=(f'-DSHIM_DEFAULT_LIMITS="{fixed}"',), name="libsecureml_shim_fixedpath.so")
+    shim = build_shim(
+        flags=(f'-DSHIM_DEFAULT_LIMITS="{fixed}"',), name="libsecureml_shim_fixedpath.so"
+    )
     step = make_step(memory=64 * MiB)
     env_file = tmp_path / "mine"
     env_file.write_text("version=1\nmemory=68719476736\n")
-    got = step.run("fill", str(1 * MiB), LD_PRELOAD=str(shim), SECUREML_SHIM_LIMITS_FILE=str(env_file))
+    got = step.run(
+        "fill", str(1 * MiB), LD_PRELOAD=str(shim), SECUREML_SHIM_LIMITS_FILE=str(env_file)
+    )
     assert got == {"total": 2 * MiB}
     fixed.unlink()  # where the compiled-in file does not exist, the environment names the file
-    got = step.run("fill", str(1 * MiB), LD_PRELOAD=str(shim), SECUREML_SHIM_LIMITS_FILE=str(step.limits_file))
+    got = step.run(
+        "fill", str(1 * MiB), LD_PRELOAD=str(shim), SECUREML_SHIM_LIMITS_FILE=str(step.limits_file)
+    )
     assert got == {"total": 64 * MiB}
 
 
@@ -181,10 +207,15 @@ def test_silent_by_default_and_logs_when_asked(make_step) -> None:
     import subprocess
 
     step = make_step(memory=1 * MiB)
-    quiet = subprocess.run([str(step.driver), "fill", str(MiB)], env=step.env(), capture_output=True, text=True)
+    quiet = subprocess.run(
+        [str(step.driver), "fill", str(MiB)], env=step.env(), capture_output=True, text=True
+    )
     assert quiet.returncode == 0 and quiet.stderr == ""
     loud = subprocess.run(
-        [str(step.driver), "fill", str(MiB)], env=step.env(SECUREML_SHIM_LOG_LEVEL="info"), capture_output=True, text=True
+        [str(step.driver), "fill", str(MiB)],
+        env=step.env(SECUREML_SHIM_LOG_LEVEL="info"),
+        capture_output=True,
+        text=True,
     )
     assert "secureml-shim[" in loud.stderr and "refused" in loud.stderr
 
@@ -196,13 +227,16 @@ def test_without_the_shim_the_driver_alone_allows_everything(make_step) -> None:
 
     step = make_step(memory=4 * MiB, device_memory=16 * MiB)
     driver = driver_for(step.gpu)
-    result = subprocess.run([str(driver), "fill", str(MiB)], env=step.gpu.env(), capture_output=True, text=True)
+    result = subprocess.run(
+        [str(driver), "fill", str(MiB)], env=step.gpu.env(), capture_output=True, text=True
+    )
     assert json.loads(result.stdout) == {"total": 16 * MiB}
 
 
 def test_driver_errors_pass_through_unchanged(make_step) -> None:
     step = make_step(memory=4 * MiB)
-    got = step.python(textwrap.dedent("""
+    got = step.python(
+        textwrap.dedent("""
     import ctypes, json
     cu = ctypes.CDLL("libcuda.so.1")
     assert cu.cuInit(0) == 0
@@ -214,8 +248,14 @@ def test_driver_errors_pass_through_unchanged(make_step) -> None:
     zero = cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(0))
     full = cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(4 << 20))
     print(json.dumps([no_context, bad_free, zero, full]))
-    """))
-    assert got == [201, 1, 1, 0]  # INVALID_CONTEXT, INVALID_VALUE, INVALID_VALUE, and the full quota still there
+    """)
+    )
+    assert got == [
+        201,
+        1,
+        1,
+        0,
+    ]  # INVALID_CONTEXT, INVALID_VALUE, INVALID_VALUE, and the full quota still there
 
 
 def test_each_device_has_its_own_quota_whatever_the_visible_order(make_step) -> None:
@@ -225,8 +265,12 @@ def test_each_device_has_its_own_quota_whatever_the_visible_order(make_step) -> 
     holder = step.popen("hold", str(3 * MiB), CUDA_VISIBLE_DEVICES="1,0")  # ordinal 0 = device 1
     try:
         assert holder.stdout.readline().startswith("ready")
-        got = step.python(CUDA_PY.replace("cuCtxCreate_v2(ctypes.byref(ctx), 0, 0)", "cuCtxCreate_v2(ctypes.byref(ctx), 0, 1)")
-                          + "print(json.dumps(sum(1 for _ in iter(lambda: alloc(1 << 20)[0] == 0, False))))")
+        got = step.python(
+            CUDA_PY.replace(
+                "cuCtxCreate_v2(ctypes.byref(ctx), 0, 0)", "cuCtxCreate_v2(ctypes.byref(ctx), 0, 1)"
+            )
+            + "print(json.dumps(sum(1 for _ in iter(lambda: alloc(1 << 20)[0] == 0, False))))"
+        )
         assert got == 5  # ordinal 1 = device 1 in the default order: 8 MiB minus the holder's 3
         assert step.run("fill", str(MiB)) == {"total": 8 * MiB}  # device 0 is untouched
     finally:

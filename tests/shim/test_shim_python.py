@@ -8,12 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakegpu import REPO, MiB, compiler
+from secureml.enforcement import shim_control as shim
 
 from secureml import contract
-from secureml.enforcement import shim_control as shim
 from secureml.errors import SecuremlError
-
-from fakegpu import MiB, REPO, compiler
 
 
 def test_library_path_finds_the_build_or_says_how_to_make_one(monkeypatch, tmp_path) -> None:
@@ -37,11 +36,17 @@ def test_child_env_arms_a_real_process(make_step, monkeypatch) -> None:
     assert env[contract.ENV_SHIM_LIMITS_FILE] == str(step.limits_file)
     assert env[contract.ENV_SHIM_LOG_LEVEL] == "error"
     env["LD_PRELOAD"] = str(step.shim)  # /lib/other.so does not exist here
-    result = subprocess.run([str(step.driver), "fill", str(MiB)], env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [str(step.driver), "fill", str(MiB)], env=env, capture_output=True, text=True
+    )
     assert result.stdout.strip() == '{"total": 3145728}'
     counters = shim.read_counters(step.counters_file)
     assert counters["limits_ok"] is True and counters["error"] is None
-    assert counters["memory_limit"] == 3 * MiB and counters["compute_limit"] == 100 and counters["scrub_on_free"] is True
+    assert (
+        counters["memory_limit"] == 3 * MiB
+        and counters["compute_limit"] == 100
+        and counters["scrub_on_free"] is True
+    )
     assert counters["refused"] == 1 and counters["peak"] == 3 * MiB and counters["throttled"] == 0
     assert counters["devices"] == [
         {"uuid": step.gpu.devices[0].uuid, "used": 0, "peak": 3 * MiB, "refused": 1, "throttled": 0}
@@ -71,7 +76,9 @@ def test_read_counters_reports_missing_and_malformed_files(tmp_path: Path) -> No
 def test_the_shipped_limits_renderer_is_accepted_by_the_shim(make_step, tmp_path) -> None:
     step = make_step(memory=MiB)
     step.limits_file.chmod(0o644)
-    step.limits_file.write_text(contract.render_shim_limits(memory_bytes=5 * MiB, compute_percent=100, scrub_on_free=False))
+    step.limits_file.write_text(
+        contract.render_shim_limits(memory_bytes=5 * MiB, compute_percent=100, scrub_on_free=False)
+    )
     assert step.run("fill", str(MiB)) == {"total": 5 * MiB}
     assert shim.read_counters(step.counters_file)["scrub_on_free"] is False
 
@@ -80,7 +87,9 @@ def test_the_shipped_limits_renderer_is_accepted_by_the_shim(make_step, tmp_path
 def test_build_compiles_the_library(tmp_path: Path) -> None:
     built = shim.build(tmp_path)
     assert built == tmp_path / shim.LIBRARY_NAME and built.stat().st_size > 0
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(built)], capture_output=True, text=True).stdout
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", str(built)], capture_output=True, text=True
+    ).stdout
     for name in ("cuMemAlloc_v2", "cuGetProcAddress_v2", "dlsym", "nvmlDeviceGetMemoryInfo_v2"):
         assert f" T {name}\n" in symbols
 
@@ -92,14 +101,24 @@ def test_package_build_without_a_compiler_warns_and_continues(tmp_path: Path) ->
     (tmp_path / "python").symlink_to(sys.executable)
     result = subprocess.run(
         [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path / "lib")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert "WARNING: no C compiler" in result.stderr
     assert (tmp_path / "lib" / "secureml" / "enforcement" / "shim_control.py").exists()
     # the C sources travel with the package: the shim can be built later, the simulator compiles the fakes
     shipped = tmp_path / "lib" / "secureml" / "enforcement"
-    for source in ("shim/shim.c", "shim/limits.c", "shim/region.h", "shim/fake/fake_cuda.c", "shim/fake/fake_common.h"):
+    for source in (
+        "shim/shim.c",
+        "shim/limits.c",
+        "shim/region.h",
+        "shim/fake/fake_cuda.c",
+        "shim/fake/fake_common.h",
+    ):
         assert (shipped / source).read_bytes() == (REPO / "enforcement" / source).read_bytes()
     assert (shipped / "simulator.py").exists()
     assert not (tmp_path / "lib" / "secureml" / "enforcement" / shim.LIBRARY_NAME).exists()

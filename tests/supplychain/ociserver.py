@@ -28,7 +28,9 @@ class OciServer:
         self.referrers_api = referrers_api
         self.blobs: dict[str, bytes] = {digest_of(EMPTY_CONFIG): EMPTY_CONFIG}
         self.manifests: dict[str, tuple[bytes, str]] = {}  # digest or "repo:tag" -> (content, type)
-        self.referrers: dict[tuple[str, str], list[dict]] = {}  # (repo, subject digest) -> descriptors
+        self.referrers: dict[
+            tuple[str, str], list[dict]
+        ] = {}  # (repo, subject digest) -> descriptors
         self.requests: list[str] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -45,23 +47,44 @@ class OciServer:
         self._server.shutdown()
         self._server.server_close()
 
-    def attach_bundle(self, repo: str, subject_digest: str, bundle: bytes, *, artifact_type: str = BUNDLE_TYPE) -> str:
+    def attach_bundle(
+        self, repo: str, subject_digest: str, bundle: bytes, *, artifact_type: str = BUNDLE_TYPE
+    ) -> str:
         """Push `bundle` as a cosign-v3-style referrer of `subject_digest`; return the manifest digest."""
         self.blobs[digest_of(bundle)] = bundle
-        manifest = json.dumps({
-            "schemaVersion": 2,
-            "mediaType": MANIFEST_TYPE,
-            "artifactType": artifact_type,
-            "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": digest_of(EMPTY_CONFIG), "size": 2},
-            "layers": [{"mediaType": artifact_type, "digest": digest_of(bundle), "size": len(bundle)}],
-            "subject": {"mediaType": MANIFEST_TYPE, "digest": subject_digest, "size": 1234},
-        }).encode()
+        manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": MANIFEST_TYPE,
+                "artifactType": artifact_type,
+                "config": {
+                    "mediaType": "application/vnd.oci.empty.v1+json",
+                    "digest": digest_of(EMPTY_CONFIG),
+                    "size": 2,
+                },
+                "layers": [
+                    {"mediaType": artifact_type, "digest": digest_of(bundle), "size": len(bundle)}
+                ],
+                "subject": {"mediaType": MANIFEST_TYPE, "digest": subject_digest, "size": 1234},
+            }
+        ).encode()
         manifest_digest = digest_of(manifest)
         self.manifests[manifest_digest] = (manifest, MANIFEST_TYPE)
-        descriptor = {"mediaType": MANIFEST_TYPE, "digest": manifest_digest, "size": len(manifest), "artifactType": artifact_type}
+        descriptor = {
+            "mediaType": MANIFEST_TYPE,
+            "digest": manifest_digest,
+            "size": len(manifest),
+            "artifactType": artifact_type,
+        }
         self.referrers.setdefault((repo, subject_digest), []).append(descriptor)
         # The fallback tag holds the same list as an image index.
-        index = json.dumps({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": self.referrers[(repo, subject_digest)]}).encode()
+        index = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": INDEX_TYPE,
+                "manifests": self.referrers[(repo, subject_digest)],
+            }
+        ).encode()
         self.manifests[f"{repo}:sha256-{subject_digest.split(':', 1)[1]}"] = (index, INDEX_TYPE)
         return manifest_digest
 
@@ -72,7 +95,13 @@ class OciServer:
             def log_message(self, *args: object) -> None:  # keep test output quiet
                 pass
 
-            def _send(self, status: int, body: bytes = b"", content_type: str = "application/json", extra: dict | None = None) -> None:
+            def _send(
+                self,
+                status: int,
+                body: bytes = b"",
+                content_type: str = "application/json",
+                extra: dict | None = None,
+            ) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
@@ -81,23 +110,29 @@ class OciServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 server.requests.append(self.path)
                 if self.path.startswith("/token"):
                     return self._send(200, json.dumps({"token": TOKEN}).encode())
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     realm = f'Bearer realm="http://{server.host}/token",service="test"'
-                    return self._send(401, b'{"errors":[{"code":"UNAUTHORIZED"}]}', extra={"Www-Authenticate": realm})
+                    return self._send(
+                        401,
+                        b'{"errors":[{"code":"UNAUTHORIZED"}]}',
+                        extra={"Www-Authenticate": realm},
+                    )
                 path = self.path.split("?", 1)[0]
                 if not path.startswith("/v2/"):
                     return self._send(404)
-                rest = path[len("/v2/"):]
+                rest = path[len("/v2/") :]
                 if "/referrers/" in rest:
                     repo, digest = rest.split("/referrers/")
                     if not server.referrers_api:
                         return self._send(404, b'{"errors":[{"code":"NOT_FOUND"}]}')
                     listed = server.referrers.get((repo, digest), [])
-                    body = json.dumps({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": listed}).encode()
+                    body = json.dumps(
+                        {"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": listed}
+                    ).encode()
                     return self._send(200, body, INDEX_TYPE)
                 if "/manifests/" in rest:
                     repo, reference = rest.split("/manifests/")

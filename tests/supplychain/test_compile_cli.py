@@ -39,25 +39,44 @@ def setup(tmp_path: Path, pki: PrivateSigstore) -> dict[str, Path]:
     root = pki.write_trusted_root(tmp_path / "trusted_root.json")
     data = yaml.safe_load((REPO / "profiles" / "team-a.yaml").read_text())
     data["spec"]["images"]["signatures"] = {
-        "required": True, "trustedRoot": "trusted_root.json",  # relative to the profile
+        "required": True,
+        "trustedRoot": "trusted_root.json",  # relative to the profile
         "identities": [{"issuer": GH, "subjectRegExp": r"^https://github\.com/acme/"}],
     }
     profile = tmp_path / "team-a.yaml"
     profile.write_text(yaml.safe_dump(data, sort_keys=False))
     bundles = tmp_path / "bundles"
     bundles.mkdir()
-    return {"root": root, "profile": profile, "bundles": bundles, "out": tmp_path / "out.yaml", "report": tmp_path / "r.json"}
+    return {
+        "root": root,
+        "profile": profile,
+        "bundles": bundles,
+        "out": tmp_path / "out.yaml",
+        "report": tmp_path / "r.json",
+    }
 
 
 def compile_args(s: dict[str, Path], *extra: str) -> list[str]:
-    return ["compile", str(PIPELINE), "--profile", str(s["profile"]), "-o", str(s["out"]), "--report", str(s["report"]),
-            "--bundles", str(s["bundles"]), *extra]
+    return [
+        "compile",
+        str(PIPELINE),
+        "--profile",
+        str(s["profile"]),
+        "-o",
+        str(s["out"]),
+        "--report",
+        str(s["report"]),
+        "--bundles",
+        str(s["bundles"]),
+        *extra,
+    ]
 
 
 def test_signed_images_compile_and_the_report_names_the_signer(setup, pki):
     image = pipeline_image()
     (setup["bundles"] / bundle_filename(image.digest_hex)).write_bytes(
-        pki.sign_image(image.name, image.digest_hex, subject=BUILDER, issuer=GH))
+        pki.sign_image(image.name, image.digest_hex, subject=BUILDER, issuer=GH)
+    )
     result = CliRunner().invoke(app, compile_args(setup))
     assert result.exit_code == 0, result.output
     report = json.loads(setup["report"].read_text())
@@ -71,7 +90,13 @@ def test_missing_and_untrusted_signatures_are_violations(setup, pki):
     assert "image.signature-missing" in result.output
     image = pipeline_image()
     (setup["bundles"] / bundle_filename(image.digest_hex)).write_bytes(
-        pki.sign_image(image.name, image.digest_hex, subject="https://github.com/evil/x/.github/workflows/b.yml@refs/heads/main", issuer=GH))
+        pki.sign_image(
+            image.name,
+            image.digest_hex,
+            subject="https://github.com/evil/x/.github/workflows/b.yml@refs/heads/main",
+            issuer=GH,
+        )
+    )
     result = CliRunner().invoke(app, compile_args(setup))
     assert result.exit_code == 1 and "image.signer-untrusted" in result.output
 
@@ -79,13 +104,26 @@ def test_missing_and_untrusted_signatures_are_violations(setup, pki):
 def test_require_signed_profile_detects_a_loosened_profile(setup, pki):
     image = pipeline_image()
     (setup["bundles"] / bundle_filename(image.digest_hex)).write_bytes(
-        pki.sign_image(image.name, image.digest_hex, subject=BUILDER, issuer=GH))
+        pki.sign_image(image.name, image.digest_hex, subject=BUILDER, issuer=GH)
+    )
     profile = setup["profile"]
     (profile.parent / (profile.name + ".sigstore.json")).write_bytes(
-        pki.sign_blob(profile.read_bytes(), subject="platform@acme.example", issuer="https://accounts.google.com"))
-    signed_args = compile_args(setup, "--require-signed-profile", "--trusted-root", str(setup["root"]),
-                               "--certificate-identity", "platform@acme.example",
-                               "--certificate-oidc-issuer", "https://accounts.google.com")
+        pki.sign_blob(
+            profile.read_bytes(),
+            subject="platform@acme.example",
+            issuer="https://accounts.google.com",
+        )
+    )
+    signed_args = compile_args(
+        setup,
+        "--require-signed-profile",
+        "--trusted-root",
+        str(setup["root"]),
+        "--certificate-identity",
+        "platform@acme.example",
+        "--certificate-oidc-issuer",
+        "https://accounts.google.com",
+    )
     ok = CliRunner().invoke(app, signed_args)
     assert ok.exit_code == 0, ok.output
     profile.write_text(profile.read_text().replace("maxCompute: 50", "maxCompute: 100"))

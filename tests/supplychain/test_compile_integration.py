@@ -18,18 +18,28 @@ from .ociserver import OciServer
 HAPPY = CONFORMANCE / "happy-path-v0.3-new-mediaType" / "bundle.sigstore.json"
 DSSE_SLSA = CONFORMANCE / "happy-path-intoto-in-dsse-v3" / "bundle.sigstore.json"
 # The happy-path bundle is a real signature over this digest (of a.txt): it stands in for a manifest.
-SIGNED_HEX = hashlib.sha256((CONFORMANCE / "a.txt").read_bytes()).hexdigest() if CONFORMANCE.is_dir() else "0" * 64
+SIGNED_HEX = (
+    hashlib.sha256((CONFORMANCE / "a.txt").read_bytes()).hexdigest()
+    if CONFORMANCE.is_dir()
+    else "0" * 64
+)
 UNSIGNED_HEX = "d" * 64
 
 
 def make_profile(identities: list[dict]) -> TenantProfile:
     data = yaml.safe_load((REPO / "profiles" / "team-a.yaml").read_text())
     data = copy.deepcopy(data)
-    data["spec"]["images"]["signatures"] = {"required": True, "trustedRoot": "production", "identities": identities}
+    data["spec"]["images"]["signatures"] = {
+        "required": True,
+        "trustedRoot": "production",
+        "identities": identities,
+    }
     return TenantProfile.from_dict(data, source="test-profile")
 
 
-TRUSTING = [{"issuer": GITHUB_ISSUER, "subjectRegExp": r"^https://github\.com/sigstore-conformance/"}]
+TRUSTING = [
+    {"issuer": GITHUB_ISSUER, "subjectRegExp": r"^https://github\.com/sigstore-conformance/"}
+]
 OTHERS = [{"issuer": GITHUB_ISSUER, "subjectRegExp": r"^https://github\.com/acme/"}]
 
 
@@ -49,7 +59,12 @@ def test_each_step_gets_signer_or_rule(bundles):
     results = verify_images_for_compile(steps, make_profile(TRUSTING), bundles, fetch=False)
     assert [r.step for r in results] == ["prep", "train", "eval", "tagged"]
     prep, train, evaluate, tagged = results
-    assert (prep.verified, prep.signer, prep.issuer, prep.kind) == (True, BEACON, GITHUB_ISSUER, "message-signature")
+    assert (prep.verified, prep.signer, prep.issuer, prep.kind) == (
+        True,
+        BEACON,
+        GITHUB_ISSUER,
+        "message-signature",
+    )
     assert prep.bundle == str(bundles / bundle_filename(SIGNED_HEX))
     assert (train.verified, train.rule) == (False, "image.signature-missing")
     assert bundle_filename(UNSIGNED_HEX) in train.message and "--fetch-bundles" in train.fix
@@ -73,11 +88,15 @@ def test_invalid_bundle_is_a_violation(tmp_path):
     )
     assert (result.verified, result.rule) == (False, "image.signature-invalid")
     assert "wrong predicate type" in result.message
-    assert result.to_dict()["rule"] == "image.signature-invalid" and "signer" not in result.to_dict()
+    assert (
+        result.to_dict()["rule"] == "image.signature-invalid" and "signer" not in result.to_dict()
+    )
 
 
 def test_no_bundles_dir_and_no_fetch():
-    [result] = verify_images_for_compile([("s", f"ghcr.io/acme/x@sha256:{SIGNED_HEX}")], make_profile(TRUSTING), None)
+    [result] = verify_images_for_compile(
+        [("s", f"ghcr.io/acme/x@sha256:{SIGNED_HEX}")], make_profile(TRUSTING), None
+    )
     assert result.rule == "image.signature-missing" and "fetching is off" in result.message
 
 
@@ -85,7 +104,12 @@ def test_no_bundles_dir_and_no_fetch():
 def test_fetch_from_registry(referrers_api):
     with OciServer(referrers_api=referrers_api) as registry:
         # An unrelated referrer (an SBOM) is listed too and must be ignored.
-        registry.attach_bundle("acme/train", f"sha256:{SIGNED_HEX}", b'{"spdxVersion": "SPDX-2.3"}', artifact_type="application/spdx+json")
+        registry.attach_bundle(
+            "acme/train",
+            f"sha256:{SIGNED_HEX}",
+            b'{"spdxVersion": "SPDX-2.3"}',
+            artifact_type="application/spdx+json",
+        )
         manifest = registry.attach_bundle("acme/train", f"sha256:{SIGNED_HEX}", HAPPY.read_bytes())
         steps = [
             ("train", f"{registry.host}/acme/train@sha256:{SIGNED_HEX}"),
@@ -97,7 +121,9 @@ def test_fetch_from_registry(referrers_api):
     assert train.bundle == f"{registry.host}/acme/train@{manifest} ({how})"
     assert (other.verified, other.rule) == (False, "image.signature-missing")
     assert "no Sigstore bundle is attached" in other.message
-    assert any(path.startswith("/token") for path in registry.requests)  # the 401 challenge was answered
+    assert any(
+        path.startswith("/token") for path in registry.requests
+    )  # the 401 challenge was answered
     fallback_used = any("/manifests/sha256-" in path for path in registry.requests)
     assert fallback_used is (not referrers_api)
 
@@ -116,13 +142,21 @@ def test_tampered_blob_from_registry_is_refused():
         good = hashlib.sha256(HAPPY.read_bytes()).hexdigest()
         registry.blobs[f"sha256:{good}"] = HAPPY.read_bytes() + b" "
         [result] = verify_images_for_compile(
-            [("train", f"{registry.host}/acme/train@sha256:{SIGNED_HEX}")], make_profile(TRUSTING), None, fetch=True
+            [("train", f"{registry.host}/acme/train@sha256:{SIGNED_HEX}")],
+            make_profile(TRUSTING),
+            None,
+            fetch=True,
         )
-    assert result.rule == "image.signature-missing" and "does not match its digest" in result.message
+    assert (
+        result.rule == "image.signature-missing" and "does not match its digest" in result.message
+    )
 
 
 def test_unreachable_registry_fails_fast():
     [result] = verify_images_for_compile(
-        [("train", f"127.0.0.1:1/acme/train@sha256:{SIGNED_HEX}")], make_profile(TRUSTING), None, fetch=True
+        [("train", f"127.0.0.1:1/acme/train@sha256:{SIGNED_HEX}")],
+        make_profile(TRUSTING),
+        None,
+        fetch=True,
     )
     assert result.rule == "image.signature-missing" and "did not answer" in result.message

@@ -16,7 +16,9 @@ from secureml.cli import app
 
 from .conftest import BEACON, CONFORMANCE, GITHUB_ISSUER
 
-MANAGED_KEY = "sha256:4cb32c4837c6dda8cfb1681efb3fef5f94ffce5b979e6bdb9139302c857af139"  # the cases' key.pub
+MANAGED_KEY = (
+    "sha256:4cb32c4837c6dda8cfb1681efb3fef5f94ffce5b979e6bdb9139302c857af139"  # the cases' key.pub
+)
 EXPECTED_OUTPUT = {
     "managed-key-happy-path": f"signed by key {MANAGED_KEY}; message signature; logged in https://rekor.sigstore.dev",
     "managed-key-and-trusted-root": f"signed by key {MANAGED_KEY}; message signature; logged in https://rekor.sigstage.dev",
@@ -31,13 +33,21 @@ def protocol_args(case: Path, digest_mode: bool) -> list[str]:
     if (case / "key.pub").exists():
         args += ["--key", str(case / "key.pub")]
     else:
-        identity = (case / "identity").read_text().strip() if (case / "identity").exists() else BEACON
-        issuer = (case / "issuer").read_text().strip() if (case / "issuer").exists() else GITHUB_ISSUER
+        identity = (
+            (case / "identity").read_text().strip() if (case / "identity").exists() else BEACON
+        )
+        issuer = (
+            (case / "issuer").read_text().strip() if (case / "issuer").exists() else GITHUB_ISSUER
+        )
         args += ["--certificate-identity", identity, "--certificate-oidc-issuer", issuer]
     if (case / "trusted_root.json").exists():
         args += ["--trusted-root", str(case / "trusted_root.json")]
     artifact = case / "artifact" if (case / "artifact").exists() else CONFORMANCE / "a.txt"
-    args.append("sha256:" + hashlib.sha256(artifact.read_bytes()).hexdigest() if digest_mode else str(artifact))
+    args.append(
+        "sha256:" + hashlib.sha256(artifact.read_bytes()).hexdigest()
+        if digest_mode
+        else str(artifact)
+    )
     return args
 
 

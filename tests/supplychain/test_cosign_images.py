@@ -51,7 +51,11 @@ def image_bundle(pki) -> bytes:
 def test_cosign_v3_bundle_verifies(verifier, image_bundle):
     signed = verifier.verify_image(f"ghcr.io/acme/train@sha256:{DIGEST}", image_bundle, ACME)
     assert (signed.signer, signed.issuer, signed.kind, signed.predicate_type) == (
-        BUILDER, GH, "dsse", "https://sigstore.dev/cosign/sign/v1")
+        BUILDER,
+        GH,
+        "dsse",
+        "https://sigstore.dev/cosign/sign/v1",
+    )
 
 
 def test_wrong_image_digest(verifier, image_bundle):
@@ -62,15 +66,22 @@ def test_wrong_image_digest(verifier, image_bundle):
 
 
 def test_wrong_predicate_type(pki, verifier):
-    bundle = pki.sign_image("ghcr.io/acme/train", DIGEST, subject=BUILDER, issuer=GH,
-                            predicate_type="https://slsa.dev/provenance/v1")
+    bundle = pki.sign_image(
+        "ghcr.io/acme/train",
+        DIGEST,
+        subject=BUILDER,
+        issuer=GH,
+        predicate_type="https://slsa.dev/provenance/v1",
+    )
     with pytest.raises(SignatureError) as err:
         verifier.verify_image(f"ghcr.io/acme/train@sha256:{DIGEST}", bundle, ACME)
     assert "wrong predicate type 'https://slsa.dev/provenance/v1'" in err.value.why
 
 
 def test_dsse_payload_that_is_not_in_toto(pki, verifier):
-    bundle = pki.sign_dsse({"hello": "world"}, subject=BUILDER, issuer=GH, payload_type="text/plain")
+    bundle = pki.sign_dsse(
+        {"hello": "world"}, subject=BUILDER, issuer=GH, payload_type="text/plain"
+    )
     with pytest.raises(SignatureError) as err:
         verifier.verify_image(f"ghcr.io/acme/train@sha256:{DIGEST}", bundle, ACME)
     assert "DSSE payload type is 'text/plain'" in err.value.why
@@ -89,17 +100,23 @@ def test_payload_swapped_after_signing(pki, verifier, image_bundle):
     statement["subject"][0]["digest"]["sha256"] = OTHER
     document["dsseEnvelope"]["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
     with pytest.raises(SignatureError) as err:
-        verifier.verify_image(f"ghcr.io/acme/train@sha256:{OTHER}", json.dumps(document).encode(), ACME)
+        verifier.verify_image(
+            f"ghcr.io/acme/train@sha256:{OTHER}", json.dumps(document).encode(), ACME
+        )
     assert err.value.kind == "invalid" and "Sigstore verification failed" in err.value.why
 
 
 def test_bundle_from_another_instance_or_production_fails(verifier):
-    stranger_bundle = PrivateSigstore().sign_image("ghcr.io/acme/train", DIGEST, subject=BUILDER, issuer=GH)
+    stranger_bundle = PrivateSigstore().sign_image(
+        "ghcr.io/acme/train", DIGEST, subject=BUILDER, issuer=GH
+    )
     with pytest.raises(SignatureError) as err:
         verifier.verify_image(f"ghcr.io/acme/train@sha256:{DIGEST}", stranger_bundle, ACME)
     assert err.value.kind == "invalid"
     with pytest.raises(SignatureError):
-        SignatureVerifier("production").verify_image(f"ghcr.io/acme/train@sha256:{DIGEST}", stranger_bundle, ACME)
+        SignatureVerifier("production").verify_image(
+            f"ghcr.io/acme/train@sha256:{DIGEST}", stranger_bundle, ACME
+        )
 
 
 def write_profile(path: Path, root: Path, **images: object) -> Path:
@@ -117,29 +134,68 @@ def write_profile(path: Path, root: Path, **images: object) -> Path:
 def test_verify_image_cli_with_profile_and_relative_root(tmp_path, root, image_bundle):
     (tmp_path / "roots").mkdir()
     (tmp_path / "roots" / "tr.json").write_bytes(root.read_bytes())
-    profile = write_profile(tmp_path / "team-a.yaml", Path("roots/tr.json"))  # relative to the profile
+    profile = write_profile(
+        tmp_path / "team-a.yaml", Path("roots/tr.json")
+    )  # relative to the profile
     bundle = tmp_path / bundle_filename(DIGEST)
     bundle.write_bytes(image_bundle)
-    result = CliRunner().invoke(app, ["verify-image", f"ghcr.io/acme/train@sha256:{DIGEST}", "--bundle", str(bundle),
-                                      "--profile", str(profile)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "verify-image",
+            f"ghcr.io/acme/train@sha256:{DIGEST}",
+            "--bundle",
+            str(bundle),
+            "--profile",
+            str(profile),
+        ],
+    )
     assert result.exit_code == 0, result.output
-    assert f"verified: ghcr.io/acme/train@sha256:{DIGEST} signed by {BUILDER} (issuer {GH}); cosign v3 DSSE" in result.output
+    assert (
+        f"verified: ghcr.io/acme/train@sha256:{DIGEST} signed by {BUILDER} (issuer {GH}); cosign v3 DSSE"
+        in result.output
+    )
 
 
 def test_verify_image_cli_with_flags_and_failures(tmp_path, root, image_bundle):
     bundle = tmp_path / "b.json"
     bundle.write_bytes(image_bundle)
-    base = ["verify-image", "--bundle", str(bundle), "--trusted-root", str(root), "--certificate-oidc-issuer", GH]
-    ok = CliRunner().invoke(app, [*base, f"ghcr.io/acme/train@sha256:{DIGEST}", "--certificate-identity", BUILDER])
+    base = [
+        "verify-image",
+        "--bundle",
+        str(bundle),
+        "--trusted-root",
+        str(root),
+        "--certificate-oidc-issuer",
+        GH,
+    ]
+    ok = CliRunner().invoke(
+        app, [*base, f"ghcr.io/acme/train@sha256:{DIGEST}", "--certificate-identity", BUILDER]
+    )
     assert ok.exit_code == 0, ok.output
-    wrong_id = CliRunner().invoke(app, [*base, f"ghcr.io/acme/train@sha256:{DIGEST}", "--certificate-identity", STRANGER])
+    wrong_id = CliRunner().invoke(
+        app, [*base, f"ghcr.io/acme/train@sha256:{DIGEST}", "--certificate-identity", STRANGER]
+    )
     assert wrong_id.exit_code == 1 and "signer is not trusted" in wrong_id.output
-    wrong_digest = CliRunner().invoke(app, [*base, f"ghcr.io/acme/train@sha256:{OTHER}", "--certificate-identity", BUILDER])
+    wrong_digest = CliRunner().invoke(
+        app, [*base, f"ghcr.io/acme/train@sha256:{OTHER}", "--certificate-identity", BUILDER]
+    )
     assert wrong_digest.exit_code == 1 and "wrong digest" in wrong_digest.output
-    tag = CliRunner().invoke(app, [*base, "ghcr.io/acme/train:v1", "--certificate-identity", BUILDER])
+    tag = CliRunner().invoke(
+        app, [*base, "ghcr.io/acme/train:v1", "--certificate-identity", BUILDER]
+    )
     assert tag.exit_code == 1 and "not pinned by digest" in tag.output
-    no_issuer = CliRunner().invoke(app, ["verify-image", f"ghcr.io/acme/train@sha256:{DIGEST}", "--bundle", str(bundle),
-                                         "--certificate-identity", BUILDER])
+    no_issuer = CliRunner().invoke(
+        app,
+        [
+            "verify-image",
+            f"ghcr.io/acme/train@sha256:{DIGEST}",
+            "--bundle",
+            str(bundle),
+            "--certificate-identity",
+            BUILDER,
+        ],
+    )
     assert no_issuer.exit_code == 1 and "--certificate-oidc-issuer is missing" in no_issuer.output
     for result in (wrong_id, wrong_digest, tag, no_issuer):
         assert "Traceback" not in result.output
@@ -148,22 +204,40 @@ def test_verify_image_cli_with_flags_and_failures(tmp_path, root, image_bundle):
 def test_verify_image_cli_fetches_from_registry(root, image_bundle):
     with OciServer() as registry:
         registry.attach_bundle("acme/train", f"sha256:{DIGEST}", image_bundle)
-        result = CliRunner().invoke(app, [
-            "verify-image", f"{registry.host}/acme/train@sha256:{DIGEST}", "--fetch", "--trusted-root", str(root),
-            "--certificate-identity-regexp", "^https://github\\.com/acme/", "--certificate-oidc-issuer", GH])
+        result = CliRunner().invoke(
+            app,
+            [
+                "verify-image",
+                f"{registry.host}/acme/train@sha256:{DIGEST}",
+                "--fetch",
+                "--trusted-root",
+                str(root),
+                "--certificate-identity-regexp",
+                "^https://github\\.com/acme/",
+                "--certificate-oidc-issuer",
+                GH,
+            ],
+        )
     assert result.exit_code == 0, result.output
     assert "(referrers API)" in result.output
 
 
 def test_compile_integration_with_cosign_bundles(tmp_path, pki, root, image_bundle):
     (tmp_path / bundle_filename(DIGEST)).write_bytes(image_bundle)
-    (tmp_path / bundle_filename(OTHER)).write_bytes(pki.sign_image("ghcr.io/acme/eval", OTHER, subject=STRANGER, issuer=GH))
+    (tmp_path / bundle_filename(OTHER)).write_bytes(
+        pki.sign_image("ghcr.io/acme/eval", OTHER, subject=STRANGER, issuer=GH)
+    )
     from secureml.profile import load_profile
 
     profile = load_profile(write_profile(tmp_path / "p.yaml", root))
     train, evaluate = verify_images_for_compile(
-        [("train", f"ghcr.io/acme/train@sha256:{DIGEST}"), ("eval", f"ghcr.io/acme/eval@sha256:{OTHER}")],
-        profile, tmp_path)
+        [
+            ("train", f"ghcr.io/acme/train@sha256:{DIGEST}"),
+            ("eval", f"ghcr.io/acme/eval@sha256:{OTHER}"),
+        ],
+        profile,
+        tmp_path,
+    )
     assert (train.verified, train.signer, train.issuer, train.kind) == (True, BUILDER, GH, "dsse")
     assert (evaluate.verified, evaluate.rule) == (False, "image.signer-untrusted")
 
@@ -171,12 +245,30 @@ def test_compile_integration_with_cosign_bundles(tmp_path, pki, root, image_bund
 def test_signed_profile_and_a_loosened_copy(tmp_path, pki, root):
     profile = write_profile(tmp_path / "team-a.yaml", root)
     bundle = tmp_path / "team-a.yaml.sigstore.json"
-    bundle.write_bytes(pki.sign_blob(profile.read_bytes(), subject="platform@acme.example", issuer="https://accounts.google.com"))
-    args = ["profile", "verify", str(profile), "--trusted-root", str(root),
-            "--certificate-identity", "platform@acme.example", "--certificate-oidc-issuer", "https://accounts.google.com"]
+    bundle.write_bytes(
+        pki.sign_blob(
+            profile.read_bytes(),
+            subject="platform@acme.example",
+            issuer="https://accounts.google.com",
+        )
+    )
+    args = [
+        "profile",
+        "verify",
+        str(profile),
+        "--trusted-root",
+        str(root),
+        "--certificate-identity",
+        "platform@acme.example",
+        "--certificate-oidc-issuer",
+        "https://accounts.google.com",
+    ]
     ok = CliRunner().invoke(app, args)
     assert ok.exit_code == 0, ok.output
-    assert "signed by platform@acme.example (issuer https://accounts.google.com); message signature" in ok.output
+    assert (
+        "signed by platform@acme.example (issuer https://accounts.google.com); message signature"
+        in ok.output
+    )
     # A tenant loosens its own copy: more compute for time-sliced steps.
     profile.write_text(profile.read_text().replace("maxCompute: 50", "maxCompute: 100"))
     loosened = CliRunner().invoke(app, args)

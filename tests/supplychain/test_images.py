@@ -14,14 +14,33 @@ HEX = "0123456789abcdef" * 4
     ("text", "registry", "repository", "tag", "digest", "normalised"),
     [
         ("ubuntu", "docker.io", "library/ubuntu", None, None, "docker.io/library/ubuntu"),
-        ("ubuntu:22.04", "docker.io", "library/ubuntu", "22.04", None, "docker.io/library/ubuntu:22.04"),
+        (
+            "ubuntu:22.04",
+            "docker.io",
+            "library/ubuntu",
+            "22.04",
+            None,
+            "docker.io/library/ubuntu:22.04",
+        ),
         ("acme/train", "docker.io", "acme/train", None, None, "docker.io/acme/train"),
         ("docker.io/ubuntu", "docker.io", "library/ubuntu", None, None, "docker.io/library/ubuntu"),
         ("index.docker.io/acme/x:1", "docker.io", "acme/x", "1", None, "docker.io/acme/x:1"),
-        ("ghcr.io/acme/ml/train@sha256:" + HEX, "ghcr.io", "acme/ml/train", None, "sha256:" + HEX,
-         "ghcr.io/acme/ml/train@sha256:" + HEX),
-        ("ghcr.io/acme/train:v1@sha256:" + HEX, "ghcr.io", "acme/train", "v1", "sha256:" + HEX,
-         "ghcr.io/acme/train:v1@sha256:" + HEX),
+        (
+            "ghcr.io/acme/ml/train@sha256:" + HEX,
+            "ghcr.io",
+            "acme/ml/train",
+            None,
+            "sha256:" + HEX,
+            "ghcr.io/acme/ml/train@sha256:" + HEX,
+        ),
+        (
+            "ghcr.io/acme/train:v1@sha256:" + HEX,
+            "ghcr.io",
+            "acme/train",
+            "v1",
+            "sha256:" + HEX,
+            "ghcr.io/acme/train:v1@sha256:" + HEX,
+        ),
         ("localhost:5000/x", "localhost:5000", "x", None, None, "localhost:5000/x"),
         ("localhost:5000/x:tag", "localhost:5000", "x", "tag", None, "localhost:5000/x:tag"),
         ("localhost/x", "localhost", "x", None, None, "localhost/x"),
@@ -30,12 +49,24 @@ HEX = "0123456789abcdef" * 4
         ("registry:5000/team/x", "registry:5000", "team/x", None, None, "registry:5000/team/x"),
         ("a.b/c__d/e-f.g_h", "a.b", "c__d/e-f.g_h", None, None, "a.b/c__d/e-f.g_h"),
         # no slash: a colon is a tag separator, never a port
-        ("busybox:5000", "docker.io", "library/busybox", "5000", None, "docker.io/library/busybox:5000"),
+        (
+            "busybox:5000",
+            "docker.io",
+            "library/busybox",
+            "5000",
+            None,
+            "docker.io/library/busybox:5000",
+        ),
     ],
 )
 def test_parse_normalises(text, registry, repository, tag, digest, normalised):
     ref = ImageRef.parse(text)
-    assert (ref.registry, ref.repository, ref.tag, ref.digest) == (registry, repository, tag, digest)
+    assert (ref.registry, ref.repository, ref.tag, ref.digest) == (
+        registry,
+        repository,
+        tag,
+        digest,
+    )
     assert str(ref) == normalised
     assert ref.pinned is (digest is not None)
     assert ImageRef.parse(str(ref)) == ref

@@ -4,7 +4,6 @@ that each break one link (signature, key, artifact, inclusion proof, promise, lo
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
 import json
 from collections.abc import Callable
@@ -18,13 +17,20 @@ from typer.testing import CliRunner
 
 from secureml.cli import app
 from secureml.errors import InputError
-from secureml.supplychain.managed_key import _check_body, _check_signature, fingerprint, verify_with_key
+from secureml.supplychain.managed_key import (
+    _check_body,
+    _check_signature,
+    fingerprint,
+    verify_with_key,
+)
 from secureml.supplychain.verifier import SignatureError
 
 from .conftest import BEACON, CONFORMANCE, GITHUB_ISSUER
 
 PRODUCTION_CASE = CONFORMANCE / "managed-key-happy-path"  # logged in rekor.sigstore.dev
-STAGING_CASE = CONFORMANCE / "managed-key-and-trusted-root"  # logged in rekor.sigstage.dev, custom root
+STAGING_CASE = (
+    CONFORMANCE / "managed-key-and-trusted-root"
+)  # logged in rekor.sigstage.dev, custom root
 A_TXT = CONFORMANCE / "a.txt"
 
 
@@ -36,8 +42,14 @@ def _key(case: Path) -> bytes:
     return (case / "key.pub").read_bytes()
 
 
-def _verify(document: dict, *, case: Path = PRODUCTION_CASE, artifact: bytes | str | None = None,
-            key: bytes | None = None, root: str | Path = "production"):
+def _verify(
+    document: dict,
+    *,
+    case: Path = PRODUCTION_CASE,
+    artifact: bytes | str | None = None,
+    key: bytes | None = None,
+    root: str | Path = "production",
+):
     return verify_with_key(
         A_TXT.read_bytes() if artifact is None else artifact,
         json.dumps(document).encode(),
@@ -66,19 +78,25 @@ def _entry(document: dict) -> dict:
 def test_real_bundle_verifies_with_its_log_and_time(digest_mode):
     artifact = "sha256:" + hashlib.sha256(A_TXT.read_bytes()).hexdigest() if digest_mode else None
     signed = _verify(_bundle(PRODUCTION_CASE), artifact=artifact)
-    assert signed.key_fingerprint == fingerprint(serialization.load_pem_public_key(_key(PRODUCTION_CASE)))
+    assert signed.key_fingerprint == fingerprint(
+        serialization.load_pem_public_key(_key(PRODUCTION_CASE))
+    )
     assert (signed.log_url, signed.log_index) == ("https://rekor.sigstore.dev", 771488337)
     assert int(signed.integrated_time.timestamp()) == 1766077479
 
 
 def test_custom_root_bundle_verifies_against_its_root():
-    signed = _verify(_bundle(STAGING_CASE), case=STAGING_CASE, root=STAGING_CASE / "trusted_root.json")
+    signed = _verify(
+        _bundle(STAGING_CASE), case=STAGING_CASE, root=STAGING_CASE / "trusted_root.json"
+    )
     assert signed.log_url == "https://rekor.sigstage.dev"
 
 
 def test_flipped_signature_byte_fails():
     document = _bundle(PRODUCTION_CASE)
-    document["messageSignature"]["signature"] = _b64_flip(document["messageSignature"]["signature"], -1)
+    document["messageSignature"]["signature"] = _b64_flip(
+        document["messageSignature"]["signature"], -1
+    )
     failure = _failure(document)
     assert failure.kind == "invalid" and "signature does not verify" in failure.what
     assert failure.why.startswith("bad signature: not by key sha256:")
@@ -86,7 +104,9 @@ def test_flipped_signature_byte_fails():
 
 def test_wrong_key_fails_and_names_the_bundles_key():
     other = ec.generate_private_key(ec.SECP256R1()).public_key()
-    pem = other.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    pem = other.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     failure = _failure(_bundle(PRODUCTION_CASE), key=pem)
     assert "bad signature: not by key " + fingerprint(other) in failure.why
     assert "the bundle names key sha256:4cb32c4837c6dda8" in failure.why
@@ -103,7 +123,9 @@ def test_wrong_artifact_fails(keep_message_digest):
     if not keep_message_digest:  # then only the signature itself can catch it
         del document["messageSignature"]["messageDigest"]
     failure = _failure(document, artifact=A_TXT.read_bytes() + b"x")
-    expected = "wrong digest: the bundle signs sha256:a0cfc712" if keep_message_digest else "bad signature"
+    expected = (
+        "wrong digest: the bundle signs sha256:a0cfc712" if keep_message_digest else "bad signature"
+    )
     assert failure.why.startswith(expected)
 
 
@@ -121,13 +143,17 @@ def test_forged_checkpoint_signature_fails():
     checkpoint = _entry(document)["inclusionProof"]["checkpoint"]
     note, _, signature_line = checkpoint["envelope"].rstrip("\n").rpartition("\n")
     dash, name, signature = signature_line.split(" ")
-    checkpoint["envelope"] = f"{note}\n{dash} {name} {_b64_flip(signature, -1)}\n"  # keeps the 4-byte key hint
+    checkpoint["envelope"] = (
+        f"{note}\n{dash} {name} {_b64_flip(signature, -1)}\n"  # keeps the 4-byte key hint
+    )
     assert "https://rekor.sigstore.dev: checkpoint: invalid signature" in _failure(document).why
 
 
 def test_checkpoint_of_another_log_fails():
     document = _bundle(PRODUCTION_CASE)
-    _entry(document)["inclusionProof"]["checkpoint"] = _entry(_bundle(STAGING_CASE))["inclusionProof"]["checkpoint"]
+    _entry(document)["inclusionProof"]["checkpoint"] = _entry(_bundle(STAGING_CASE))[
+        "inclusionProof"
+    ]["checkpoint"]
     assert "checkpoint: Signature not found for log ID c0d23d6a" in _failure(document).why
 
 
@@ -177,7 +203,9 @@ def test_integrated_time_must_lie_in_the_log_keys_window(tmp_path, start, end, v
     root = _root_with_window(tmp_path, start, end)
     document = _bundle(STAGING_CASE)
     if verifies:
-        assert _verify(document, case=STAGING_CASE, root=root).log_url == "https://rekor.sigstage.dev"
+        assert (
+            _verify(document, case=STAGING_CASE, root=root).log_url == "https://rekor.sigstage.dev"
+        )
     else:
         failure = _failure(document, case=STAGING_CASE, root=root)
         assert failure.what.endswith("log entry outside the log key's validity")
@@ -185,13 +213,19 @@ def test_integrated_time_must_lie_in_the_log_keys_window(tmp_path, start, end, v
 
 def test_dsse_bundle_with_key_is_refused():
     document = _bundle(PRODUCTION_CASE)
-    document["dsseEnvelope"] = {"payload": "", "payloadType": "application/vnd.in-toto+json", "signatures": []}
+    document["dsseEnvelope"] = {
+        "payload": "",
+        "payloadType": "application/vnd.in-toto+json",
+        "signatures": [],
+    }
     del document["messageSignature"]
     assert "not DSSE envelopes" in _failure(document).why
 
 
 def test_certificate_bundle_is_not_a_managed_key_bundle():
-    document = json.loads((CONFORMANCE / "happy-path-v0.3-new-mediaType" / "bundle.sigstore.json").read_bytes())
+    document = json.loads(
+        (CONFORMANCE / "happy-path-v0.3-new-mediaType" / "bundle.sigstore.json").read_bytes()
+    )
     assert _failure(document).what.endswith("not a managed-key bundle")
 
 
@@ -210,7 +244,10 @@ def test_logged_body_must_record_this_signature_key_and_digest():
     for args, reason in [
         ((key, signature + b"\0", digest), "the logged signature differs"),
         ((other_key, signature, digest), "the logged key is sha256:4cb32c48"),
-        ((key, signature, hashlib.sha256(b"other").digest()), "the logged artifact is sha256:a0cfc712"),
+        (
+            (key, signature, hashlib.sha256(b"other").digest()),
+            "the logged artifact is sha256:a0cfc712",
+        ),
     ]:
         with pytest.raises(SignatureError, match=reason):
             _check_body(body, *args, _fail)
@@ -221,12 +258,16 @@ SignFn = Callable[[bytes, bytes], bytes]
 
 def _ecdsa(curve: ec.EllipticCurve):
     private = ec.generate_private_key(curve)
-    return private.public_key(), lambda digest, raw: private.sign(digest, ec.ECDSA(Prehashed(hashes.SHA256())))
+    return private.public_key(), lambda digest, raw: private.sign(
+        digest, ec.ECDSA(Prehashed(hashes.SHA256()))
+    )
 
 
 def _rsa():
     private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return private.public_key(), lambda digest, raw: private.sign(digest, padding.PKCS1v15(), Prehashed(hashes.SHA256()))
+    return private.public_key(), lambda digest, raw: private.sign(
+        digest, padding.PKCS1v15(), Prehashed(hashes.SHA256())
+    )
 
 
 def _ed25519():
@@ -234,8 +275,11 @@ def _ed25519():
     return private.public_key(), lambda digest, raw: private.sign(raw)
 
 
-@pytest.mark.parametrize("make", [lambda: _ecdsa(ec.SECP256R1()), lambda: _ecdsa(ec.SECP384R1()), _rsa, _ed25519],
-                         ids=["p256", "p384", "rsa", "ed25519"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: _ecdsa(ec.SECP256R1()), lambda: _ecdsa(ec.SECP384R1()), _rsa, _ed25519],
+    ids=["p256", "p384", "rsa", "ed25519"],
+)
 def test_each_key_type_verifies_its_own_scheme_only(make):
     key, sign = make()
     raw = b"artifact"
@@ -243,19 +287,34 @@ def test_each_key_type_verifies_its_own_scheme_only(make):
     signature = sign(digest, raw)
     _check_signature(key, signature, digest, raw, None, None, _fail)
     with pytest.raises(SignatureError, match="bad signature"):
-        _check_signature(key, signature, hashlib.sha256(b"other").digest(), b"other", None, None, _fail)
+        _check_signature(
+            key, signature, hashlib.sha256(b"other").digest(), b"other", None, None, _fail
+        )
 
 
 def test_ed25519_needs_the_artifact_not_its_digest():
     key, sign = _ed25519()
     signature = sign(b"", b"artifact")
     with pytest.raises(SignatureError, match="pass the file instead"):
-        _check_signature(key, signature, hashlib.sha256(b"artifact").digest(), None, None, None, _fail)
+        _check_signature(
+            key, signature, hashlib.sha256(b"artifact").digest(), None, None, None, _fail
+        )
 
 
 def test_cli_refuses_key_with_identity_flags():
-    result = CliRunner().invoke(app, [
-        "verify-bundle", "--bundle", str(PRODUCTION_CASE / "bundle.sigstore.json"), "--key", str(PRODUCTION_CASE / "key.pub"),
-        "--certificate-identity", BEACON, "--certificate-oidc-issuer", GITHUB_ISSUER, str(A_TXT),
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "verify-bundle",
+            "--bundle",
+            str(PRODUCTION_CASE / "bundle.sigstore.json"),
+            "--key",
+            str(PRODUCTION_CASE / "key.pub"),
+            "--certificate-identity",
+            BEACON,
+            "--certificate-oidc-issuer",
+            GITHUB_ISSUER,
+            str(A_TXT),
+        ],
+    )
     assert result.exit_code == 2 and "--key and --certificate-identity" in result.output

@@ -28,7 +28,8 @@ from .conftest import BEACON, CONFORMANCE, GITHUB_ISSUER
 
 REGISTRY_BIN = shutil.which("docker-registry")
 pytestmark = pytest.mark.skipif(
-    REGISTRY_BIN is None, reason="docker-registry not installed (Debian: apt-get install docker-registry)"
+    REGISTRY_BIN is None,
+    reason="docker-registry not installed (Debian: apt-get install docker-registry)",
 )
 BUNDLE_TYPE = SIGSTORE_BUNDLE_TYPES[0]
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -49,8 +50,12 @@ def registry(tmp_path_factory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("registry")
     host = f"127.0.0.1:{free_port()}"
     config = work / "config.yml"
-    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {work / 'data'}\nhttp:\n  addr: {host}\n")
-    process = subprocess.Popen([REGISTRY_BIN, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {work / 'data'}\nhttp:\n  addr: {host}\n"
+    )
+    process = subprocess.Popen(
+        [REGISTRY_BIN, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         for _ in range(100):
             try:
@@ -72,8 +77,12 @@ def push_blob(base: str, content: bytes) -> None:
     location = started.headers["Location"]
     location = location if location.startswith("http") else base.split("/v2/")[0] + location
     joiner = "&" if "?" in location else "?"
-    requests.put(f"{location}{joiner}digest={digest_of(content)}", data=content,
-                 headers={"Content-Type": "application/octet-stream"}, timeout=10).raise_for_status()
+    requests.put(
+        f"{location}{joiner}digest={digest_of(content)}",
+        data=content,
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=10,
+    ).raise_for_status()
 
 
 def attach_like_cosign(host: str, repository: str, subject_digest: str, bundle: bytes) -> str:
@@ -82,19 +91,49 @@ def attach_like_cosign(host: str, repository: str, subject_digest: str, bundle: 
     empty = b"{}"
     push_blob(base, empty)
     push_blob(base, bundle)
-    manifest = json.dumps({
-        "schemaVersion": 2, "mediaType": MANIFEST, "artifactType": BUNDLE_TYPE,
-        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": digest_of(empty), "size": 2},
-        "layers": [{"mediaType": BUNDLE_TYPE, "digest": digest_of(bundle), "size": len(bundle)}],
-        "subject": {"mediaType": MANIFEST, "digest": subject_digest, "size": 512},
-    }).encode()
-    requests.put(f"{base}/manifests/{digest_of(manifest)}", data=manifest, headers={"Content-Type": MANIFEST},
-                 timeout=10).raise_for_status()
-    index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
-        {"mediaType": MANIFEST, "digest": digest_of(manifest), "size": len(manifest), "artifactType": BUNDLE_TYPE}]}).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST,
+            "artifactType": BUNDLE_TYPE,
+            "config": {
+                "mediaType": "application/vnd.oci.empty.v1+json",
+                "digest": digest_of(empty),
+                "size": 2,
+            },
+            "layers": [
+                {"mediaType": BUNDLE_TYPE, "digest": digest_of(bundle), "size": len(bundle)}
+            ],
+            "subject": {"mediaType": MANIFEST, "digest": subject_digest, "size": 512},
+        }
+    ).encode()
+    requests.put(
+        f"{base}/manifests/{digest_of(manifest)}",
+        data=manifest,
+        headers={"Content-Type": MANIFEST},
+        timeout=10,
+    ).raise_for_status()
+    index = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [
+                {
+                    "mediaType": MANIFEST,
+                    "digest": digest_of(manifest),
+                    "size": len(manifest),
+                    "artifactType": BUNDLE_TYPE,
+                }
+            ],
+        }
+    ).encode()
     tag = "sha256-" + subject_digest.split(":", 1)[1]
-    requests.put(f"{base}/manifests/{tag}", data=index, headers={"Content-Type": "application/vnd.oci.image.index.v1+json"},
-                 timeout=10).raise_for_status()
+    requests.put(
+        f"{base}/manifests/{tag}",
+        data=index,
+        headers={"Content-Type": "application/vnd.oci.image.index.v1+json"},
+        timeout=10,
+    ).raise_for_status()
     return digest_of(manifest)
 
 
@@ -105,8 +144,13 @@ def test_fetch_through_fallback_tag_and_verify(registry):
     ref = ImageRef.parse(f"{registry}/acme/train@{subject}")
     [found] = fetch_bundles(ref)
     assert found.content == bundle
-    assert found.source == f"{registry}/acme/train@{manifest} (fallback tag sha256-{subject.split(':')[1]})"
-    signed = SignatureVerifier("production").verify_image(ref, found.content, [TrustedIdentity(issuer=GITHUB_ISSUER, subject=BEACON)])
+    assert (
+        found.source
+        == f"{registry}/acme/train@{manifest} (fallback tag sha256-{subject.split(':')[1]})"
+    )
+    signed = SignatureVerifier("production").verify_image(
+        ref, found.content, [TrustedIdentity(issuer=GITHUB_ISSUER, subject=BEACON)]
+    )
     assert signed.signer == BEACON
 
 

@@ -17,7 +17,9 @@ from secureml.supplychain.verifier import SignatureError, SignatureVerifier
 from .conftest import BEACON, CONFORMANCE, GITHUB_ISSUER, REPO
 
 HAPPY = CONFORMANCE / "happy-path-v0.3-new-mediaType" / "bundle.sigstore.json"
-REF_ALPHABET = st.sampled_from(list("abcxyz019-_.:/@ABC") + ["sha256:", "ghcr.io/", "localhost:5000/", "a" * 64])
+REF_ALPHABET = st.sampled_from(
+    list("abcxyz019-_.:/@ABC") + ["sha256:", "ghcr.io/", "localhost:5000/", "a" * 64]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -34,7 +36,9 @@ def test_parse_never_crashes_and_round_trips(text):
     assert registry_allowed(ref, [ref.name]) is True
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.data())
 def test_damaged_real_bundle_never_crashes(data):
     raw = bytearray(HAPPY.read_bytes())
@@ -59,5 +63,7 @@ def test_cli_help_does_not_import_sigstore_or_oras():
         "bad = [m for m in ('sigstore', 'oras', 'secureml.supplychain') if m in sys.modules]; "
         "print(','.join(bad)); sys.exit(1 if bad else 0)"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, f"imported at CLI start: {result.stdout} {result.stderr}"

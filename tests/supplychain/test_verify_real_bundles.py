@@ -45,7 +45,11 @@ def test_staging_assets_verify_and_a_flipped_byte_fails(staging, bundle, artifac
     raw_bundle = (ASSETS / bundle).read_bytes()
     who = [TrustedIdentity(issuer=GITHUB_OAUTH, subject=signer)]
     signed = staging.verify_artifact(content, raw_bundle, who)
-    assert (signed.signer, signed.issuer, signed.kind) == (signer, GITHUB_OAUTH, "message-signature")
+    assert (signed.signer, signed.issuer, signed.kind) == (
+        signer,
+        GITHUB_OAUTH,
+        "message-signature",
+    )
     flipped = bytearray(content)
     flipped[len(flipped) // 2] ^= 0x01
     with pytest.raises(SignatureError) as err:
@@ -80,7 +84,11 @@ def test_signature_over_manifest_digest_verifies_an_image(production):
     # manifest digest, so the image below is "signed" by a real public-good signature.
     image = ImageRef.parse(f"ghcr.io/acme/train@sha256:{A_HEX}")
     signed = production.verify_image(image, HAPPY.read_bytes(), BEACON_ID)
-    assert (signed.signer, signed.issuer, signed.kind) == (BEACON, GITHUB_ISSUER, "message-signature")
+    assert (signed.signer, signed.issuer, signed.kind) == (
+        BEACON,
+        GITHUB_ISSUER,
+        "message-signature",
+    )
 
 
 def test_wrong_image_digest_fails_with_both_digests(production):
@@ -94,28 +102,43 @@ def test_wrong_image_digest_fails_with_both_digests(production):
 @pytest.mark.parametrize(
     ("identity", "said"),
     [
-        (TrustedIdentity(issuer=GITHUB_ISSUER, subject="https://github.com/acme/x/.github/workflows/a.yml@refs/heads/main"), "matches none"),
+        (
+            TrustedIdentity(
+                issuer=GITHUB_ISSUER,
+                subject="https://github.com/acme/x/.github/workflows/a.yml@refs/heads/main",
+            ),
+            "matches none",
+        ),
         (TrustedIdentity(issuer="https://accounts.google.com", subject=BEACON), "matches none"),
-        (TrustedIdentity(issuer=GITHUB_ISSUER, subject_regexp=r"^https://github\.com/acme/"), "matches none"),
+        (
+            TrustedIdentity(issuer=GITHUB_ISSUER, subject_regexp=r"^https://github\.com/acme/"),
+            "matches none",
+        ),
     ],
 )
 def test_wrong_identity_fails_naming_the_actual_signer(production, identity, said):
     with pytest.raises(SignatureError) as err:
-        production.verify_image(f"ghcr.io/acme/train@sha256:{A_HEX}", HAPPY.read_bytes(), [identity])
+        production.verify_image(
+            f"ghcr.io/acme/train@sha256:{A_HEX}", HAPPY.read_bytes(), [identity]
+        )
     assert err.value.rule() == "image.signer-untrusted"
     assert said in err.value.why and BEACON in err.value.why and GITHUB_ISSUER in err.value.why
 
 
 def test_regexp_identity_and_any_of_several(production):
     wrong = TrustedIdentity(issuer=GITHUB_ISSUER, subject="https://example.com/nobody")
-    by_pattern = TrustedIdentity(issuer=GITHUB_ISSUER, subject_regexp=r"^https://github\.com/sigstore-conformance/")
+    by_pattern = TrustedIdentity(
+        issuer=GITHUB_ISSUER, subject_regexp=r"^https://github\.com/sigstore-conformance/"
+    )
     signed = production.verify_artifact(A_TXT.read_bytes(), HAPPY.read_bytes(), [wrong, by_pattern])
     assert signed.trusted_identity == str(by_pattern)
 
 
 def test_dsse_statement_with_other_predicate_is_not_an_image_signature(production):
     with pytest.raises(SignatureError) as err:
-        production.verify_image(f"ghcr.io/acme/train@sha256:{A_HEX}", DSSE_SLSA.read_bytes(), BEACON_ID)
+        production.verify_image(
+            f"ghcr.io/acme/train@sha256:{A_HEX}", DSSE_SLSA.read_bytes(), BEACON_ID
+        )
     assert err.value.kind == "invalid"
     assert "wrong predicate type 'https://slsa.dev/provenance/v1'" in err.value.why
     assert "https://sigstore.dev/cosign/sign/v1" in err.value.why
@@ -139,7 +162,11 @@ def test_flipped_signature_byte_in_bundle_fails(production):
 
 @pytest.mark.parametrize(
     ("content", "said"),
-    [(b"{not json", "is not JSON"), (b"[]", "is not a Sigstore bundle"), (b"{}", "is not a valid Sigstore bundle")],
+    [
+        (b"{not json", "is not JSON"),
+        (b"[]", "is not a Sigstore bundle"),
+        (b"{}", "is not a valid Sigstore bundle"),
+    ],
 )
 def test_unusable_bundles_say_so(production, content, said):
     with pytest.raises(SignatureError) as err:

@@ -38,7 +38,9 @@ def b64(data: bytes) -> str:
 
 
 def spki(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
 
 
 def key_id(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -61,25 +63,37 @@ def der_utf8(text: str) -> bytes:
 
 @dataclass
 class PrivateSigstore:
-    now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).replace(microsecond=0))
+    now: dt.datetime = field(
+        default_factory=lambda: dt.datetime.now(dt.UTC).replace(microsecond=0)
+    )
 
     def __post_init__(self) -> None:
         curve = ec.SECP256R1()
         self.ca_key = ec.generate_private_key(curve)
         self.ct_key = ec.generate_private_key(curve)
         self.rekor_key = ec.generate_private_key(curve)
-        name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "secureml-test"),
-                          x509.NameAttribute(NameOID.COMMON_NAME, "secureml-test-fulcio")])
+        name = x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "secureml-test"),
+                x509.NameAttribute(NameOID.COMMON_NAME, "secureml-test-fulcio"),
+            ]
+        )
         self.ca_cert = (
             x509.CertificateBuilder()
-            .subject_name(name).issuer_name(name)
+            .subject_name(name)
+            .issuer_name(name)
             .public_key(self.ca_key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(self.now - dt.timedelta(days=1))
             .not_valid_after(self.now + dt.timedelta(days=365))
             .add_extension(x509.BasicConstraints(ca=True, path_length=1), critical=True)
-            .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.ca_key.public_key()), critical=False)
+            .add_extension(
+                x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+                critical=True,
+            )
+            .add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(self.ca_key.public_key()), critical=False
+            )
             .sign(self.ca_key, hashes.SHA256())
         )
         self.log_index = 0
@@ -92,19 +106,32 @@ class PrivateSigstore:
             return {
                 "baseUrl": url,
                 "hashAlgorithm": "SHA2_256",
-                "publicKey": {"rawBytes": b64(spki(key)), "keyDetails": "PKIX_ECDSA_P256_SHA_256", "validFor": {"start": start}},
+                "publicKey": {
+                    "rawBytes": b64(spki(key)),
+                    "keyDetails": "PKIX_ECDSA_P256_SHA_256",
+                    "validFor": {"start": start},
+                },
                 "logId": {"keyId": b64(key_id(key))},
             }
 
         return {
             "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
             "tlogs": [log(self.rekor_key, "https://rekor.secureml.test")],
-            "certificateAuthorities": [{
-                "subject": {"organization": "secureml-test", "commonName": "secureml-test-fulcio"},
-                "uri": "https://fulcio.secureml.test",
-                "certChain": {"certificates": [{"rawBytes": b64(self.ca_cert.public_bytes(serialization.Encoding.DER))}]},
-                "validFor": {"start": start},
-            }],
+            "certificateAuthorities": [
+                {
+                    "subject": {
+                        "organization": "secureml-test",
+                        "commonName": "secureml-test-fulcio",
+                    },
+                    "uri": "https://fulcio.secureml.test",
+                    "certChain": {
+                        "certificates": [
+                            {"rawBytes": b64(self.ca_cert.public_bytes(serialization.Encoding.DER))}
+                        ]
+                    },
+                    "validFor": {"start": start},
+                }
+            ],
             "ctlogs": [log(self.ct_key, "https://ctfe.secureml.test")],
             "timestampAuthorities": [],
         }
@@ -114,9 +141,15 @@ class PrivateSigstore:
         return path
 
     # --- Fulcio -------------------------------------------------------------------------------
-    def issue(self, subject: str, issuer: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    def issue(
+        self, subject: str, issuer: str
+    ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
         key = ec.generate_private_key(ec.SECP256R1())
-        san = x509.RFC822Name(subject) if "@" in subject and "://" not in subject else x509.UniformResourceIdentifier(subject)
+        san = (
+            x509.RFC822Name(subject)
+            if "@" in subject and "://" not in subject
+            else x509.UniformResourceIdentifier(subject)
+        )
         builder = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([]))
@@ -125,10 +158,20 @@ class PrivateSigstore:
             .serial_number(x509.random_serial_number())
             .not_valid_before(self.now - dt.timedelta(minutes=1))
             .not_valid_after(self.now + dt.timedelta(minutes=10))
-            .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.ca_key.public_key()), critical=False)
+            .add_extension(
+                x509.KeyUsage(True, False, False, False, False, False, False, False, False),
+                critical=True,
+            )
+            .add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False
+            )
+            .add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+            )
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.ca_key.public_key()),
+                critical=False,
+            )
             .add_extension(x509.SubjectAlternativeName([san]), critical=True)
             .add_extension(x509.UnrecognizedExtension(ISSUER_V1, issuer.encode()), critical=False)
             .add_extension(x509.UnrecognizedExtension(ISSUER_V2, der_utf8(issuer)), critical=False)
@@ -159,9 +202,14 @@ class PrivateSigstore:
         self.log_index += 1
         integrated = int(self.now.timestamp())
         rekor_id = key_id(self.rekor_key)
-        set_payload = rfc8785.dumps({
-            "body": b64(canonical), "integratedTime": integrated, "logID": rekor_id.hex(), "logIndex": index,
-        })
+        set_payload = rfc8785.dumps(
+            {
+                "body": b64(canonical),
+                "integratedTime": integrated,
+                "logID": rekor_id.hex(),
+                "logIndex": index,
+            }
+        )
         root = hashlib.sha256(b"\x00" + canonical).digest()  # a one-leaf tree: the root is the leaf
         note = f"rekor.secureml.test - 1\n1\n{b64(root)}\n"
         note_sig = self.rekor_key.sign(note.encode(), ec.ECDSA(hashes.SHA256()))
@@ -171,29 +219,60 @@ class PrivateSigstore:
             "logId": {"keyId": b64(rekor_id)},
             "kindVersion": {"kind": kind, "version": "0.0.1"},
             "integratedTime": str(integrated),
-            "inclusionPromise": {"signedEntryTimestamp": b64(self.rekor_key.sign(set_payload, ec.ECDSA(hashes.SHA256())))},
-            "inclusionProof": {"logIndex": "0", "rootHash": b64(root), "treeSize": "1", "hashes": [], "checkpoint": {"envelope": checkpoint}},
+            "inclusionPromise": {
+                "signedEntryTimestamp": b64(
+                    self.rekor_key.sign(set_payload, ec.ECDSA(hashes.SHA256()))
+                )
+            },
+            "inclusionProof": {
+                "logIndex": "0",
+                "rootHash": b64(root),
+                "treeSize": "1",
+                "hashes": [],
+                "checkpoint": {"envelope": checkpoint},
+            },
             "canonicalizedBody": b64(canonical),
         }
 
     @staticmethod
     def _material(cert: x509.Certificate, entry: dict) -> dict:
-        return {"certificate": {"rawBytes": b64(cert.public_bytes(serialization.Encoding.DER))}, "tlogEntries": [entry]}
+        return {
+            "certificate": {"rawBytes": b64(cert.public_bytes(serialization.Encoding.DER))},
+            "tlogEntries": [entry],
+        }
 
     # --- signing ------------------------------------------------------------------------------
-    def sign_dsse(self, statement: dict, *, subject: str, issuer: str, payload_type: str = IN_TOTO) -> bytes:
+    def sign_dsse(
+        self, statement: dict, *, subject: str, issuer: str, payload_type: str = IN_TOTO
+    ) -> bytes:
         """A v0.3 bundle with a DSSE envelope over `statement`, as cosign v3 writes for images."""
         key, cert = self.issue(subject, issuer)
         payload = json.dumps(statement).encode()
-        pae = b"DSSEv1 %d %s %d %s" % (len(payload_type), payload_type.encode(), len(payload), payload)
+        pae = b"DSSEv1 %d %s %d %s" % (
+            len(payload_type),
+            payload_type.encode(),
+            len(payload),
+            payload,
+        )
         signature = key.sign(pae, ec.ECDSA(hashes.SHA256()))
-        envelope = {"payload": b64(payload), "payloadType": payload_type, "signatures": [{"sig": b64(signature)}]}
+        envelope = {
+            "payload": b64(payload),
+            "payloadType": payload_type,
+            "signatures": [{"sig": b64(signature)}],
+        }
         pem = cert.public_bytes(serialization.Encoding.PEM)
         body = {
-            "apiVersion": "0.0.1", "kind": "dsse",
+            "apiVersion": "0.0.1",
+            "kind": "dsse",
             "spec": {
-                "envelopeHash": {"algorithm": "sha256", "value": hashlib.sha256(json.dumps(envelope).encode()).hexdigest()},
-                "payloadHash": {"algorithm": "sha256", "value": hashlib.sha256(payload).hexdigest()},
+                "envelopeHash": {
+                    "algorithm": "sha256",
+                    "value": hashlib.sha256(json.dumps(envelope).encode()).hexdigest(),
+                },
+                "payloadHash": {
+                    "algorithm": "sha256",
+                    "value": hashlib.sha256(payload).hexdigest(),
+                },
                 "signatures": [{"signature": b64(signature), "verifier": b64(pem)}],
             },
         }
@@ -204,8 +283,15 @@ class PrivateSigstore:
         }
         return json.dumps(bundle).encode()
 
-    def sign_image(self, repository: str, digest_hex: str, *, subject: str, issuer: str,
-                   predicate_type: str = COSIGN_SIGN_PREDICATE) -> bytes:
+    def sign_image(
+        self,
+        repository: str,
+        digest_hex: str,
+        *,
+        subject: str,
+        issuer: str,
+        predicate_type: str = COSIGN_SIGN_PREDICATE,
+    ) -> bytes:
         statement = {
             "_type": "https://in-toto.io/Statement/v1",
             "subject": [{"name": repository, "digest": {"sha256": digest_hex}}],
@@ -221,7 +307,8 @@ class PrivateSigstore:
         signature = key.sign(digest, ec.ECDSA(Prehashed(hashes.SHA256())))
         pem = cert.public_bytes(serialization.Encoding.PEM)
         body = {
-            "apiVersion": "0.0.1", "kind": "hashedrekord",
+            "apiVersion": "0.0.1",
+            "kind": "hashedrekord",
             "spec": {
                 "data": {"hash": {"algorithm": "sha256", "value": digest.hex()}},
                 "signature": {"content": b64(signature), "publicKey": {"content": b64(pem)}},
@@ -230,6 +317,9 @@ class PrivateSigstore:
         bundle = {
             "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
             "verificationMaterial": self._material(cert, self._log_entry("hashedrekord", body)),
-            "messageSignature": {"messageDigest": {"algorithm": "SHA2_256", "digest": b64(digest)}, "signature": b64(signature)},
+            "messageSignature": {
+                "messageDigest": {"algorithm": "SHA2_256", "digest": b64(digest)},
+                "signature": b64(signature),
+            },
         }
         return json.dumps(bundle).encode()

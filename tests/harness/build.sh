@@ -14,7 +14,12 @@ cache="${SECUREML_HARNESS_CACHE:-$HOME/.cache/secureml/harness}"
 export GOFLAGS="-mod=readonly"
 
 # The version Kubernetes reports: its build sets these with -ldflags; `go build` alone says v0.0.0.
-K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$here/controlplane/go.mod" | head -1)"
+K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" {print $2} $1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' \
+    "$here/controlplane/go.mod" | head -1)"
+if [[ ! "$K8S_VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+    echo "error: no k8s.io/kubernetes version found in $here/controlplane/go.mod" >&2
+    exit 2
+fi
 K8S_LDFLAGS="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
  -X k8s.io/component-base/version.gitMajor=$(echo "${K8S_VERSION#v}" | cut -d. -f1) \
  -X k8s.io/component-base/version.gitMinor=$(echo "${K8S_VERSION#v}" | cut -d. -f2) \

@@ -1,18 +1,22 @@
-"""Kubeflow Profile (or a plain ResourceQuota) and a LimitRange: the tenant's GPU budget.
+"""Kubeflow Profile (or a plain ResourceQuota): the tenant's GPU budget.
 
 Quotas on extended resources are written with the `requests.` prefix (extended resources cannot
-be overcommitted, so requests and limits are the same number). The LimitRange caps what one
-container may ask for, which a namespace quota cannot.
+be overcommitted, so requests and limits are the same number).
+
+No LimitRange caps GPUs per container: a LimitRange `max` makes the API server default every
+container's limit and request of that resource (to `max`, or to an explicit `default`), so every
+pod of the namespace, KFP's driver pods included, would carry a GPU resource it did not ask for
+(checked on kube-apiserver 1.36: `max` alone grants the maximum, a `default` of 0 still adds the
+key, a Pod-level `max` refuses every pod without that limit). The per-container caps are admission
+rules instead (`secureml.wholeGpuCount`, `secureml.timeSliceCount`, docs/admission-rules.md).
 """
 
 from __future__ import annotations
 
 from secureml.bundle.common import BundleOptions, Manifest, metadata, tenant_labels
-from secureml.gpu import RESOURCE_GPU
 from secureml.profile import TenantProfile
 
 QUOTA_NAME = "secureml-gpu-quota"
-LIMIT_RANGE_NAME = "secureml-gpu-limits"
 _DRA_QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"
 
 
@@ -52,34 +56,5 @@ def render_resource_quota(profile: TenantProfile, options: BundleOptions) -> lis
             "kind": "ResourceQuota",
             "metadata": metadata(profile, QUOTA_NAME),
             "spec": {"hard": hard},
-        }
-    ]
-
-
-def container_gpu_max(profile: TenantProfile) -> dict[str, str]:
-    """Most of each GPU resource one container may hold (device-plugin backend)."""
-    gpu = profile.spec.gpu
-    if gpu.backend == "dra":
-        return {}
-    limits: dict[str, str] = {}
-    if gpu.time_slice is not None:
-        limits[gpu.time_slice.resource_name] = "1"
-    # Under the `single` MIG strategy nvidia.com/gpu also counts MIG instances: no cap then.
-    mig_single = gpu.mig is not None and gpu.mig_strategy == "single"
-    if gpu.whole_gpu is not None and not mig_single:
-        limits[RESOURCE_GPU] = str(gpu.whole_gpu.max_per_step)
-    return dict(sorted(limits.items()))
-
-
-def render_limit_range(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
-    limits = container_gpu_max(profile)
-    if not limits:
-        return []
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "LimitRange",
-            "metadata": metadata(profile, LIMIT_RANGE_NAME),
-            "spec": {"limits": [{"type": "Container", "max": limits}]},
         }
     ]

@@ -42,7 +42,6 @@ def _renderers(options: BundleOptions) -> list[Renderer]:
     return [
         namespace.render,
         *quota,
-        kubeflow.render_limit_range,
         rbac.render_service_account,
         rbac.render_role,
         rbac.render_role_binding,

@@ -264,9 +264,22 @@ class _Catalogue:
                         ),
                     )
                 )
+        if gpu.backend == "device-plugin" and gpu.time_slice is not None:
+            rules.append(self._time_slice_count(gpu.time_slice.resource_name))
         if single_mig and gpu.mig is not None:
             rules.append(self._mig_single(asks_gpu, list(gpu.mig.allowed_profiles)))
         return rules
+
+    def _time_slice_count(self, shared: str) -> Rule:
+        """One time-sliced share per container: the shim's limits are per container, and a second
+        replica of the same GPU would double them. (Not a LimitRange `max`: see bundle/kubeflow.py.)
+        Extended resources need a limit whenever they are requested, so checking limits suffices."""
+        count_ok = f"!(k == {quote(shared)}) || string(c.resources.limits[k]) == '1'"
+        return self.container_rule(
+            "secureml.timeSliceCount",
+            f"must request at most one time-sliced share ({shared} limit 1)",
+            f"(!{has_path('c', 'resources', 'limits')} || c.resources.limits.all(k, {count_ok}))",
+        )
 
     def _mig_single(self, asks_gpu: str, allowed_profiles: list[str]) -> Rule:
         """`single` strategy: nvidia.com/gpu on a `mig` pod must be pinned to MIG products.

@@ -98,8 +98,8 @@ def test_gpu_quota_uses_the_requests_prefix_in_both_forms() -> None:
     plain = _objects(profile, kubeflow_profile=False)
     assert "Profile" not in plain
     assert plain["ResourceQuota"][0]["spec"]["hard"] == expected
-    (limits,) = plain["LimitRange"][0]["spec"]["limits"]
-    assert limits["max"] == {"nvidia.com/gpu": "2", "nvidia.com/gpu.shared": "1"}
+    # No LimitRange: its `max` would default a GPU into every container (docs/bundle.md).
+    assert "LimitRange" not in plain and "LimitRange" not in _objects(profile)
 
 
 def test_runner_role_cannot_exec_or_change_pods(profile: TenantProfile) -> None:
@@ -217,6 +217,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
             "secureml.migProfile",
             "secureml.wholeGpuCount",
             "secureml.dedicatedPool",
+            "secureml.timeSliceCount",
             "secureml.resourceClaims",
             "secureml.shimLimits",
             "secureml.gpuRequest",

@@ -27,7 +27,7 @@ def _packages() -> tuple[list[str], dict[str, str]]:
     return packages, package_dir
 
 
-class build_py_with_shim(build_py):
+class BuildPyWithShim(build_py):
     """Also compile the native quota shim (enforcement/shim/, docs/shim.md) into the package.
 
     Without a C compiler the install goes on with a warning: the SDK works, and only a step that
@@ -64,4 +64,4 @@ class build_py_with_shim(build_py):
 
 
 packages, package_dir = _packages()
-setup(packages=packages, package_dir=package_dir, cmdclass={"build_py": build_py_with_shim})
+setup(packages=packages, package_dir=package_dir, cmdclass={"build_py": BuildPyWithShim})

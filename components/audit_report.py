@@ -124,7 +124,8 @@ def render_text(records: Iterable[dict[str, Any]], *, simulated_gpu: bool = Fals
     rows = [COLUMNS, *(s.cells() for s in summaries)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     identities = [f"  {s.step}: {s.spiffe_id}" for s in summaries if s.spiffe_id != "-"]

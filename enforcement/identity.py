@@ -12,6 +12,7 @@ channel closed) when the deadline passes. grpc and spiffe are imported only when
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import os
 import stat
 import threading
@@ -150,7 +151,7 @@ def _fetch_x509_context(endpoint: str, expected: str, timeout_s: float, where: s
             clients.append(client)
             with client:
                 outcome["context"] = client.fetch_x509_context(timeout=timeout_s)
-        except Exception as err:  # the spiffe client's errors, reported below
+        except Exception as err:  # noqa: BLE001 - any failure of the fetch thread is re-raised below as IdentityError (fails closed)
             outcome["error"] = err
         finally:
             done.set()
@@ -185,10 +186,15 @@ def _fetch_x509_context(endpoint: str, expected: str, timeout_s: float, where: s
 
 def _check_chain(chain: list[Any], authorities: list[Any], got: str, where: str) -> None:
     """Each certificate is signed by the next; the last by an authority of the bundle."""
-    for child, parent in zip(chain, chain[1:]):
+    from cryptography.exceptions import InvalidSignature
+
+    # What `Certificate.verify_directly_issued_by` raises: a bad signature, an issuer name that is
+    # not the parent's subject or an unsupported algorithm (ValueError), an unsupported key type.
+    not_issued = (InvalidSignature, ValueError, TypeError)
+    for child, parent in itertools.pairwise(chain):
         try:
             child.verify_directly_issued_by(parent)
-        except Exception as err:
+        except not_issued as err:
             raise IdentityError(
                 f"the SVID chain for {got} is broken: {err}",
                 why="a certificate that is not signed by its issuer proves nothing",
@@ -199,7 +205,7 @@ def _check_chain(chain: list[Any], authorities: list[Any], got: str, where: str)
         try:
             chain[-1].verify_directly_issued_by(authority)
             return
-        except Exception:
+        except not_issued:
             continue
     raise IdentityError(
         f"the SVID for {got} does not chain to the trust domain's bundle",
@@ -243,5 +249,5 @@ def _write_private_files(
 def _close_quietly(client: Any) -> None:
     try:
         client.close()
-    except Exception:
+    except Exception:  # noqa: BLE001 - best-effort close of a client being abandoned; the caller raises IdentityError
         pass

@@ -99,7 +99,7 @@ class StepRun:
         entry: dict[str, Any] = {"name": name, "required": required}
         try:
             detail = action()
-        except Exception as err:  # a stage that breaks unexpectedly fails like one that refuses
+        except Exception as err:  # noqa: BLE001 - a stage that breaks unexpectedly fails like one that refuses
             message = (
                 err.diagnostics()
                 if isinstance(err, SecuremlError)

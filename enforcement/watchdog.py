@@ -99,7 +99,7 @@ class Watchdog:
                         self._enforce(used, per_pid)
                         return
                     self._stop.wait(self.interval_s)
-        except Exception as err:  # NVML failing mid-run must not kill the launcher; it is recorded
+        except Exception as err:  # noqa: BLE001 - the thread must not die silently: NVML failing mid-run is recorded in the audit
             self.error = f"{type(err).__name__}: {err}"
 
     def _enforce(self, used: int, per_pid: dict[int, int]) -> None:

@@ -121,7 +121,7 @@ class _Context:
     )  # nested pipelines with violations reported
 
 
-class _Abort(Exception):
+class _AbortBuildError(Exception):
     """Stop kfp's build: violations were found, the spec will not be written."""
 
 
@@ -149,7 +149,7 @@ def compile_pipeline(
     ctx = _Context(profile=profile, pipeline=pipeline.name)
     try:
         secured = _secure_graph(pipeline, ctx, step_prefix="")
-    except _Abort:
+    except _AbortBuildError:
         secured = None
     if image_verifier is not None and ctx.images:
         _apply_signatures(ctx, image_verifier(ctx.images))
@@ -257,7 +257,7 @@ def _secure_graph(component: GraphComponent, ctx: _Context, step_prefix: str) ->
             continue
         try:
             ctx.secured_graphs[key] = _secure_graph(inner, ctx, f"{inner.name}.")
-        except _Abort:
+        except _AbortBuildError:
             ctx.failed_graphs.add(key)
 
     @functools.wraps(func)
@@ -267,7 +267,7 @@ def _secure_graph(component: GraphComponent, ctx: _Context, step_prefix: str) ->
         for name, task in dsl_pipeline.tasks.items():
             _secure_task(name, task, ctx, step_prefix)
         if ctx.violations:
-            raise _Abort
+            raise _AbortBuildError
         return outputs
 
     spec = dataclasses.replace(

@@ -263,7 +263,7 @@ class DevWorkloadAPI:
             workload = _attest(conn)
             self.workloads.append(workload)
             upstream.connect(str(self._backend_for(self._identity_for(workload))))
-        except Exception:  # a caller we cannot attest, or a registration that raised: hang up
+        except Exception:  # noqa: BLE001 - a caller we cannot attest, or a registration that raised: hang up (no identity served)
             _close_quietly(upstream)
             _close_quietly(conn)
             return

@@ -215,16 +215,18 @@ def machine_has_gpu() -> bool:
     """Whether NVML starts here and sees at least one device."""
     try:
         import pynvml
-
+    except ImportError:
+        return False
+    try:
         pynvml.nvmlInit()
-    except Exception:
+    except pynvml.NVMLError:  # also what a missing libnvidia-ml.so raises
         return False
     try:
         return int(pynvml.nvmlDeviceGetCount()) > 0
-    except Exception:
+    except pynvml.NVMLError:
         return False
     finally:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
 
 

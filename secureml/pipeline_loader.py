@@ -70,7 +70,7 @@ def pipelines_in(path: str | Path) -> dict[str, GraphComponent]:
     sys.modules[module_name] = module  # kept: kfp and dataclasses look a function's module up
     try:
         spec.loader.exec_module(module)
-    except Exception as err:  # the user's code: report where it failed, without our frames
+    except Exception as err:  # noqa: BLE001 - the user's code may raise anything: report where it failed, without our frames
         frames = [
             f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(file.resolve())
         ]
@@ -121,7 +121,7 @@ def as_pipeline(component: BaseComponent) -> GraphComponent:
     names = list(component.component_spec.inputs or {})
 
     def single(*args: Any) -> None:
-        component(**dict(zip(names, args)))
+        component(**dict(zip(names, args, strict=False)))
 
     single.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import string
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,6 +32,7 @@ from secureml import contract
 from secureml.errors import InputError, ProfileError
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 _QUANTITY = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
 _UNITS = {
     None: 1,
@@ -91,7 +92,7 @@ class _Model(BaseModel):
     )
 
 
-class Tier(str, Enum):
+class Tier(StrEnum):
     """Security tier; it sets the weakest GPU isolation a step may use."""
 
     public = "public"
@@ -192,7 +193,9 @@ class SignerIdentity(_Model):
             try:
                 re.compile(self.subject_reg_exp)
             except re.error as err:
-                raise ValueError(f"subjectRegExp is not a valid regular expression: {err}")
+                raise ValueError(
+                    f"subjectRegExp is not a valid regular expression: {err}"
+                ) from None
         return self
 
 
@@ -291,13 +294,28 @@ class EgressRule(_Model):
         try:
             ipaddress.ip_network(self.cidr, strict=True)
         except ValueError as err:
-            raise ValueError(f"cidr {self.cidr!r} is not a network address: {err}")
+            raise ValueError(f"cidr {self.cidr!r} is not a network address: {err}") from None
         return self
 
 
 class NetworkSettings(_Model):
     egress: list[EgressRule] = Field(
         default_factory=list, description="Egress allowed beyond DNS, the KFP API and storage."
+    )
+
+
+class SchedulingSettings(_Model):
+    """What a step pod may ask of the scheduler beyond the placement the compiler writes."""
+
+    priority_class_names: list[Annotated[str, Field(pattern=_DNS_SUBDOMAIN)]] = Field(
+        default_factory=list,
+        description="PriorityClasses a step may name (priorityClassName); empty: none. List the "
+        "cluster's globalDefault class here if it has one (the API server writes it into pods).",
+    )
+    scheduler_name: str = Field(
+        "default-scheduler",
+        pattern=_DNS_SUBDOMAIN,
+        description="The only schedulerName a pod of the tenant may use.",
     )
 
 
@@ -316,6 +334,7 @@ class Spec(_Model):
     scrub: ScrubSettings = Field(default_factory=ScrubSettings)
     runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
     network: NetworkSettings = Field(default_factory=NetworkSettings)
+    scheduling: SchedulingSettings = Field(default_factory=SchedulingSettings)
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
 
 
@@ -335,7 +354,9 @@ class TenantProfile(_Model):
         try:
             profile = cls.model_validate(data)
         except ValidationError as err:
-            raise ProfileError(source, [(_yaml_path(e["loc"]), e["msg"]) for e in err.errors()])
+            raise ProfileError(
+                source, [(_yaml_path(e["loc"]), e["msg"]) for e in err.errors()]
+            ) from None
         problems = _contradictions(profile)
         if problems:
             raise ProfileError(source, problems)

@@ -34,7 +34,9 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     ]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()
+        return "  ".join(
+            cell.ljust(width) for cell, width in zip(cells, widths, strict=True)
+        ).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(row) for row in rows)])
 

@@ -272,7 +272,7 @@ def _check_disjoint(groups: list[_Group]) -> None:
         for second in groups[i + 1 :]:
             if _shared_target(first.target, second.target):
                 common = 0
-                for a, b in zip(first.path, second.path):
+                for a, b in zip(first.path, second.path, strict=False):
                     if a != b:
                         break
                     common += 1

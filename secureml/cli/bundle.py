@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,13 +15,13 @@ if TYPE_CHECKING:
     from secureml.bundle import BundleOptions
 
 
-class K8sVersion(str, Enum):
+class K8sVersion(StrEnum):
     v1_34 = "1.34"
     v1_35 = "1.35"
     v1_36 = "1.36"
 
 
-class ImagePolicyEngine(str, Enum):
+class ImagePolicyEngine(StrEnum):
     policy_controller = "policy-controller"
     kyverno = "kyverno"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,12 +13,12 @@ from secureml.cli import app, run_cli
 from secureml.errors import InputError, ProfileError
 
 
-class Level(str, Enum):
+class Level(StrEnum):
     baseline = "baseline"
     restricted = "restricted"
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     table = "table"
     json = "json"
 

@@ -99,7 +99,7 @@ def evaluate(obj: Mapping[str, Any], rules: Iterable[Rule]) -> list[Violation]:
             continue
         try:
             verdict = compiled(rule.expression).execute(context)
-        except Exception as err:  # the engine raises several types; any of them denies
+        except Exception as err:  # noqa: BLE001 - the CEL engine raises several types; any of them denies
             violations.append(
                 Violation(rule.id, f"{rule.message} (rule could not be evaluated: {err})")
             )
@@ -128,13 +128,13 @@ def _in_scope(scope: str, context: cel.Context) -> bool:
     closed (the API server rejects the request when a matchCondition errors, failurePolicy Fail)."""
     try:
         return compiled(scope).execute(context) is not False
-    except Exception:  # the engine raises several types; any of them keeps the rules in force
+    except Exception:  # noqa: BLE001 - the CEL engine raises several types; any of them keeps the rules in force
         return True
 
 
 def _message(rule: Rule, context: cel.Context) -> str:
     try:
         text = compiled(rule.message_expression).execute(context)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a message that cannot be evaluated falls back to the static one; the verdict stands
         return rule.message
     return text if isinstance(text, str) and text else rule.message

@@ -177,10 +177,10 @@ class IdentityPolicy:
             if subject is not None:
                 self.matched, self.matched_subject = identity, subject
                 return
-        raise SignerUntrusted(signer, self.identities)
+        raise UntrustedSignerError(signer, self.identities)
 
 
-class SignerUntrusted(VerificationError):
+class UntrustedSignerError(VerificationError):
     """The signature is by someone the policy does not trust (a sigstore VerificationError)."""
 
     def __init__(self, signer: Signer, identities: list[TrustedIdentity]) -> None:

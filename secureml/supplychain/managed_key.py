@@ -149,7 +149,7 @@ def verify_with_key(
     try:
         message = BundleMessage.from_json(bundle_bytes)
         Bundle.BundleType(message.media_type)
-    except Exception as err:  # pydantic, base64, unknown media type: an unusable bundle
+    except Exception as err:  # noqa: BLE001 - pydantic, base64, unknown media type: an unusable bundle (fails closed)
         raise fail("not a valid Sigstore bundle", _first_line(err)) from None
     material = message.verification_material
     if material.public_key is None:
@@ -204,9 +204,7 @@ def verify_with_key(
         )
     try:
         TransparencyLogEntry(entry)._verify(RekorKeyring(Keyring([log.public_key])))
-    except (
-        Exception
-    ) as err:  # sigstore VerificationError/InvalidBundle, or malformed proof data: fail closed
+    except Exception as err:  # noqa: BLE001 - sigstore VerificationError/InvalidBundle, or malformed proof data: fail closed
         raise fail("log entry is not proven", f"{log.base_url}: {_first_line(err)}") from None
 
     integrated = datetime.fromtimestamp(entry.integrated_time, tz=UTC)
@@ -301,7 +299,7 @@ def _check_body(
             base64.b64decode(spec.signature.public_key.content, validate=True)
         )
         algorithm, value = spec.data.hash.algorithm.value, spec.data.hash.value
-    except Exception as err:  # pydantic, base64, PEM: the logged body is not a usable hashedrekord
+    except Exception as err:  # noqa: BLE001 - pydantic, base64, PEM: the logged body is not a usable hashedrekord (fails closed)
         raise fail(
             "log entry does not match the bundle",
             f"its body is not a hashedrekord 0.0.1: {_first_line(err)}",

@@ -59,7 +59,7 @@ def load_trusted_root(spec: str | Path, *, online: bool = False) -> TrustedRoot:
                     if text == "production"
                     else ClientTrustConfig.staging()
                 )
-            except Exception as err:  # TUF raises many types; all mean "could not refresh"
+            except Exception as err:  # noqa: BLE001 - TUF raises many types; all mean "could not refresh" (fails closed)
                 raise SecuremlError(
                     f"cannot refresh the {text} Sigstore trusted root through TUF",
                     why=str(err),
@@ -77,7 +77,7 @@ def load_trusted_root(spec: str | Path, *, online: bool = False) -> TrustedRoot:
             why="signatures can only be checked against a root of trust",
             fix="use 'production', 'staging', or the path of a trusted_root.json",
         ) from None
-    except Exception as err:  # pydantic/JSON/sigstore errors: the file is not a trusted root
+    except Exception as err:  # noqa: BLE001 - pydantic/JSON/sigstore errors: the file is not a trusted root (fails closed)
         raise SecuremlError(
             f"trusted root {path} cannot be loaded",
             why=f"{type(err).__name__}: {err}".splitlines()[0],

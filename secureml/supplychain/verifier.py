@@ -29,7 +29,7 @@ from typing import Literal
 
 from secureml.errors import SecuremlError
 from secureml.images import ImageRef
-from secureml.supplychain.identity import IdentityPolicy, SignerUntrusted, TrustedIdentity
+from secureml.supplychain.identity import IdentityPolicy, TrustedIdentity, UntrustedSignerError
 from secureml.supplychain.trust import resolve_trusted_root, verifier_for
 
 COSIGN_SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"
@@ -173,7 +173,7 @@ class SignatureVerifier:
         document = _parse_bundle_json(bundle_bytes, bundle_source)
         try:
             bundle = Bundle.from_json(bundle_bytes)
-        except Exception as err:  # InvalidBundle, pydantic, base64: all mean "unusable bundle"
+        except Exception as err:  # noqa: BLE001 - InvalidBundle, pydantic, base64: all mean "unusable bundle" (fails closed)
             raise SignatureError(
                 "invalid",
                 f"{bundle_source} is not a valid Sigstore bundle",
@@ -188,7 +188,7 @@ class SignatureVerifier:
             else:
                 hashed = Hashed(algorithm=HashAlgorithm.SHA2_256, digest=bytes.fromhex(hex_digest))
                 self._verifier.verify_artifact(raw if raw is not None else hashed, bundle, policy)
-        except SignerUntrusted as err:
+        except UntrustedSignerError as err:
             raise SignatureError(
                 "untrusted",
                 f"{subject}: signer is not trusted",
@@ -196,9 +196,7 @@ class SignatureVerifier:
                 fix="sign with a trusted identity, or (platform team) add the signer to the profile's identities",
                 where=bundle_source,
             ) from None
-        except (
-            Exception
-        ) as err:  # sigstore.errors.Error, or anything malformed input provokes: fail closed
+        except Exception as err:  # noqa: BLE001 - sigstore.errors.Error, or anything malformed input provokes: fail closed
             raise SignatureError(
                 "invalid",
                 f"{subject}: signature does not verify",

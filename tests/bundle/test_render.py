@@ -184,7 +184,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
         in_scope = [rule for rule in rules if rule.scope == scope]
         validations = policy["spec"]["validations"]
         assert [v["expression"] for v in validations] == [rule.expression for rule in in_scope]
-        for validation, rule in zip(validations, in_scope):
+        for validation, rule in zip(validations, in_scope, strict=True):
             assert validation["message"].startswith(f"{rule.id}: ")
             assert rule.message_expression in validation["messageExpression"]
             assert validation["reason"] == "Forbidden"

@@ -215,7 +215,7 @@ def test_child_killed_by_signal_exits_128_plus_signal(tmp_path: Path) -> None:
     _, stderr = proc.communicate(timeout=30)
 
     assert proc.returncode == 128 + signal.SIGINT
-    (line,) = [l for l in stderr.splitlines() if l.startswith(contract.AUDIT_LINE_PREFIX)]
+    (line,) = [ln for ln in stderr.splitlines() if ln.startswith(contract.AUDIT_LINE_PREFIX)]
     run = [
         s
         for s in json.loads(line.removeprefix(contract.AUDIT_LINE_PREFIX))["stages"]

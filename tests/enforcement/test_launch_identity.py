@@ -117,7 +117,7 @@ def test_signal_before_the_command_starts_stops_the_launcher(tmp_path: Path) -> 
 
     assert proc.returncode == 128 + signal.SIGTERM
     assert not marker.exists()
-    (line,) = [l for l in stderr.splitlines() if l.startswith(contract.AUDIT_LINE_PREFIX)]
+    (line,) = [ln for ln in stderr.splitlines() if ln.startswith(contract.AUDIT_LINE_PREFIX)]
     record = json.loads(line.removeprefix(contract.AUDIT_LINE_PREFIX))
     stages = {s["name"]: s for s in record["stages"]}
     assert stages["identity"]["status"] == "warning"

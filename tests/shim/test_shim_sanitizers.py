@@ -64,7 +64,7 @@ def test_hooks_and_shared_accounting_are_clean_under_asan(make_step) -> None:
             )
             for args in batch
         ]
-        for args, proc in zip(batch, procs):
+        for args, proc in zip(batch, procs, strict=True):
             out, err = proc.communicate(timeout=120)
             assert proc.returncode == 0 and "Sanitizer" not in err and "runtime error" not in err, (
                 args,

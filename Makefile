@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench clean harness cluster-up cluster-down
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,19 @@ demo: $(STAMP) $(SHIM_LIB)
 	$(VENV)/bin/secureml run pipelines/secure_finetune.py --profile examples/profiles/team-a-dev.yaml \
 		--local --dev-identity --simulate-gpu --output-dir out/demo-run
 
-test: $(STAMP) $(SHIM_LIB)
+# The test control plane (kube-apiserver + etcd) and SPIRE, compiled from the Go module proxy once per
+# machine into ~/.cache/secureml/harness (a no-op when cached); see docs/testing.md.
+harness:
+	tests/harness/build.sh all >/dev/null
+
+# A control plane left running for trying secureml by hand; it writes .cluster/kubeconfig.
+cluster-up: $(STAMP) harness
+	$(PY) -m tests.harness.controlplane up --dir .cluster
+
+cluster-down:
+	$(PY) -m tests.harness.controlplane down --dir .cluster
+
+test: $(STAMP) $(SHIM_LIB) harness
 	$(PY) -m pytest -n 2 -m "not timing"
 	sync  # flush the parallel run's writes first: writeback stalls would show up as GPU idle time
 	$(PY) -m pytest -m timing

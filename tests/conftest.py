@@ -6,13 +6,18 @@ so tests that only use `.env()` run unchanged against real hardware.
 
 `make_fake_gpu(**options)` builds a fake with any configuration (`FakeGPU` keyword arguments); each
 call gets its own folder, so its device memory and allocations are its own.
+
+`k8s_cluster` (session-scoped) is a real kube-apiserver v1.36 + etcd on loopback with the real CRDs
+(tests/harness/controlplane.py; under xdist each worker starts its own). Every test that uses it is
+marked `cluster`, so `-m "not cluster"` runs only the fast tests. Where Go (and so the harness) is
+missing it skips saying so, except under CI=true, where it fails: CI must test against the server.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fakegpu import FakeGPU, RealGPU, compiler, real_gpu_available
+from harness.controlplane import ControlPlane, HarnessError, binaries
 
 
 def _require_compiler() -> None:
@@ -46,3 +52,22 @@ def make_fake_gpu(tmp_path: Path) -> Callable[..., FakeGPU]:
         return FakeGPU(tmp_path / f"fakegpu{count}", **options)  # type: ignore[arg-type]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster() -> Iterator[ControlPlane]:
+    try:
+        binaries()
+    except HarnessError as error:
+        reason = f"no test control plane: {error}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    with ControlPlane() as cluster:  # a start failure is a failure everywhere: Go is there
+        yield cluster
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "k8s_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)

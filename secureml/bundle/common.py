@@ -6,10 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from secureml import contract
+from secureml.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
+from secureml.k8s_versions import K8S_VERSIONS as K8S_VERSIONS  # re-exported for the bundle
 from secureml.profile import TenantProfile
-
-K8S_VERSIONS = ("1.34", "1.35", "1.36")
-DEFAULT_K8S_VERSION = "1.36"
 
 Manifest = dict[str, Any]
 
@@ -39,7 +38,7 @@ DEFAULT_KFP_ENDPOINTS = (
 class BundleOptions:
     """How to render: target Kubernetes version, image policy engine, cluster endpoints."""
 
-    k8s_version: Literal["1.34", "1.35", "1.36"] = DEFAULT_K8S_VERSION
+    k8s_version: K8sVersion = DEFAULT_K8S_VERSION
     image_policy: Literal["policy-controller", "kyverno"] = "policy-controller"
     kubeflow_profile: bool = True
     kfp_namespace: str = "kubeflow"

@@ -34,6 +34,7 @@ from secureml.bundle.common import (
     namespace_selector,
     tenant_labels,
 )
+from secureml.k8s_versions import at_least
 from secureml.profile import TenantProfile
 
 SPIFFE_CSI_DRIVER = "csi.spiffe.io"
@@ -494,8 +495,8 @@ def tenant_match_condition(profile: TenantProfile) -> str:
 
 
 def policy_api_version(options: BundleOptions) -> str:
-    """MutatingAdmissionPolicy is GA (v1) in 1.36 and beta (v1beta1) in 1.34 and 1.35."""
-    version = "v1" if options.k8s_version == "1.36" else "v1beta1"
+    """MutatingAdmissionPolicy is GA (v1) from 1.36 and beta (v1beta1) in 1.34 and 1.35."""
+    version = "v1" if at_least(options.k8s_version, "1.36") else "v1beta1"
     return f"admissionregistration.k8s.io/{version}"
 
 

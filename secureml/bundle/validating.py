@@ -35,13 +35,15 @@ EVERY_POD_POLICY = "validate-pods"
 STEP_POD_POLICY = "validate-steps"
 
 
-def _policies(profile: TenantProfile) -> list[tuple[str, str, list[Manifest]]]:
+def _policies(
+    profile: TenantProfile, options: BundleOptions
+) -> list[tuple[str, str, list[Manifest]]]:
     """(name suffix, scope, validations) per policy, in catalogue order; empty ones left out."""
     from secureml.rules import rules_for_profile
     from secureml.rules.scope import EVERY_POD, STEP_POD
 
     by_scope: dict[str, list[Manifest]] = {EVERY_POD: [], STEP_POD: []}
-    for rule in rules_for_profile(profile):
+    for rule in rules_for_profile(profile, options.k8s_version):
         if rule.scope not in by_scope:
             raise ValueError(f"rule {rule.id}: no policy renders its scope")
         prefix = f"{rule.id}: "
@@ -65,7 +67,7 @@ def render_policy(profile: TenantProfile, options: BundleOptions) -> list[Manife
     from secureml.rules.scope import STEP_POD_CONDITION_NAME
 
     policies = []
-    for suffix, scope, entries in _policies(profile):
+    for suffix, scope, entries in _policies(profile, options):
         spec: Manifest = {
             "failurePolicy": "Fail",
             "matchConstraints": pod_match_constraints(
@@ -91,7 +93,7 @@ def render_policy(profile: TenantProfile, options: BundleOptions) -> list[Manife
 
 def render_binding(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
     bindings = []
-    for suffix, _, _ in _policies(profile):
+    for suffix, _, _ in _policies(profile, options):
         name = cluster_name(profile, suffix)
         bindings.append(
             {

@@ -19,6 +19,7 @@ class K8sVersion(StrEnum):
     v1_34 = "1.34"
     v1_35 = "1.35"
     v1_36 = "1.36"
+    v1_37 = "1.37"
 
 
 class ImagePolicyEngine(StrEnum):

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from secureml.cli import app, run_cli
+from secureml.cli.bundle import K8sVersion
 from secureml.errors import InputError, ProfileError
 
 
@@ -38,8 +39,14 @@ def check_pod(
     ] = None,
     level: Annotated[
         Level | None,
-        typer.Option("--level", help="Pod Security Standard of Kubernetes 1.36 to apply."),
+        typer.Option("--level", help="Pod Security Standard to apply."),
     ] = None,
+    k8s_version: Annotated[
+        K8sVersion,
+        typer.Option(
+            "--k8s-version", help="Kubernetes version whose Pod Security revision applies."
+        ),
+    ] = K8sVersion.v1_36,
     output: Annotated[
         OutputFormat, typer.Option("--format", help="table or json.")
     ] = OutputFormat.table,
@@ -67,12 +74,12 @@ def check_pod(
             tenant = load_profile(profile)
         except ProfileError as err:
             raise InputError(err.what, fix=err.fix) from None
-        rules = rules_for_profile(tenant)
+        rules = rules_for_profile(tenant, k8s_version.value)
         policy = {"profile": tenant.metadata.name, "source": str(profile)}
     else:
         assert level is not None
-        rules = rules_for_level(level.value)
-        policy = {"level": level.value, "kubernetes": "1.36"}
+        rules = rules_for_level(level.value, k8s_version.value)
+        policy = {"level": level.value, "kubernetes": k8s_version.value}
     if only:
         known = {rule.id for rule in rules}
         unknown = sorted(set(only) - known)

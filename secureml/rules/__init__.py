@@ -12,9 +12,10 @@ and the Python engine accept (docs/admission-rules.md).
 
 Public API::
 
-    rules_for_level(level: str) -> list[Rule]
-        The Pod Security Standards of Kubernetes 1.36: "baseline" or "restricted" (ids `pss.*`).
-    rules_for_profile(profile: TenantProfile) -> list[Rule]
+    rules_for_level(level: str, kubernetes: str = "1.36") -> list[Rule]
+        The Pod Security Standards of Kubernetes `kubernetes` (1.34..1.37): "baseline" or
+        "restricted" (ids `pss.*`).
+    rules_for_profile(profile: TenantProfile, kubernetes: str = "1.36") -> list[Rule]
         Restricted plus secureml's rules for that tenant (ids `secureml.*`), the profile's values
         baked in as CEL literals: no policy parameters needed.
     profile_rules(profile: TenantProfile) -> list[Rule]
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from secureml.k8s_versions import DEFAULT_K8S_VERSION
 from secureml.rules.engine import evaluate, in_scope
 from secureml.rules.model import LEVELS, Rule, Violation
 from secureml.rules.pss import rules_for_level
@@ -60,6 +62,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     return build(profile)
 
 
-def rules_for_profile(profile: TenantProfile) -> list[Rule]:
-    """Everything a pod of this tenant must pass: Pod Security restricted, then secureml's rules."""
-    return [*rules_for_level("restricted"), *profile_rules(profile)]
+def rules_for_profile(profile: TenantProfile, kubernetes: str = DEFAULT_K8S_VERSION) -> list[Rule]:
+    """Everything a pod of this tenant must pass on Kubernetes `kubernetes`: Pod Security
+    restricted, then secureml's rules."""
+    return [*rules_for_level("restricted", kubernetes), *profile_rules(profile)]

@@ -1,14 +1,19 @@
-"""The Pod Security Standards of Kubernetes 1.36, one rule per upstream check.
+"""The Pod Security Standards of Kubernetes 1.34 to 1.37, one rule per upstream check.
 
 Each rule mirrors one check of `k8s.io/pod-security-admission/policy` at policy version `latest`
-on a 1.36 API server (which resolves to policy v1.35, the newest check revision): same fields,
-same allowed values, same exemptions. Rule ids are `pss.<upstream check id>`. Restricted is
-Baseline minus the checks a Restricted check overrides, plus the Restricted checks, as in the
-upstream registry. docs/pod-security-agreement.md lists the sources and the agreement with Kyverno.
+on an API server of the given version (on 1.36 that resolves to policy v1.35, the newest check
+revision): same fields, same allowed values, same exemptions. Rule ids are `pss.<upstream check
+id>`. Restricted is Baseline minus the checks a Restricted check overrides, plus the Restricted
+checks, as in the upstream registry. The version changes one check: sysctls v1.37 (two more
+safe sysctls on 1.37). 1.34 and 1.35 get the 1.36 revisions (not modelled separately).
+docs/pod-security-agreement.md lists the sources and the agreement with Kyverno.
 """
 
 from __future__ import annotations
 
+import functools
+
+from secureml.k8s_versions import DEFAULT_K8S_VERSION, at_least
 from secureml.rules._cel import (
     SPEC,
     container_rule_message,
@@ -24,7 +29,7 @@ from secureml.rules._cel import (
 )
 from secureml.rules.model import LEVEL_BASELINE, LEVEL_RESTRICTED, Rule
 
-# --- allowed values (the upstream sets, as of 1.36) -----------------------------------------------
+# --- allowed values (the upstream sets, as of 1.36; 1.37 changes below) -------------------------
 BASELINE_CAPABILITIES = (
     "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
     "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
@@ -43,6 +48,12 @@ SAFE_SYSCTLS = (
     "net.ipv4.tcp_keepalive_probes",
     "net.ipv4.tcp_rmem",
     "net.ipv4.tcp_wmem",
+)
+# Pod Security 1.37 (sysctls check revision v1.37) allows these too.
+SAFE_SYSCTLS_1_37 = (
+    *SAFE_SYSCTLS,
+    "net.ipv4.tcp_slow_start_after_idle",
+    "net.ipv4.tcp_notsent_lowat",
 )
 RESTRICTED_VOLUME_TYPES = (
     "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image",
@@ -296,13 +307,19 @@ def _seccomp_restricted() -> Rule:
     )
 
 
-def _sysctls() -> Rule:
+def safe_sysctls(kubernetes: str) -> tuple[str, ...]:
+    """The sysctls Pod Security allows on an API server of version `kubernetes`."""
+    return SAFE_SYSCTLS_1_37 if at_least(kubernetes, "1.37") else SAFE_SYSCTLS
+
+
+def _sysctls(kubernetes: str) -> Rule:
     sysctls = f"{_POD_SC}.sysctls"
+    safe = string_list(safe_sysctls(kubernetes))
     return _pod_rule(
         "pss.sysctls",
         "pod must not set sysctls outside the safe set",
-        f"!({has_path(SPEC, 'securityContext', 'sysctls')}) || {sysctls}.all(s, s.name in {string_list(SAFE_SYSCTLS)})",
-        f"'pod must not set sysctl \"' + {sysctls}.filter(s, !(s.name in {string_list(SAFE_SYSCTLS)}))[0].name + '\"'",
+        f"!({has_path(SPEC, 'securityContext', 'sysctls')}) || {sysctls}.all(s, s.name in {safe})",
+        f"'pod must not set sysctl \"' + {sysctls}.filter(s, !(s.name in {safe}))[0].name + '\"'",
         _BOTH,
     )
 
@@ -413,7 +430,8 @@ def _capabilities_restricted() -> tuple[Rule, Rule]:
     )
 
 
-def _all_rules() -> tuple[Rule, ...]:
+@functools.cache
+def _all_rules(kubernetes: str) -> tuple[Rule, ...]:
     return (
         _host_namespaces(),
         _privileged(),
@@ -424,7 +442,7 @@ def _all_rules() -> tuple[Rule, ...]:
         _selinux(),
         _proc_mount_baseline(),
         _seccomp_baseline(),
-        _sysctls(),
+        _sysctls(kubernetes),
         _windows_host_process(),
         _host_probes(),
         _restricted_volumes(),
@@ -437,12 +455,10 @@ def _all_rules() -> tuple[Rule, ...]:
     )
 
 
-PSS_RULES: tuple[Rule, ...] = _all_rules()
-
-
-def rules_for_level(level: str) -> list[Rule]:
-    """The rules of Pod Security Standard `level` (baseline | restricted), in upstream order."""
+def rules_for_level(level: str, kubernetes: str = DEFAULT_K8S_VERSION) -> list[Rule]:
+    """The rules of Pod Security Standard `level` (baseline | restricted) on Kubernetes
+    `kubernetes` ("1.34".."1.37"), in upstream order."""
     if level not in (LEVEL_BASELINE, LEVEL_RESTRICTED):
         raise ValueError(f"unknown Pod Security level {level!r}; expected baseline or restricted")
     tag = f"level:{level}"
-    return [rule for rule in PSS_RULES if tag in rule.applies_to]
+    return [rule for rule in _all_rules(kubernetes) if tag in rule.applies_to]

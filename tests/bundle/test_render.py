@@ -75,7 +75,7 @@ def test_stale_files_from_an_earlier_render_are_removed(tmp_path: Path) -> None:
 # --- what each concern enforces -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", ["1.34", "1.35", "1.36"])
+@pytest.mark.parametrize("version", ["1.34", "1.35", "1.36", "1.37"])
 def test_namespace_pins_pod_security_restricted(version: str) -> None:
     (namespace,) = _objects(load("team-a"), k8s_version=version)["Namespace"]
     labels = namespace["metadata"]["labels"]
@@ -231,7 +231,8 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
 
 
 @pytest.mark.parametrize(
-    ("version", "api"), [("1.34", "v1beta1"), ("1.35", "v1beta1"), ("1.36", "v1")]
+    ("version", "api"),
+    [("1.34", "v1beta1"), ("1.35", "v1beta1"), ("1.36", "v1"), ("1.37", "v1")],
 )
 def test_mutating_policy_api_version_follows_kubernetes(version: str, api: str) -> None:
     objects = _objects(load("team-a"), k8s_version=version)
@@ -373,3 +374,27 @@ def test_trusted_root_choices(tmp_path: Path) -> None:
         {"name": "unsigned-allowed", "static": {"action": "pass"}}
     ]
     assert imagepolicy.render(unsigned, BundleOptions(image_policy="kyverno")) == []
+
+
+def test_supported_versions_are_one_list() -> None:
+    """The CLI's --k8s-version choices are the bundle's supported versions."""
+    from secureml.bundle.common import K8S_VERSIONS
+    from secureml.cli.bundle import K8sVersion
+
+    assert tuple(v.value for v in K8sVersion) == K8S_VERSIONS
+    assert K8S_VERSIONS[-1] == "1.37"
+
+
+@pytest.mark.parametrize(("version", "allowed"), [("1.36", False), ("1.37", True)])
+def test_validating_policy_follows_the_pod_security_revision(version: str, allowed: bool) -> None:
+    """A 1.37 bundle's policy admits the sysctls Pod Security 1.37 allows; a 1.36 one does not."""
+    (policy,) = [
+        p
+        for p in _objects(load("team-a"), k8s_version=version)["ValidatingAdmissionPolicy"]
+        if p["metadata"]["name"].endswith("validate-pods")
+    ]
+    (sysctls,) = [
+        v for v in policy["spec"]["validations"] if v["message"].startswith("pss.sysctls:")
+    ]
+    for name in ("net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_notsent_lowat"):
+        assert (f"'{name}'" in sysctls["expression"]) is allowed

@@ -33,7 +33,7 @@ def pods() -> dict[str, dict]:
 
 def test_previews_are_valid_pods_for_supported_kubernetes(pods: dict[str, dict]) -> None:
     assert list(pods) == ["evaluate", "prep", "train"]
-    for version in ("1.34", "1.35", "1.36"):
+    for version in ("1.34", "1.35", "1.36", "1.37"):
         for pod in pods.values():
             kubernetes_validate.validate(pod, version, strict=True)
 

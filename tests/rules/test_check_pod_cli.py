@@ -107,3 +107,20 @@ def test_kfp_driver_pod_and_its_impostor() -> None:
         denied["violations"][2]["message"]
         == 'container "main" must set securityContext.readOnlyRootFilesystem=true'
     )
+
+
+def test_k8s_version_selects_the_pod_security_revision() -> None:
+    """Pod Security 1.37 allows net.ipv4.tcp_notsent_lowat; 1.36 (the default) does not."""
+    pod = (
+        "kind: Pod\nmetadata: {name: p}\nspec:\n"
+        "  securityContext: {sysctls: [{name: net.ipv4.tcp_notsent_lowat, value: '1'}]}\n"
+        "  containers: [{name: c, image: x}]\n"
+    )
+    assert run("-", "--level", "baseline", stdin=pod).exit_code == 1
+    result = run("-", "--level", "baseline", "--k8s-version", "1.37", "--format", "json", stdin=pod)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["policy"] == {"level": "baseline", "kubernetes": "1.37"}
+    team_a = str(PROFILES_DIR / "team-a.yaml")
+    assert run("-", "--profile", team_a, "--k8s-version", "1.37", "--rule", "pss.sysctls",
+               stdin=pod).exit_code == 0  # fmt: skip
+    assert run("-", "--profile", team_a, "--rule", "pss.sysctls", stdin=pod).exit_code == 1

@@ -1,4 +1,5 @@
-"""Pod Security Standards 1.36 edge cases: exemptions, allowed-value lists, all container kinds."""
+"""Pod Security Standards 1.36 edge cases: exemptions, allowed-value lists, all container kinds;
+the 1.37 revision where it differs (sysctls)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from secureml.k8s_versions import K8S_VERSIONS, at_least
 from secureml.rules import evaluate, rules_for_level
 
 
@@ -114,19 +116,24 @@ def test_volume_types() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "allowed"),
+    ("name", "since"),
     [
-        ("net.ipv4.tcp_rmem", True),  # 1.32
-        ("net.ipv4.ip_local_reserved_ports", True),  # 1.27
-        ("net.ipv4.tcp_keepalive_probes", True),  # 1.29
-        ("net.ipv4.tcp_slow_start_after_idle", False),  # 1.37, not 1.36
-        ("kernel.msgmax", False),
+        ("net.ipv4.tcp_rmem", "1.32"),
+        ("net.ipv4.ip_local_reserved_ports", "1.27"),
+        ("net.ipv4.tcp_keepalive_probes", "1.29"),
+        ("net.ipv4.tcp_slow_start_after_idle", "1.37"),
+        ("net.ipv4.tcp_notsent_lowat", "1.37"),
+        ("kernel.msgmax", None),
     ],
 )
-def test_sysctls(name: str, allowed: bool) -> None:
+@pytest.mark.parametrize("kubernetes", K8S_VERSIONS)
+def test_sysctls(name: str, since: str | None, kubernetes: str) -> None:
     pod = restricted_pod()
     pod["spec"]["securityContext"]["sysctls"] = [{"name": name, "value": "1"}]
-    assert (failed(pod, "baseline") == set()) is allowed
+    allowed = since is not None and at_least(kubernetes, since)
+    for level in ("baseline", "restricted"):
+        violations = {v.rule_id for v in evaluate(pod, rules_for_level(level, kubernetes))}
+        assert violations == (set() if allowed else {"pss.sysctls"}), (level, kubernetes)
 
 
 @pytest.mark.parametrize(

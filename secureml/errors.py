@@ -50,3 +50,9 @@ class ProfileError(SecuremlError):
 
     def diagnostics(self) -> str:
         return self.what + (f"\n  fix: {self.fix}" if self.fix else "")
+
+
+class ClusterError(SecuremlError):
+    """The cluster could not be used: kubeconfig unusable, API server unreachable or missing an API."""
+
+    exit_code = 2

@@ -56,7 +56,7 @@ ApiServerOption = Annotated[
 ]
 
 
-def _options(
+def bundle_options(
     k8s_version: K8sVersion,
     image_policy: ImagePolicyEngine,
     kubeflow_profile: bool,
@@ -91,7 +91,9 @@ def render(
     from secureml.bundle import write_bundle
     from secureml.profile import load_profile
 
-    options = _options(k8s_version, image_policy, kubeflow_profile, kfp_namespace, api_server_cidr)
+    options = bundle_options(
+        k8s_version, image_policy, kubeflow_profile, kfp_namespace, api_server_cidr
+    )
     loaded = [load_profile(path) for path in profiles]
     for profile in loaded:
         folder = write_bundle(profile, output, options)
@@ -114,7 +116,9 @@ def diff(
     from secureml.errors import ProfileError
     from secureml.profile import load_profile
 
-    options = _options(k8s_version, image_policy, kubeflow_profile, kfp_namespace, api_server_cidr)
+    options = bundle_options(
+        k8s_version, image_policy, kubeflow_profile, kfp_namespace, api_server_cidr
+    )
     try:
         before, after = load_profile(old), load_profile(new)
     except ProfileError as err:  # exit 1 means "the bundle changes" here: bad input is 2

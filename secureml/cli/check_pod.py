@@ -1,17 +1,23 @@
-"""`secureml check-pod`: what the cluster's admission rules would say about pods, offline."""
+"""`secureml check-pod`: what the cluster's admission rules say about pods, offline or by the API
+server itself (`--server`); both print the same table and JSON (`secureml.verdicts`)."""
 
 from __future__ import annotations
 
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from secureml.cli import app, run_cli
 from secureml.cli.bundle import K8sVersion
+from secureml.cli.cluster_options import ContextOption, KubeconfigOption
 from secureml.errors import InputError, ProfileError
+
+if TYPE_CHECKING:
+    from secureml.rules import Rule
+    from secureml.verdicts import PodVerdict
 
 
 class Level(StrEnum):
@@ -54,13 +60,85 @@ def check_pod(
         list[str] | None,
         typer.Option("--rule", help="Apply only this rule id (repeatable), e.g. pss.hostPorts."),
     ] = None,
+    server: Annotated[
+        bool,
+        typer.Option(
+            "--server",
+            help="Ask the cluster's API server instead: a dry-run create of each pod in the "
+            "tenant namespace (nothing is stored).",
+        ),
+    ] = False,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            help="With --server: the namespace to create the pods in (default: each pod's own, "
+            "then the kubeconfig context's, then default).",
+        ),
+    ] = None,
 ) -> None:
-    """Judge pods against a tenant profile or a Pod Security level.
+    """Judge pods against a tenant profile or a Pod Security level, or by a real API server.
 
-    Exit 0 when every pod is allowed, 1 when any is denied, 2 when the input cannot be used.
+    Offline (--profile or --level) the rules are evaluated here by the same CEL the tenant bundle's ValidatingAdmissionPolicies run. With --server each pod goes through the cluster's whole admission chain as a dry-run create (dryRun=All) in the tenant namespace: the bundle's MutatingAdmissionPolicy, Pod Security, the ValidatingAdmissionPolicies, LimitRanger, ResourceQuota; a denial is reported with the rule id its message carries (k8s.* where the server's own checks refused).
+
+    Exit 0 when every pod is allowed, 1 when any is denied, 2 when the input cannot be used or the cluster cannot be reached.
     """
-    from secureml.rules import evaluate, rules_for_level, rules_for_profile
     from secureml.workloads import read_pods
+
+    if server:
+        if profile is not None or level is not None or only:
+            raise InputError(
+                "--server judges pods by the cluster's own policies: --profile, --level and "
+                "--rule do not apply",
+                fix="give --namespace for the tenant namespace, or drop --server",
+            )
+        from secureml.cluster import check_pods_on_server, connect
+
+        pods = read_pods(files)
+        cluster = connect(kubeconfig, context)
+        verdicts = check_pods_on_server(pods, namespace, cluster=cluster)
+        policy: dict[str, Any] = {
+            "server": cluster.server,
+            "kubeconfig": cluster.source,
+            "namespace": namespace,
+            "dryRun": "All",
+        }
+        rule_ids: list[str] = []
+    else:
+        if namespace is not None or kubeconfig is not None or context is not None:
+            raise InputError(
+                "--namespace, --kubeconfig and --context need --server",
+                fix="add --server to ask the cluster, or drop them",
+            )
+        from secureml.verdicts import judge_offline
+
+        rules, policy = _offline_rules(profile, level, k8s_version, only)
+        verdicts = judge_offline(read_pods(files), rules)
+        rule_ids = [rule.id for rule in rules]
+    _report(verdicts, policy, rule_ids, output)
+
+
+def _report(
+    verdicts: list[PodVerdict], policy: dict[str, Any], rule_ids: list[str], output: OutputFormat
+) -> None:
+    from secureml.verdicts import json_report, table
+
+    if output is OutputFormat.json:
+        typer.echo(json.dumps(json_report(verdicts, policy, rule_ids), indent=2))
+    else:
+        typer.echo(table(verdicts))
+    if any(verdict.findings for verdict in verdicts):
+        raise typer.Exit(1)
+
+
+def _offline_rules(
+    profile: Path | None, level: Level | None, k8s_version: K8sVersion, only: list[str] | None
+) -> tuple[list[Rule], dict[str, Any]]:
+    """The rules of --profile or --level (narrowed by --rule) and the JSON report's policy."""
+    from secureml.rules import rules_for_level, rules_for_profile
 
     if (profile is None) == (level is None):
         raise InputError(
@@ -89,47 +167,4 @@ def check_pod(
                 fix=f"choose among: {', '.join(sorted(known))}",
             )
         rules = [rule for rule in rules if rule.id in only]
-
-    results = []
-    for pod in read_pods(files):
-        violations = evaluate(pod.pod, rules)
-        results.append(
-            {
-                "kind": pod.kind,
-                "name": pod.name,
-                "namespace": pod.namespace,
-                "file": pod.file,
-                "doc_index": pod.doc_index,
-                "verdict": "denied" if violations else "allowed",
-                "violations": [{"rule": v.rule_id, "message": v.message} for v in violations],
-            }
-        )
-    denied = sum(1 for result in results if result["verdict"] == "denied")
-    if output is OutputFormat.json:
-        report = {
-            "policy": policy,
-            "rules": [rule.id for rule in rules],
-            "objects": results,
-            "summary": {
-                "objects": len(results),
-                "allowed": len(results) - denied,
-                "denied": denied,
-            },
-        }
-        typer.echo(json.dumps(report, indent=2))
-    else:
-        typer.echo(_table(results, denied))
-    if denied:
-        raise typer.Exit(1)
-
-
-def _table(results: list[dict[str, Any]], denied: int) -> str:
-    lines = []
-    for result in results:
-        where = f"{result['file']}#{result['doc_index']}"
-        head = f"{result['verdict'].upper():8} {result['kind']}/{result['name']}  ({where})"
-        lines.append(head)
-        for violation in result["violations"]:
-            lines.append(f"    {violation['rule']}: {violation['message']}")
-    lines.append(f"{len(results)} object(s): {len(results) - denied} allowed, {denied} denied")
-    return "\n".join(lines)
+    return rules, policy

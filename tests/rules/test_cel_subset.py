@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from secureml.rules import Rule, rules_for_level, rules_for_profile
 from secureml.rules._cel import int_range_regex, quote
 from secureml.rules.engine import compiled
+from tests.cel_literals import type_errors
 from tests.rules.conftest import EXAMPLE_PROFILES, REPO, example_profile
 
 # Functions and operators (as `cel` names them) that Kubernetes' CEL environment also has, with
@@ -27,6 +28,7 @@ SHARED = {
 
 def all_rules() -> list[Rule]:
     rules = rules_for_level("baseline") + rules_for_level("restricted")
+    rules += rules_for_level("baseline", "1.37")  # the 1.37 sysctls list
     for name in EXAMPLE_PROFILES:
         rules += rules_for_profile(example_profile(name))
     return rules
@@ -51,6 +53,51 @@ def test_only_shared_functions(rule: Rule) -> None:
         # every variable is `object` or a comprehension variable bound in the text
         for name in compiled(text).variables():
             assert name == "object" or re.search(rf"\(\s*{name}\s*,", text), name
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[f"{i}-{r.id}" for i, r in enumerate(RULES)])
+def test_literals_are_homogeneous(rule: Rule) -> None:
+    """The API server compiles with cel-go's homogeneous aggregate literals; the Python engine
+    does not, so a mixed literal would pass here and be refused at create (tests/cel_literals.py)."""
+    for text in (rule.expression, rule.message_expression, rule.scope or "true"):
+        assert type_errors(text) == [], text
+
+
+@pytest.mark.parametrize(
+    ("expression", "refused"),
+    [
+        # Each row's verdict was taken from kube-apiserver 1.36.3 (a VAP created with dryRun=All).
+        ("['a', 'b']", False),
+        ("[1, 'a']", True),
+        ("{'name': 'x', 'readOnly': true}", True),
+        ("{'a': 1, 2: 1}", True),
+        ("[[1], ['a']]", True),
+        ("[[1], []]", False),
+        ("[null, 'a']", True),
+        ("[1u, 1]", True),
+        ("[object.x, 1]", True),  # dyn is not int for this check
+        ("[object.x, object.y]", False),
+        ("[[object.spec], ['a']]", True),
+        ("['p' + object.x, 'b']", False),  # one `_+_` overload: string
+        ("[object.x * object.y, 1]", True),
+        ("[size(object.x) - 1, 2]", False),
+        ("[object.x.map(c, c.name), ['a']]", True),
+        ("[['a'].map(s, s)[0], 'a']", False),
+        ("['a'] + [1]", True),  # no `_+_` overload for list(string), list(int)
+        ("true ? 'a' : 1", True),
+        ("[object.spec].all(spec, spec.containers.all(c, c.name in ['a', 'b']))", False),
+        ('JSONPatch{op: "add", path: "/a", value: {"name": "v", "ro": true}}', True),
+        ('JSONPatch{op: "add", path: "/a", value: Object.spec.volumes{name: "v", '
+         'csi: Object.spec.volumes.csi{driver: "d", readOnly: true}}}', False),
+    ],
+)  # fmt: skip
+def test_homogeneous_literal_check_is_the_servers(expression: str, refused: bool) -> None:
+    assert bool(type_errors(expression)) is refused, type_errors(expression)
+
+
+def test_homogeneous_literal_check_names_the_types() -> None:
+    (error,) = type_errors("{'name': 'x', 'readOnly': true}")
+    assert "expected type 'string' but found 'bool'" in error
 
 
 def test_bound_variables_never_shadow_object() -> None:

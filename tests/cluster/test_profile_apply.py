@@ -1,0 +1,234 @@
+"""`secureml profile apply` against the real kube-apiserver of the session (tests/harness).
+
+Every example profile's bundle applies (both image-policy engines) and re-applies unchanged; a
+dry run stores nothing; a kind the server does not serve is named with its component before
+anything is written; a refused object and a field-manager conflict are errors naming the object,
+the field and the server's message. Tests that change or create tenants use fresh tenant names, so
+the shared server's example tenants stay as every other test expects them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from harness.controlplane import ControlPlane
+from typer.testing import CliRunner
+
+from secureml.bundle import BundleOptions, render_objects
+from secureml.cli import app
+from secureml.cluster import BundleRefusedError, apply_bundle
+from secureml.cluster.apply import FIELD_MANAGER
+from secureml.errors import ClusterError
+from secureml.profile import load_profile
+from tests.cluster.bundles import PROFILES, admin, fresh_profile, stored
+
+
+def _apply(k8s_cluster: ControlPlane, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(
+        app,
+        ["profile", "apply", *args, "--kubeconfig", str(k8s_cluster.kubeconfig)],
+    )
+    assert "Traceback" not in result.output
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("engine", ["policy-controller", "kyverno"])
+@pytest.mark.parametrize("profile", PROFILES, ids=[p.stem for p in PROFILES])
+def test_every_example_profile_applies(
+    k8s_cluster: ControlPlane, profile: Path, engine: str
+) -> None:
+    cluster = admin(k8s_cluster)
+    code, output = _apply(
+        k8s_cluster, str(profile), "--image-policy", engine, "--type-check-wait", "0"
+    )
+    assert code == 0, output
+    assert "warning:" not in output
+    objects = render_objects(load_profile(profile), BundleOptions(image_policy=engine))
+    for obj in objects:
+        found = stored(cluster, obj)
+        assert found is not None, f"{obj['kind']}/{obj['metadata']['name']} was not stored"
+        managers = {entry["manager"] for entry in found["metadata"].get("managedFields", [])}
+        assert FIELD_MANAGER in managers, (obj["kind"], managers)
+    # Applying the same bundle again changes nothing and refuses nothing.
+    code, output = _apply(
+        k8s_cluster, str(profile), "--image-policy", engine, "--type-check-wait", "0"
+    )
+    assert code == 0, output
+    assert "created" not in output.replace("(dry run)", "")
+
+
+def test_type_checking_warnings_are_read_back_with_their_rule(
+    k8s_cluster: ControlPlane, tmp_path: Path
+) -> None:
+    """No kube-controller-manager runs here, so nothing type-checks the stored policies; the test
+    writes the status its validatingadmissionpolicy-status-controller would, and the next apply
+    reports the warning with the rule id of the validation it names, and exits 1."""
+    cluster = admin(k8s_cluster)
+    profile, tenant = fresh_profile(tmp_path)
+    code, output = _apply(k8s_cluster, str(profile), "--type-check-wait", "0")
+    assert code == 0, output
+    assert "the server reported no type checking within 0 s" in output
+    policy = next(
+        obj
+        for obj in render_objects(load_profile(profile), BundleOptions())
+        if obj["kind"] == "ValidatingAdmissionPolicy"
+    )
+    name = policy["metadata"]["name"]
+    rule = policy["spec"]["validations"][1]["message"].split(": ", 1)[0]
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}"
+    generation = cluster.get(path)["metadata"]["generation"]
+    warning = "ERROR: <input>:1:8: undefined field 'hostPID'"
+    status = {
+        "observedGeneration": generation,
+        "typeChecking": {
+            "expressionWarnings": [
+                {"fieldRef": "spec.validations[1].expression", "warning": warning}
+            ]
+        },
+    }
+    cluster.request(
+        "PATCH",
+        f"{path}/status",
+        body={"status": status},
+        content_type="application/merge-patch+json",
+    )
+    code, output = _apply(k8s_cluster, str(profile), "--type-check-wait", "5")
+    assert code == 1, output
+    assert (
+        f"warning: ValidatingAdmissionPolicy/{name}: spec.validations[1].expression ({rule}): "
+        f"{warning}"
+    ) in output
+    assert tenant in output
+
+
+def test_dry_run_stores_nothing(k8s_cluster: ControlPlane, tmp_path: Path) -> None:
+    cluster = admin(k8s_cluster)
+    profile, namespace = fresh_profile(tmp_path)
+    objects = render_objects(load_profile(profile), BundleOptions())
+
+    # The tenant namespace does not exist: its objects cannot be dry-run, and say so.
+    code, output = _apply(k8s_cluster, str(profile), "--dry-run", "server")
+    assert code == 0, output
+    assert "(dry run)" in output
+    assert f"skipped    NetworkPolicy/{namespace}/secureml-default-deny" in output
+    assert f"namespace(s) {namespace} do not exist yet" in output
+    assert all(stored(cluster, obj) is None for obj in objects)
+
+    # With the namespace there, every object goes through the server's validation and admission.
+    k8s_cluster.create_namespace(namespace)
+    code, output = _apply(k8s_cluster, str(profile), "--dry-run", "server")
+    assert code == 0, output
+    assert "skipped" not in output
+    assert output.count("created    ") == len(objects) - 1  # all but the existing namespace
+    left = [obj for obj in objects if obj["kind"] != "Namespace" and stored(cluster, obj)]
+    assert left == []
+    namespace_object = cluster.get(f"/api/v1/namespaces/{namespace}")
+    assert "pod-security.kubernetes.io/enforce" not in namespace_object["metadata"].get(
+        "labels", {}
+    )
+
+
+def test_kind_not_served_names_its_component_and_writes_nothing(
+    k8s_cluster: ControlPlane,
+) -> None:
+    """The fixture installs no ServiceMonitor CRD: the Prometheus Operator is named, and the
+    namespace before it in the same bundle is not created."""
+    cluster = admin(k8s_cluster)
+    namespace = f"unserved-{uuid.uuid4().hex[:6]}"
+    objects = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "ServiceMonitor",
+            "metadata": {"name": "dcgm", "namespace": namespace},
+            "spec": {"selector": {}, "endpoints": [{"port": "metrics"}]},
+        },
+    ]
+    with pytest.raises(ClusterError) as raised:
+        apply_bundle(objects, cluster=cluster)
+    text = raised.value.diagnostics()
+    assert "Prometheus Operator is not installed" in text
+    assert "ServiceMonitor (monitoring.coreos.com/v1: dcgm)" in text
+    assert raised.value.exit_code == 2
+    assert stored(cluster, objects[0]) is None
+
+
+def test_beta_map_bundle_on_a_1_36_server_says_render_for_1_36(
+    k8s_cluster: ControlPlane, tmp_path: Path
+) -> None:
+    """A bundle rendered for 1.35 carries the v1beta1 MutatingAdmissionPolicy, which a 1.36 server
+    does not serve by default: exit 2 before anything is written, with the version to render."""
+    cluster = admin(k8s_cluster)
+    profile, namespace = fresh_profile(tmp_path)
+    code, output = _apply(k8s_cluster, str(profile), "--k8s-version", "1.35")
+    assert code == 2, output
+    assert "MutatingAdmissionPolicy is not served at admissionregistration.k8s.io/v1beta1" in output
+    assert "--k8s-version 1.36" in output
+    assert "nothing was applied" in output
+    assert not cluster.exists(f"/api/v1/namespaces/{namespace}")
+
+
+def test_refused_object_names_kind_name_field_and_message(k8s_cluster: ControlPlane) -> None:
+    cluster = admin(k8s_cluster)
+    name = f"secureml-broken-{uuid.uuid4().hex[:6]}"
+    broken = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ]
+            },
+            "validations": [{"expression": "object.spec.containers.all(c, c.name ==)"}],
+        },
+    }
+    with pytest.raises(BundleRefusedError) as raised:
+        apply_bundle([broken], cluster=cluster)
+    text = raised.value.diagnostics()
+    assert f"the API server refused to apply ValidatingAdmissionPolicy/{name} (422 Invalid)" in text
+    assert "spec.validations[0].expression: Invalid value: compilation failed" in text
+    assert "Syntax error" in text
+    assert raised.value.exit_code == 1
+    assert stored(cluster, broken) is None
+
+
+def test_conflict_with_another_manager_is_refused_then_forced(
+    k8s_cluster: ControlPlane, tmp_path: Path
+) -> None:
+    """Someone weakens the tenant's Pod Security label with kubectl: a re-apply refuses to
+    silently overwrite it and names the field and the manager; --force-conflicts restores it."""
+    cluster = admin(k8s_cluster)
+    profile, namespace = fresh_profile(tmp_path)
+    code, output = _apply(k8s_cluster, str(profile), "--type-check-wait", "0")
+    assert code == 0, output
+    cluster.request(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}",
+        query={"fieldManager": "kubectl-label"},
+        body={"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}},
+        content_type="application/merge-patch+json",
+    )
+    code, output = _apply(k8s_cluster, str(profile), "--type-check-wait", "0")
+    assert code == 1, output
+    assert f"the API server refused to apply Namespace/{namespace} (409 Conflict)" in output
+    assert '.metadata.labels.pod-security.kubernetes.io/enforce: conflict with "kubectl-label"' in (
+        output
+    )
+    assert "--force-conflicts" in output
+    labels = cluster.get(f"/api/v1/namespaces/{namespace}")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+
+    code, output = _apply(k8s_cluster, str(profile), "--type-check-wait", "0", "--force-conflicts")
+    assert code == 0, output
+    labels = cluster.get(f"/api/v1/namespaces/{namespace}")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"

@@ -11,6 +11,11 @@ call gets its own folder, so its device memory and allocations are its own.
 (tests/harness/controlplane.py; under xdist each worker starts its own). Every test that uses it is
 marked `cluster`, so `-m "not cluster"` runs only the fast tests. Where Go (and so the harness) is
 missing it skips saying so, except under CI=true, where it fails: CI must test against the server.
+
+`spire` (session-scoped) is a real spire-server + spire-agent v1.13 on loopback (tests/harness/spire.py;
+trust domain `acme.example`, the example profiles'), ready in under a second once built; its tests
+are marked `spire` (`-m "not cluster and not spire"`: the fast tests only), and it skips or fails
+like `k8s_cluster`.
 """
 
 from __future__ import annotations
@@ -26,6 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fakegpu import FakeGPU, RealGPU, compiler, real_gpu_available
 from harness.controlplane import ControlPlane, HarnessError, binaries
+from harness.spire import Spire, SpireError, build_spire, running_spire
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "spire: runs against the real SPIRE of the `spire` fixture (tests/harness)"
+    )
 
 
 def _require_compiler() -> None:
@@ -67,7 +79,22 @@ def k8s_cluster() -> Iterator[ControlPlane]:
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def spire() -> Iterator[Spire]:
+    try:
+        bin_dir = build_spire()
+    except SpireError as error:
+        reason = f"no test SPIRE: {error}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    with running_spire(bin_dir) as running:  # a start failure is a failure everywhere
+        yield running
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "k8s_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+        if "spire" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spire)

@@ -32,7 +32,6 @@ from secureml.enforcement.launch import ExitCode
 from secureml import contract
 from secureml.profile import load_profile
 
-pytestmark = pytest.mark.spire
 PROFILE = load_profile(Path(__file__).resolve().parents[2] / "profiles" / "team-a.yaml")
 EXPECTED = PROFILE.spiffe_id("fine-tune", "train")
 OTHER = PROFILE.spiffe_id("fine-tune", "evaluate")

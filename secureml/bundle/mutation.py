@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import posixpath
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -376,8 +377,41 @@ def _pointer(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
 
 
-def _cel_value(value: Any) -> str:
-    """`value` as a CEL literal: objects as CEL maps, which JSONPatch values accept."""
+# Pod fields whose values are string maps (the key is data, not a field name), by their last two
+# schema path elements. Every other object is built with its schema type (`_cel_object`).
+_STRING_MAPS = frozenset(
+    {("metadata", "annotations"), ("metadata", "labels"), ("spec", "nodeSelector")}
+)
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# A schema path: the field names from the pod's root down to a value, list items transparent
+# (("spec", "volumes", "csi") is the `csi` of any volume). Kubernetes names the CEL type of the
+# object there `Object.spec.volumes.csi`.
+SchemaPath = tuple[str, ...]
+
+
+def _is_string_map(at: SchemaPath) -> bool:
+    return at[-2:] in _STRING_MAPS
+
+
+def _cel_object(at: SchemaPath, fields: list[tuple[str, str]]) -> str:
+    """A value of the object type at `at`, or a string map there.
+
+    The API server's CEL environment requires homogeneous aggregate literals: a map literal of
+    mixed value types (`{"name": "x", "readOnly": true}`) is refused when the policy is created.
+    Typed object construction (`Object.spec.volumes{name: "x", csi: ...}`) is what it accepts.
+    """
+    if _is_string_map(at):
+        return "{" + ", ".join(f"{_str(key)}: {value}" for key, value in fields) + "}"
+    for key, _ in fields:
+        if not _FIELD_NAME.fullmatch(key):
+            raise ValueError(f"{key!r} under {'.'.join(at)} is no field name (a string map?)")
+    body = ", ".join(f"{key}: {value}" for key, value in fields)
+    return f"Object.{'.'.join(at)}{{{body}}}"
+
+
+def _cel_value(value: Any, at: SchemaPath) -> str:
+    """`value`, to be written at schema path `at`, as a CEL expression the API server accepts."""
     if isinstance(value, FromLabel):
         return f"object.metadata.labels[{_str(value.key)}]"
     if isinstance(value, bool):
@@ -387,19 +421,19 @@ def _cel_value(value: Any) -> str:
     if isinstance(value, str):
         return _str(value)
     if isinstance(value, list):
-        return "[" + ", ".join(_cel_value(item) for item in value) + "]"
+        return "[" + ", ".join(_cel_value(item, at) for item in value) + "]"
     if isinstance(value, dict):
-        return (
-            "{" + ", ".join(f"{_str(key)}: {_cel_value(item)}" for key, item in value.items()) + "}"
-        )
+        return _cel_object(at, [(key, _cel_value(item, (*at, key))) for key, item in value.items()])
     raise TypeError(f"no CEL literal for {value!r}")
 
 
-def _nest(path: tuple[str, ...], value_cel: str) -> str:
-    """The object to add at path[0] when it is missing: path[1:] nested down to the value."""
+def _nest(parent: SchemaPath, path: tuple[str, ...], value_cel: str) -> str:
+    """The object to add at path[0] (under `parent`) when it is missing: path[1:] nested down to
+    the value."""
     if len(path) == 1:
         return value_cel
-    return f"{{{_str(path[1])}: {_nest(path[1:], value_cel)}}}"
+    here = (*parent, path[0])
+    return _cel_object(here, [(path[1], _nest(here, path[1:], value_cel))])
 
 
 def _pointer_cel(parts: tuple[str, ...]) -> str:
@@ -424,9 +458,15 @@ def _patch(pointer: tuple[str, ...], value_cel: str) -> str:
 
 
 def _ensure(
-    var: str, pointer: tuple[str, ...], path: tuple[str, ...], kind: str, value_cel: str
+    var: str,
+    at: SchemaPath,
+    pointer: tuple[str, ...],
+    path: tuple[str, ...],
+    kind: str,
+    value_cel: str,
 ) -> str:
-    """One JSONPatch that writes `value_cel` at `path` under `var`, creating missing parents."""
+    """One JSONPatch that writes `value_cel` at `path` under `var` (schema path `at`), creating
+    missing parents."""
     head = path[0]
     here = (*pointer, "/" + _pointer(head))
     if len(path) == 1:
@@ -434,10 +474,10 @@ def _ensure(
             return _patch(here, value_cel)
         extended = _patch(here, f"{var}.{head} + {value_cel}")
         return f"(has({var}.{head}) ? {extended} : {_patch(here, value_cel)})"
-    deeper = _ensure(f"{var}.{head}", here, path[1:], kind, value_cel)
+    deeper = _ensure(f"{var}.{head}", (*at, head), here, path[1:], kind, value_cel)
     if var == "object" and head in ALWAYS_PRESENT:
         return deeper
-    created = _patch(here, _nest(path, value_cel))
+    created = _patch(here, _nest(at, path, value_cel))
     return f"(has({var}.{head}) ? {deeper} : {created})"
 
 
@@ -448,13 +488,14 @@ def _condition(parts: tuple[tuple[LabelIs | None, Any], ...]) -> str | None:
     return " || ".join(f"({when.cel()})" for when, _ in parts if when is not None)
 
 
-def _group_value_cel(group: _Group) -> str:
+def _group_value_cel(group: _Group, at: SchemaPath) -> str:
+    """The value (`set`) or items (`append`) `group` writes, at schema path `at`."""
     if group.kind == "set":
-        return _cel_value(group.parts[0][1])
+        return _cel_value(group.parts[0][1], at)
     pieces = []
     single = len(group.parts) == 1  # its condition already guards the whole group
     for when, items in group.parts:
-        listed = _cel_value(items)
+        listed = _cel_value(items, at)
         pieces.append(listed if when is None or single else f"({when.cel()} ? {listed} : [])")
     return " + ".join(pieces)
 
@@ -462,16 +503,17 @@ def _group_value_cel(group: _Group) -> str:
 def _group_cel(group: _Group) -> str:
     """CEL for a list of JSONPatch operations implementing `group`."""
     if group.target == "pod":
-        value = _group_value_cel(group)
-        body = "[" + _ensure("object", (), group.path, group.kind, value) + "]"
+        value = _group_value_cel(group, group.path)
+        body = "[" + _ensure("object", (), (), group.path, group.kind, value) + "]"
     else:
         lists = []
         fields = ("containers",) if group.target == "main" else ("containers", "initContainers")
         for field_name in fields:
             source = f"object.spec.{field_name}"
-            value = _group_value_cel(group)
+            container: SchemaPath = ("spec", field_name)
+            value = _group_value_cel(group, (*container, *group.path))
             pointer = (f"/spec/{field_name}/", f"string({source}.indexOf(c))")
-            each = _ensure("c", pointer, group.path, group.kind, value)
+            each = _ensure("c", container, pointer, group.path, group.kind, value)
             chosen = source
             if group.target == "main":
                 chosen = f"{source}.filter(c, c.name == {_str(contract.KFP_MAIN_CONTAINER)})"

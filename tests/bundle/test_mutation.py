@@ -1,15 +1,16 @@
 """The MutatingAdmissionPolicy and `apply_mutations` are the same mutations.
 
 The rendered policy's JSONPatch expression is evaluated by the real CEL engine over a pod (with
-the Kubernetes list library's `indexOf` added, and the `JSONPatch{...}` constructor written as a
-map, which is all the Python engine lacks), the patch it returns is applied by an independent
-JSON-patch implementation (`jsonpatch`), and the result must equal `apply_mutations(pod)`. The
-mutated pods must still be valid Pods.
+the Kubernetes list library's `indexOf` added, and the `JSONPatch{...}` and typed
+`Object.spec...{...}` constructors written as maps, which is all the Python engine lacks), the
+patch it returns is applied by an independent JSON-patch implementation (`jsonpatch`), and the
+result must equal `apply_mutations(pod)`. The mutated pods must still be valid Pods.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import cel
@@ -31,12 +32,14 @@ from secureml.profile import TenantProfile
 from secureml.rules.engine import admission_view
 from tests.bundle.conftest import load
 
+_CONSTRUCTOR = re.compile(r"(JSONPatch|Object(\.[A-Za-z_][A-Za-z0-9_]*)*)\{")
+
 
 def _as_python_cel(expression: str) -> str:
-    """Rewrite `JSONPatch{op: ..., path: ..., value: ...}` as a CEL map literal.
+    """Rewrite `JSONPatch{op: ..., path: ...}` and `Object.spec.volumes{name: ...}` as CEL maps.
 
-    A small scanner: string literals are copied untouched; inside a JSONPatch constructor's own
-    braces, each bare field name before `:` is quoted.
+    A small scanner: string literals are copied untouched; inside a constructor's own braces,
+    each bare field name before `:` is quoted.
     """
     out: list[str] = []
     i = 0
@@ -51,11 +54,14 @@ def _as_python_cel(expression: str) -> str:
             out.append(expression[i : end + 1])
             i = end + 1
             continue
-        if expression.startswith("JSONPatch{", i):
+        constructor = _CONSTRUCTOR.match(expression, i)
+        if constructor and (
+            i == 0 or not (expression[i - 1].isalnum() or expression[i - 1] in "._")
+        ):
             out.append("{")
             stack.append(True)
             expect_field = True
-            i += len("JSONPatch{")
+            i = constructor.end()
             continue
         if ch == "{":
             stack.append(False)

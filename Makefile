@@ -47,6 +47,15 @@ cluster-up: $(STAMP) harness
 cluster-down:
 	$(PY) -m tests.harness.controlplane down --dir .cluster
 
+# The gates: ruff lint, ruff format (check only) and mypy (strict, pydantic plugin; settings in
+# pyproject.toml). scripts/typecheck.py gives mypy components/ and enforcement/ under the names
+# setup.py installs them with (secureml.components, secureml.enforcement).
+.PHONY: lint
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) scripts/typecheck.py
+
 test: $(STAMP) $(SHIM_LIB) harness
 	$(PY) -m pytest -n 2 -m "not timing"
 	sync  # flush the parallel run's writes first: writeback stalls would show up as GPU idle time

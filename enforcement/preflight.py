@@ -60,7 +60,7 @@ def nvml_session() -> Iterator[Any]:
         raise PreflightError(
             "nvidia-ml-py (pynvml) is not installed in the step's image",
             why="the GPU checks read the device through NVML",
-            fix="build the image with `pip install secureml[runtime]`",
+            fix="install secureml in the step's image (nvidia-ml-py is one of its dependencies)",
         ) from None
     try:
         pynvml.nvmlInit()

@@ -294,8 +294,8 @@ class FakeGPU:
                     f"mig device={index} profile={mig.profile} memory={mig.memory} uuid={mig.uuid} gi={mig.gi} ci={mig.ci}"
                 )
         for proc in self.processes:
-            mig = f" mig={proc.mig}" if proc.mig is not None else ""
-            lines.append(f"process device={proc.device}{mig} pid={proc.pid} used={proc.used}")
+            on_mig = f" mig={proc.mig}" if proc.mig is not None else ""
+            lines.append(f"process device={proc.device}{on_mig} pid={proc.pid} used={proc.used}")
         return "\n".join(lines) + "\n"
 
     def write(self) -> Path:
@@ -331,7 +331,7 @@ class FakeGPU:
         out = _Stats()
         if fn(str(self.config_path).encode(), dev, mig_index, ctypes.byref(out)) != 0:
             raise RuntimeError(f"fake GPU stats unavailable for {self.config_path}")
-        return {name: getattr(out, name) for name, _ in _Stats._fields_}
+        return {name: getattr(out, name) for name, *_ in _Stats._fields_}
 
     def memory_path(self, device: int = 0, mig: int | None = None) -> Path:
         """The file holding the device's memory (exists once a process has used the fake)."""

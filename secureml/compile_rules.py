@@ -9,6 +9,7 @@ previewed pods.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -79,6 +80,10 @@ class TaskView:
     k8s_annotations: dict[str, str] = field(default_factory=dict)
 
 
+AddViolation = Callable[[str, str, str], None]
+"""`add(rule, what, fix)`: record one violation of the task being checked."""
+
+
 def check_task(view: TaskView, profile: TenantProfile) -> list[Violation]:
     """Every violation of the compile rules by one container task."""
     found: list[Violation] = []
@@ -124,7 +129,7 @@ def _stronger_requests(profile: TenantProfile) -> str:
     return ", ".join(spelled[level] for level in allowed)
 
 
-def _check_image(view: TaskView, profile: TenantProfile, add) -> None:
+def _check_image(view: TaskView, profile: TenantProfile, add: AddViolation) -> None:
     images = profile.spec.images
     if "{{channel:" in view.image:
         add(
@@ -157,7 +162,7 @@ def _check_image(view: TaskView, profile: TenantProfile, add) -> None:
         )
 
 
-def _check_runtime(view: TaskView, profile: TenantProfile, add) -> None:
+def _check_runtime(view: TaskView, profile: TenantProfile, add: AddViolation) -> None:
     if not profile.spec.runtime.allow_runtime_installs:
         text = " ".join(view.command + view.args)
         if "pip install" in text or "pip3 install" in text:
@@ -177,7 +182,7 @@ def _check_runtime(view: TaskView, profile: TenantProfile, add) -> None:
         )
 
 
-def _check_env(view: TaskView, add) -> None:
+def _check_env(view: TaskView, add: AddViolation) -> None:
     for name in sorted({*view.env, *view.k8s_env_names}):
         if name in contract.FORBIDDEN_ENV:
             add(
@@ -193,7 +198,7 @@ def _check_env(view: TaskView, add) -> None:
             )
 
 
-def _check_metadata(view: TaskView, add) -> None:
+def _check_metadata(view: TaskView, add: AddViolation) -> None:
     for kind, keys in (("label", view.k8s_labels), ("annotation", view.k8s_annotations)):
         for key in sorted(keys):
             if key.startswith(contract.LABEL_PREFIX):
@@ -204,7 +209,7 @@ def _check_metadata(view: TaskView, add) -> None:
                 )
 
 
-def _check_accelerator(view: TaskView, profile: TenantProfile, add) -> None:
+def _check_accelerator(view: TaskView, profile: TenantProfile, add: AddViolation) -> None:
     name = view.accelerator_type
     if not name:
         return
@@ -230,7 +235,7 @@ def _check_accelerator(view: TaskView, profile: TenantProfile, add) -> None:
         )
 
 
-def _check_gpu(request: gpu.GPURequest, profile: TenantProfile, add) -> None:
+def _check_gpu(request: gpu.GPURequest, profile: TenantProfile, add: AddViolation) -> None:
     settings = profile.spec.gpu
     if isinstance(request, gpu.MIG):
         _check_mig(request, profile, add)
@@ -292,7 +297,7 @@ def _size(amount: int) -> str:
     return str(amount)
 
 
-def _check_mig(request: gpu.MIG, profile: TenantProfile, add) -> None:
+def _check_mig(request: gpu.MIG, profile: TenantProfile, add: AddViolation) -> None:
     settings = profile.spec.gpu
     if settings.mig is None or not settings.mig.allowed_profiles:
         add(
@@ -337,7 +342,7 @@ def _check_mig(request: gpu.MIG, profile: TenantProfile, add) -> None:
         )
 
 
-def _check_quota(request: gpu.GPURequest, profile: TenantProfile, add) -> None:
+def _check_quota(request: gpu.GPURequest, profile: TenantProfile, add: AddViolation) -> None:
     settings = profile.spec.gpu
     if settings.backend == "dra":
         return

@@ -157,13 +157,12 @@ def compile_pipeline(
         raise CompileError(pipeline.name, ctx.violations)
     documents = _documents(secured)
     yaml_text = _write_yaml(secured, documents)
-    admission_checked = False
     if check_admission:
-        admission_checked = _check_admission(documents, profile, ctx)
+        _check_admission(documents, profile, ctx)
         if ctx.violations:
             raise CompileError(pipeline.name, ctx.violations)
     return CompiledPipeline(
-        pipeline.name, yaml_text, profile.metadata.name, ctx.steps, admission_checked, secured
+        pipeline.name, yaml_text, profile.metadata.name, ctx.steps, check_admission, secured
     )
 
 
@@ -197,7 +196,7 @@ def _write_yaml(component: GraphComponent, documents: list[dict[str, Any]]) -> s
             path = Path(tmp) / "pipeline.yaml"
             compiler.Compiler().compile(component, str(path))
             return path.read_text(encoding="utf-8")
-    header = builder.extract_comments_from_pipeline_spec(pipeline_dict, component.description)
+    header: str = builder.extract_comments_from_pipeline_spec(pipeline_dict, component.description)
     return header + yaml.dump_all(documents, sort_keys=True, Dumper=dumper)
 
 
@@ -384,7 +383,7 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
         kubernetes.add_node_affinity(task, match_expressions=placed.node_affinity)
         report.scheduling += [
             f"{e['key']} in ({', '.join(e['values'])})" for e in placed.node_affinity
-        ]  # type: ignore[arg-type]
+        ]
     for toleration in placed.tolerations:
         kubernetes.add_toleration(task, **toleration)
         report.scheduling.append(
@@ -407,14 +406,15 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
     annotations = {contract.ANNOTATION_SPIFFE_ID: spiffe_id}
     if ref.digest:
         annotations[contract.ANNOTATION_IMAGE_DIGEST] = ref.digest
-    shim_on = isinstance(request, gpu.TimeSlice) and spec.runtime.shim == "enforce"
+    time_slice = request if isinstance(request, gpu.TimeSlice) else None
+    shim_on = time_slice is not None and spec.runtime.shim == "enforce"
     if request is not None:
         annotations[contract.ANNOTATION_GPU_REQUEST] = request.to_json()
         report.gpu_request = json.loads(request.to_json())
-    if shim_on:
+    if time_slice is not None and shim_on:
         annotations[contract.ANNOTATION_LIMITS] = contract.render_shim_limits(
-            memory_bytes=request.memory_bytes,
-            compute_percent=request.compute,  # type: ignore[union-attr]
+            memory_bytes=time_slice.memory_bytes,
+            compute_percent=time_slice.compute,
             scrub_on_free=spec.runtime.scrub_on_free,
         )
     for key, value in annotations.items():
@@ -514,15 +514,12 @@ def _apply_signatures(ctx: _Context, results: Sequence[Any]) -> None:
 
 def _check_admission(
     documents: list[dict[str, Any]], profile: TenantProfile, ctx: _Context
-) -> bool:
-    """Evaluate the tenant's admission rules on every previewed pod; False when the rule engine
-    is not available in this installation."""
+) -> None:
+    """Evaluate the tenant's admission rules on every previewed pod (the rule engine is part of
+    the package: an installation without it is broken, and fails here rather than skip the check)."""
     from secureml.preview import preview_pods
+    from secureml.rules import evaluate, rules_for_profile
 
-    try:
-        from secureml.rules import evaluate, rules_for_profile
-    except ImportError:
-        return False
     pods = preview_pods(documents, profile)  # the documents as written, without a YAML round trip
     rules = rules_for_profile(profile)
     for task, pod in pods.items():
@@ -535,4 +532,3 @@ def _check_admission(
                     "see docs/admission-rules.md for this rule",
                 )
             )
-    return True

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from secureml.errors import SecuremlError
 from secureml.gpu import MIG, GPURequest, TimeSlice, WholeGPU
@@ -48,15 +48,22 @@ def _check_settings(gpu: object, timeout: object, scratch: object, where: str) -
         raise SecuremlError(
             f"timeout={timeout!r} must be a whole number of seconds >= 1", where=where
         )
-    if isinstance(scratch, str) or not all(
-        isinstance(p, str) and p.startswith("/") for p in scratch
-    ):  # type: ignore[attr-defined]
+    if not _absolute_paths(scratch):
         raise SecuremlError(
             f"scratch={scratch!r} must be a list of absolute paths",
             fix="write e.g. scratch=['/workspace']",
             where=where,
         )
-    return SecureSettings(gpu=gpu, timeout_seconds=timeout, scratch_mounts=tuple(scratch))  # type: ignore[arg-type]
+    return SecureSettings(gpu=gpu, timeout_seconds=timeout, scratch_mounts=tuple(scratch))
+
+
+def _absolute_paths(value: object) -> TypeGuard[Iterable[str]]:
+    """A list (not a string) of absolute paths."""
+    return (
+        isinstance(value, Iterable)
+        and not isinstance(value, str)
+        and all(isinstance(p, str) and p.startswith("/") for p in value)
+    )
 
 
 def _returns_container_spec(func: Callable[..., Any]) -> bool:

@@ -11,8 +11,8 @@ denied). In a cluster SPIRE reads the pod's labels; locally the launcher's `SECU
 server that issues SVIDs for that one ID. Like SPIRE it refuses calls without the
 `workload.spiffe.io: true` metadata header.
 
-Modes for tests: `serve` (answer), `hang` (accept the call, never send anything), `mute` (accept
-the connection, never speak gRPC at all).
+Tests that need a Workload API that misbehaves (hangs, never speaks gRPC, serves expired SVIDs)
+subclass it and override `_on_connection`, `_before_answer` or `_issue` (tests/devworkload.py).
 
 This module imports grpc at the top: import the module itself lazily.
 """
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import grpc
 from cryptography import x509
@@ -39,9 +39,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from spiffe._proto import workload_pb2, workload_pb2_grpc
 
 from secureml.errors import SecuremlError
-
-Mode = Literal["serve", "hang", "mute"]
-MODES: tuple[Mode, ...] = ("serve", "hang", "mute")
 
 WORKLOAD_API_HEADER = ("workload.spiffe.io", "true")
 SVID_TTL = dt.timedelta(hours=1)
@@ -58,6 +55,10 @@ class Workload:
 
 
 IdentityFor = Callable[[Workload], str | None]
+
+
+def _same_for_every_caller(spiffe_id: str) -> IdentityFor:
+    return lambda _workload: spiffe_id
 
 
 @dataclass(frozen=True)
@@ -111,14 +112,15 @@ class DevCA:
     def bundle_pem(self) -> bytes:
         return self.certificate.public_bytes(serialization.Encoding.PEM)
 
-    def issue(self, spiffe_id: str, *, expired: bool = False) -> IssuedSvid:
-        """An X.509-SVID for `spiffe_id` (URI SAN), valid for an hour or, if `expired`, ended."""
+    def issue(self, spiffe_id: str, *, not_after: dt.datetime | None = None) -> IssuedSvid:
+        """An X.509-SVID for `spiffe_id` (URI SAN), valid for an hour from now or, given
+        `not_after`, for the hour before it."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = _now()
-        if expired:
-            not_before, not_after = now - 2 * SVID_TTL, now - SVID_TTL
-        else:
+        if not_after is None:
             not_before, not_after = now - dt.timedelta(seconds=30), now + SVID_TTL
+        else:
+            not_before = not_after - SVID_TTL
         leaf = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "SPIRE")]))
@@ -168,21 +170,15 @@ class DevWorkloadAPI:
         spiffe_id: str | IdentityFor,
         *,
         trust_domain: str | None = None,
-        expired: bool = False,
-        mode: Mode = "serve",
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if trust_domain is None:
             if not isinstance(spiffe_id, str):
                 raise ValueError("trust_domain is required when spiffe_id is a function")
             trust_domain = _trust_domain_of(spiffe_id)
         self.socket_path = Path(socket_path)
-        self.mode = mode
-        self.expired = expired
         self.ca = DevCA(trust_domain)
         self._identity_for: IdentityFor = (
-            (lambda _workload, fixed=spiffe_id: fixed) if isinstance(spiffe_id, str) else spiffe_id
+            _same_for_every_caller(spiffe_id) if isinstance(spiffe_id, str) else spiffe_id
         )
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -253,9 +249,18 @@ class DevWorkloadAPI:
             except OSError:
                 return
             self._track(conn)
-            if self.mode == "mute":
-                continue  # hold the connection open and never say a word
-            threading.Thread(target=self._serve_connection, args=(conn,), daemon=True).start()
+            self._on_connection(conn)
+
+    def _on_connection(self, conn: socket.socket) -> None:
+        """Attest the caller and relay the connection to its identity's server (a thread)."""
+        threading.Thread(target=self._serve_connection, args=(conn,), daemon=True).start()
+
+    def _before_answer(self, context: grpc.ServicerContext) -> None:
+        """Called for each admitted call before it is answered (a test double's hook)."""
+
+    def _issue(self, spiffe_id: str) -> IssuedSvid:
+        """The SVID a call for `spiffe_id` is answered with."""
+        return self.ca.issue(spiffe_id)
 
     def _serve_connection(self, conn: socket.socket) -> None:
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -307,7 +312,7 @@ class _Servicer(workload_pb2_grpc.SpiffeWorkloadAPIServicer):
     def FetchX509SVID(self, request: Any, context: Any) -> Iterator[Any]:  # noqa: N802 (gRPC name)
         self._admit(context)
         assert self._spiffe_id is not None
-        svid = self._api.ca.issue(self._spiffe_id, expired=self._api.expired)
+        svid = self._api._issue(self._spiffe_id)
         yield workload_pb2.X509SVIDResponse(
             svids=[
                 workload_pb2.X509SVID(
@@ -330,9 +335,7 @@ class _Servicer(workload_pb2_grpc.SpiffeWorkloadAPIServicer):
         """SPIRE's checks, in its order: the security header, then an identity for the caller."""
         if WORKLOAD_API_HEADER not in tuple(context.invocation_metadata()):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "security header missing from request")
-        if self._api.mode == "hang":
-            self._api._stopping.wait()
-            context.abort(grpc.StatusCode.UNAVAILABLE, "dev Workload API stopped")
+        self._api._before_answer(context)
         if self._spiffe_id is None:
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "no identity issued")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from secureml import contract
 from secureml.errors import SecuremlError
@@ -285,6 +285,14 @@ GPURequest = MIG | TimeSlice | WholeGPU
 # --- mapping -----------------------------------------------------------------------------------
 
 
+class NodeSelectorRequirement(TypedDict):
+    """One matchExpression of a required node affinity (Kubernetes NodeSelectorRequirement)."""
+
+    key: str
+    operator: str
+    values: list[str]
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     """What the compiler writes into a task for one (already checked) GPU request."""
@@ -293,9 +301,7 @@ class Placement:
     accelerator_type: str | None = None  # extended resource name; None on the dra backend
     accelerator_count: int = 0
     node_selector: dict[str, str] = field(default_factory=dict)
-    node_affinity: list[dict[str, object]] = field(
-        default_factory=list
-    )  # required matchExpressions
+    node_affinity: list[NodeSelectorRequirement] = field(default_factory=list)  # required terms
     tolerations: list[dict[str, object]] = field(default_factory=list)
     pod_labels: dict[str, str] = field(default_factory=dict)
 
@@ -314,7 +320,7 @@ def mig_product_names(profile_name: str, model_names: list[str]) -> list[str]:
     ]
 
 
-def _product_terms(values: list[str]) -> tuple[dict[str, str], list[dict[str, object]]]:
+def _product_terms(values: list[str]) -> tuple[dict[str, str], list[NodeSelectorRequirement]]:
     """One product: a node selector; several: a required node affinity `In` (a selector holds one)."""
     if len(values) == 1:
         return {LABEL_GPU_PRODUCT: values[0]}, []
@@ -357,12 +363,16 @@ def placement(request: GPURequest | None, profile: TenantProfile) -> Placement:
         return Placement(isolation, RESOURCE_GPU, request.count, selector, affinity)
     if isinstance(request, TimeSlice):
         time_slice = gpu.time_slice
+        assert time_slice is not None, (
+            "compile_rules refuses time slices the profile does not offer"
+        )
         selector = {
             LABEL_SHARING_STRATEGY: SHARING_TIME_SLICING,
             **dict(time_slice.node_selector or {}),
         }
         return Placement(isolation, time_slice.resource_name, 1, selector)
     whole = gpu.whole_gpu
+    assert whole is not None, "compile_rules refuses whole GPUs the profile does not offer"
     selector = dict(whole.node_selector or {})
     if request.product:
         selector[LABEL_GPU_PRODUCT] = request.product

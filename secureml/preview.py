@@ -2,8 +2,7 @@
 
 `preview_pods(docs, profile)` reads the compiled YAML (the pipelineSpec and the kubernetes
 platformSpec) and builds, per task, the Pod the KFP backend (>= 2.16) would create, then applies
-the tenant bundle's MutatingAdmissionPolicy (`secureml.bundle.mutation.apply_mutations`, when
-installed). The admission rules (`secureml.rules`) are evaluated on exactly these pods.
+the tenant bundle's MutatingAdmissionPolicy (`secureml.bundle.mutation.apply_mutations`). The admission rules (`secureml.rules`) are evaluated on exactly these pods.
 
 What the preview models, per task:
 - metadata: the task's pod labels and annotations, the tenant namespace;
@@ -91,7 +90,8 @@ def preview_pods(
         .get("deploymentSpec", {})
         .get("executors", {})
     )
-    mutate = _mutations()
+    from secureml.bundle.mutation import apply_mutations
+
     pipeline_name = pipeline_spec.get("pipelineInfo", {}).get("name", "pipeline")
     pods: dict[str, dict[str, Any]] = {}
     for path, executor_label in _executor_tasks(pipeline_spec):
@@ -105,16 +105,8 @@ def preview_pods(
             k8s_executors.get(executor_label, {}),
             profile,
         )
-        pods[path] = mutate(pod, profile) if mutate else pod
+        pods[path] = apply_mutations(pod, profile)
     return pods
-
-
-def _mutations():
-    try:
-        from secureml.bundle.mutation import apply_mutations  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return apply_mutations
 
 
 def _executor_tasks(pipeline_spec: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -303,13 +295,13 @@ def _volumes(
         mounts.append({"name": name, "mountPath": item.get("mountPath", ""), "readOnly": True})
     for item in k8s.get("genericEphemeralVolume", []):
         name = item.get("volumeName", "ephemeral")
-        claim: dict[str, Any] = {
+        claim_spec: dict[str, Any] = {
             "accessModes": item.get("accessModes", ["ReadWriteOnce"]),
             "resources": {"requests": {"storage": item.get("size", "")}},
         }
         if item.get("storageClassName"):
-            claim["storageClassName"] = item["storageClassName"]
-        volumes.append({"name": name, "ephemeral": {"volumeClaimTemplate": {"spec": claim}}})
+            claim_spec["storageClassName"] = item["storageClassName"]
+        volumes.append({"name": name, "ephemeral": {"volumeClaimTemplate": {"spec": claim_spec}}})
         mounts.append({"name": name, "mountPath": item.get("mountPath", "")})
 
 

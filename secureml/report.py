@@ -76,6 +76,6 @@ def render_text(report: dict[str, Any]) -> str:
     admission = (
         "admission rules checked on previewed pods"
         if report.get("admissionChecked")
-        else "admission rules not checked (rule engine unavailable)"
+        else "admission rules not checked (compiled with check_admission=False)"
     )
     return f"{title}\n{body}\ncompliant: {len(rows)} step(s); {admission}\n"

@@ -114,12 +114,13 @@ def pods_in_document(document: Any, *, source: str, doc_index: int) -> Iterator[
 
 
 def _template(document: Mapping[str, Any], path: tuple[str, ...], where: str) -> Mapping[str, Any]:
-    node: Any = document
+    node = document
     for step, key in enumerate(path):
-        node = node.get(key) if isinstance(node, Mapping) else None
-        if not isinstance(node, Mapping):
+        child = node.get(key)
+        if not isinstance(child, Mapping):
             dotted = ".".join(path[: step + 1])
             raise InputError(f"{where}: {dotted} is missing or not a mapping", fix=_FIX)
+        node = child
     return node
 
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from secureml.cli import app, run_cli
 from secureml.cli.verify import IdentityOpt, IdentityRegexpOpt, IssuerOpt, TrustedRootOpt
+
+if TYPE_CHECKING:
+    from secureml.compiler import ImageVerifier
+    from secureml.profile import TenantProfile
+    from secureml.supplychain.compile import ImageVerification
 
 
 @app.command("compile")
@@ -95,12 +101,14 @@ def compile_command(
     typer.echo(f"wrote {target}")
 
 
-def _image_verifier(tenant, profile_path: Path, bundles: Path | None, fetch: bool):
+def _image_verifier(
+    tenant: TenantProfile, profile_path: Path, bundles: Path | None, fetch: bool
+) -> ImageVerifier | None:
     """Signature checks when the profile requires them or bundles were given; otherwise none."""
     if not (tenant.spec.images.signatures.required or bundles is not None or fetch):
         return None
 
-    def verify(steps):
+    def verify(steps: Sequence[tuple[str, str]]) -> list[ImageVerification]:
         from secureml.supplychain.compile import verify_images_for_compile
 
         return verify_images_for_compile(

@@ -63,7 +63,9 @@ def field_problems(refusal: ServerRefusedError) -> list[str]:
     return problems
 
 
-def refusal_error(obj: Mapping[str, Any], refusal: ServerRefusedError, *, action: str) -> SecuremlError:
+def refusal_error(
+    obj: Mapping[str, Any], refusal: ServerRefusedError, *, action: str
+) -> SecuremlError:
     """The error for `refusal` of `action` (e.g. "apply") on the manifest `obj`."""
     problems = field_problems(refusal)
     # With causes, the top message only repeats them (with the whole value): the causes say it.

@@ -66,12 +66,12 @@ def fields_named(rules: tuple[Rule, ...]) -> frozenset[str]:
 def projection(pod: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]:
     """`admission_view(pod)` keeping, at the structured levels, only the named `fields`."""
 
-    def keep(node: Any) -> dict[str, Any]:
+    def keep(node: Any) -> Any:  # a mapping's kept fields; anything else as it is
         if not isinstance(node, Mapping):
             return node
         return {k: _view(v) for k, v in node.items() if v is not None and k in fields}
 
-    view = keep(pod)
+    view: dict[str, Any] = keep(pod)
     for level in ("metadata", "spec"):
         if level in view:
             view[level] = keep(pod[level])

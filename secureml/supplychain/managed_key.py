@@ -294,11 +294,15 @@ def _check_body(
 
     try:
         spec = rekor_types.Hashedrekord.model_validate_json(body).spec.root
+        logged_key_field, logged_hash = spec.signature.public_key, spec.data.hash
+        logged_key_pem = logged_key_field.content if logged_key_field is not None else None
+        if spec.signature.content is None or logged_key_pem is None or logged_hash is None:
+            raise ValueError("the signature, its public key or the data hash is missing")
         logged_signature = base64.b64decode(spec.signature.content, validate=True)
         logged_key = serialization.load_pem_public_key(
-            base64.b64decode(spec.signature.public_key.content, validate=True)
+            base64.b64decode(logged_key_pem, validate=True)
         )
-        algorithm, value = spec.data.hash.algorithm.value, spec.data.hash.value
+        algorithm, value = logged_hash.algorithm.value, logged_hash.value
     except Exception as err:  # noqa: BLE001 - pydantic, base64, PEM: the logged body is not a usable hashedrekord (fails closed)
         raise fail(
             "log entry does not match the bundle",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import oras.provider
 import requests
@@ -42,16 +43,16 @@ class FetchedBundle:
     source: str  # e.g. "ghcr.io/acme/train@sha256:<referrer manifest> (referrers API)"
 
 
-class _FastRegistry(oras.provider.Registry):
+class _FastRegistry(oras.provider.Registry):  # type: ignore[misc]  # oras has no type information
     """oras' Registry with single-try requests and a timeout (see module docstring)."""
 
-    def do_request(  # type: ignore[override]
+    def do_request(
         self,
         url: str,
         method: str = "GET",
-        data: dict | bytes | None = None,
-        headers: dict | None = None,
-        json: dict | None = None,
+        data: dict[str, Any] | bytes | None = None,
+        headers: dict[str, str] | None = None,
+        json: dict[str, Any] | None = None,
         stream: bool = False,
     ) -> requests.Response:
         headers = dict(headers or {})
@@ -60,7 +61,7 @@ class _FastRegistry(oras.provider.Registry):
         send = dict(
             data=data, json=json, stream=stream, verify=self._tls_verify, timeout=_TIMEOUT_S
         )
-        response = self.session.request(method, url, headers=headers, **send)
+        response: requests.Response = self.session.request(method, url, headers=headers, **send)
         if response.status_code in (401, 403):
             headers, changed = self.auth.authenticate_request(response, headers)
             if changed:
@@ -116,7 +117,7 @@ def fetch_bundles(ref: ImageRef) -> list[FetchedBundle]:
 
 def _referrer_descriptors(
     client: _FastRegistry, base: str, ref: ImageRef
-) -> tuple[list[dict], str]:
+) -> tuple[list[dict[str, Any]], str]:
     response = client.do_request(f"{base}/referrers/{ref.digest}", headers={"Accept": OCI_INDEX})
     how = "referrers API"
     if response.status_code == 404:
@@ -144,7 +145,7 @@ def _referrer_descriptors(
 
 
 def _bundle_from_manifest(
-    client: _FastRegistry, base: str, ref: ImageRef, descriptor: dict, how: str
+    client: _FastRegistry, base: str, ref: ImageRef, descriptor: dict[str, Any], how: str
 ) -> FetchedBundle:
     digest = descriptor["digest"]
     response = client.do_request(f"{base}/manifests/{digest}", headers={"Accept": OCI_MANIFEST})

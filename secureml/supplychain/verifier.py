@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from secureml.errors import SecuremlError
 from secureml.images import ImageRef
@@ -210,10 +210,10 @@ class SignatureVerifier:
             )
         else:
             found_predicate = None
-        matched, subject = policy.matched, policy.matched_subject
-        assert matched is not None and subject is not None  # the policy ran and accepted
+        matched, signer = policy.matched, policy.matched_subject
+        assert matched is not None and signer is not None  # the policy ran and accepted
         return VerifiedSignature(
-            signer=subject,
+            signer=signer,
             issuer=matched.issuer,
             kind="dsse" if is_dsse else "message-signature",
             predicate_type=found_predicate,
@@ -221,7 +221,7 @@ class SignatureVerifier:
         )
 
 
-def _parse_bundle_json(data: bytes, source: str) -> dict:
+def _parse_bundle_json(data: bytes, source: str) -> dict[str, Any]:
     try:
         document = json.loads(data)
     except (ValueError, UnicodeDecodeError) as err:
@@ -243,7 +243,7 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _explain(err: BaseException, document: dict, hex_digest: str) -> str:
+def _explain(err: BaseException, document: dict[str, Any], hex_digest: str) -> str:
     message = _first_line(err)
     if message == "Bundle message digest mismatch":
         signed = document.get("messageSignature", {}).get("messageDigest", {}).get("digest", "")

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from devworkload import HangingWorkloadAPI
 from secureml.enforcement.launch import ExitCode
 
 from secureml import contract
@@ -66,7 +67,7 @@ def test_wrong_identity_stops_the_step(launch: Launch, tmp_path: Path) -> None:
 
 
 def test_silent_workload_api_times_out_within_the_bound(launch: Launch, tmp_path: Path) -> None:
-    with DevWorkloadAPI(tmp_path / "agent.sock", spiffe_id=EXPECTED, mode="hang") as api:
+    with HangingWorkloadAPI(tmp_path / "agent.sock", spiffe_id=EXPECTED) as api:
         started = time.monotonic()
         result = launch(
             [sys.executable, "-c", "pass"], _env(api, **{contract.ENV_IDENTITY_TIMEOUT: "1"})
@@ -85,7 +86,7 @@ def test_signal_before_the_command_starts_stops_the_launcher(tmp_path: Path) -> 
     from .conftest import launcher_env
 
     marker = tmp_path / "ran"
-    with DevWorkloadAPI(tmp_path / "agent.sock", spiffe_id=EXPECTED, mode="hang") as api:
+    with HangingWorkloadAPI(tmp_path / "agent.sock", spiffe_id=EXPECTED) as api:
         env = _env(
             api,
             **{

@@ -100,8 +100,6 @@ def test_socket_is_removed_on_exit_and_bad_arguments_are_refused(tmp_path: Path)
     assert not (tmp_path / "a.sock").exists()
     with pytest.raises(ValueError):
         DevWorkloadAPI(tmp_path / "b.sock", spiffe_id="https://not-spiffe")
-    with pytest.raises(ValueError):
-        DevWorkloadAPI(tmp_path / "b.sock", spiffe_id=SPIFFE_ID, mode="sleepy")  # type: ignore[arg-type]
 
 
 def test_a_registration_that_raises_hangs_up_instead_of_hanging(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from devworkload import SILENT, ExpiredSvidWorkloadAPI
 from secureml.enforcement.identity import (
     IdentityError,
     _check_chain,
@@ -90,7 +91,7 @@ def test_id_must_match_exactly_not_by_prefix(tmp_path: Path) -> None:
 
 
 def test_expired_svid_is_refused(tmp_path: Path) -> None:
-    with DevWorkloadAPI(tmp_path / "agent.sock", spiffe_id=EXPECTED, expired=True) as api:
+    with ExpiredSvidWorkloadAPI(tmp_path / "agent.sock", spiffe_id=EXPECTED) as api:
         with pytest.raises(IdentityError) as caught:
             _fetch(api, tmp_path / "svid")
     assert "not valid now" in caught.value.what and EXPECTED in caught.value.what
@@ -108,7 +109,7 @@ def test_missing_socket_fails_fast_and_says_how_to_get_one(tmp_path: Path) -> No
 @pytest.mark.parametrize("mode", ["hang", "mute"])
 def test_a_server_that_never_answers_is_abandoned_at_the_timeout(tmp_path: Path, mode: str) -> None:
     timeout_s = 0.6
-    with DevWorkloadAPI(tmp_path / "agent.sock", spiffe_id=EXPECTED, mode=mode) as api:
+    with SILENT[mode](tmp_path / "agent.sock", spiffe_id=EXPECTED) as api:
         started = time.monotonic()
         with pytest.raises(IdentityError) as caught:
             _fetch(api, tmp_path / "svid", timeout_s=timeout_s)

@@ -63,9 +63,7 @@ def der_utf8(text: str) -> bytes:
 
 @dataclass
 class PrivateSigstore:
-    now: dt.datetime = field(
-        default_factory=lambda: dt.datetime.now(dt.UTC).replace(microsecond=0)
-    )
+    now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC).replace(microsecond=0))
 
     def __post_init__(self) -> None:
         curve = ec.SECP256R1()

@@ -54,8 +54,7 @@ CFLAGS = (
 LOG_LEVELS = ("off", "error", "warn", "info", "debug")
 CLAIM_FUNCTION = "secureml_shim_claim_launcher"
 MODE_FUNCTION = "secureml_shim_mode"
-MODE_ENFORCING = 1
-MODE_LAUNCHER = 2
+MODE_LAUNCHER = 2  # what the mode query answers in the launcher role; any other answer enforces
 # Copies of the shim this process loaded itself (RTLD_LOCAL) to take the launcher role: mapped,
 # but not interposed, so they limit nothing here.
 _private_copies: set[str] = set()

@@ -61,9 +61,6 @@ class GPUModel:
     memory_slices: int
     profiles: dict[str, MigProfile] = field(hash=False)
 
-    def profile(self, name: str) -> MigProfile | None:
-        return self.profiles.get(name)
-
 
 def _profile(name: str, compute: int, memory: int, max_instances: int) -> MigProfile:
     memory_gb = int(re.fullmatch(r"\d+g\.(\d+)gb(?:\+me)?", name).group(1))  # type: ignore[union-attr]

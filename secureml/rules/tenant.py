@@ -570,4 +570,13 @@ class _Catalogue:
 
 def profile_rules(profile: TenantProfile) -> list[Rule]:
     """secureml's rules for `profile` (without the Pod Security Standards)."""
-    return _Catalogue(profile).all()
+    from secureml.rules.placement import placement_rules
+    from secureml.rules.resources import resource_rules
+    from secureml.rules.volumes import volume_rules
+
+    return [
+        *_Catalogue(profile).all(),
+        *resource_rules(profile),
+        *placement_rules(profile),
+        *volume_rules(profile),
+    ]

@@ -206,6 +206,16 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
         "secureml.imageDigest",
         "secureml.forbiddenEnv",
         "secureml.envFrom",
+        "secureml.nvidiaEnv",
+        "secureml.nodeName",
+        "secureml.tolerations",
+        "secureml.nodeSelector",
+        "secureml.nodeAffinity",
+        "secureml.podAffinityNamespaces",
+        "secureml.priorityClass",
+        "secureml.schedulerName",
+        "secureml.csiVolume",
+        "secureml.imageVolume",
     ]
     assert all(r.id.startswith("secureml.") for r in rules if r.scope == STEP_POD)
     if tenant == "team-a":
@@ -222,6 +232,9 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
             "secureml.shimLimits",
             "secureml.gpuRequest",
             "secureml.readOnlyRootFilesystem",
+            "secureml.resourceName",
+            "secureml.gpuCount",
+            "secureml.gpuFreeOffGpuNodes",
         ]
     bindings = {
         b["spec"]["policyName"]: b for b in _objects(profile)["ValidatingAdmissionPolicyBinding"]

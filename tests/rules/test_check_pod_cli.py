@@ -101,6 +101,7 @@ def test_kfp_driver_pod_and_its_impostor() -> None:
         "secureml.requiredLabels",
         "secureml.isolationLevel",
         "secureml.readOnlyRootFilesystem",
+        "secureml.gpuFreeOffGpuNodes",  # a step without a GPU must keep off team-a's GPU pools
     ]
     # KFP's driver container has a writable root (the mutating policy sets it on labelled steps only).
     assert (

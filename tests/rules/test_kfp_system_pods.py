@@ -127,14 +127,16 @@ NO_STEP_LABELS = {
     "secureml.isolationLevel",
     "secureml.readOnlyRootFilesystem",
 }
+# A step pod without a GPU that does not keep off team-a's GPU pools (secureml.rules.placement).
+OFF_GPU = {"secureml.gpuFreeOffGpuNodes"}
 
 
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
         # KFP's images beside an arbitrary one (from team-a's own registry, digest-pinned): a step pod.
-        ("t18-kfp-driver-plus-arbitrary-image", NO_STEP_LABELS),
-        ("t18-kfp-driver-ephemeral-container", NO_STEP_LABELS),
+        ("t18-kfp-driver-plus-arbitrary-image", NO_STEP_LABELS | OFF_GPU),
+        ("t18-kfp-driver-ephemeral-container", NO_STEP_LABELS | OFF_GPU),
         # The driver image asking for a GPU: a step pod, and the GPU rules speak too.
         (
             "t18-kfp-driver-gpu",
@@ -146,16 +148,16 @@ NO_STEP_LABELS = {
         # Look-alike repositories are neither system images nor tenant images.
         (
             "t18-kfp-driver-lookalike",
-            NO_STEP_LABELS | {"secureml.imageRegistry", "secureml.imageDigest"},
+            NO_STEP_LABELS | OFF_GPU | {"secureml.imageRegistry", "secureml.imageDigest"},
         ),
         (
             "t18-kfp-driver-nested-repository",
-            NO_STEP_LABELS | {"secureml.imageRegistry", "secureml.imageDigest"},
+            NO_STEP_LABELS | OFF_GPU | {"secureml.imageRegistry", "secureml.imageDigest"},
         ),
         # KFP system pods all the same: Pod Security and the pod rules still hold.
         ("t18-kfp-driver-hostpath", {"pss.restrictedVolumes"}),
         ("t18-kfp-driver-root", {"pss.runAsUser", "secureml.runAsNonRoot"}),
-        ("t18-kfp-driver-nvidia-visible-devices", {"secureml.forbiddenEnv"}),
+        ("t18-kfp-driver-nvidia-visible-devices", {"secureml.forbiddenEnv", "secureml.nvidiaEnv"}),
     ],
 )
 def test_kfp_attacks_exact_verdicts(name: str, expected: set[str]) -> None:

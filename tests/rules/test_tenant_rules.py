@@ -151,6 +151,8 @@ def test_env_from_with_a_safe_prefix() -> None:
     pod["spec"]["containers"][0]["envFrom"] = [{"prefix": "APP_", "configMapRef": {"name": "c"}}]
     assert failed(pod) == set()
     pod["spec"]["containers"][0]["envFrom"][0]["prefix"] = "CUDA_"
+    assert failed(pod) == {"secureml.envFrom", "secureml.nvidiaEnv"}  # CUDA_ + VERSION
+    pod["spec"]["containers"][0]["envFrom"][0]["prefix"] = "CUDA_DISABLE_"
     assert failed(pod) == {"secureml.envFrom"}
 
 
@@ -158,7 +160,8 @@ def test_every_forbidden_variable_is_refused() -> None:
     for name in contract.FORBIDDEN_ENV:
         pod = allowed_pod("team-a-cpu")
         pod["spec"]["containers"][0]["env"] = [{"name": name, "value": "x"}]
-        assert failed(pod) == {"secureml.forbiddenEnv"}, name
+        nvidia = {"secureml.nvidiaEnv"} if name.startswith("NVIDIA_") else set()
+        assert failed(pod) == {"secureml.forbiddenEnv"} | nvidia, name
 
 
 def test_tier_minimum_isolation() -> None:

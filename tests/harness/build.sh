@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the test harness's Go programs from the Go module proxy, once per machine.
 #
-#   tests/harness/build.sh [controlplane|spire|all]
+#   tests/harness/build.sh [controlplane|spire|spire-controller-manager|all]
 #
 # Each Go module under tests/harness/ (controlplane: kube-apiserver + etcd; spire: spire-server +
 # spire-agent) is built into $SECUREML_HARNESS_CACHE/<module>-<hash of its go.mod and go.sum>/,
@@ -67,6 +67,11 @@ build_spire() {
         spire-agent github.com/spiffe/spire/cmd/spire-agent ""
 }
 
+build_spire_controller_manager() {  # turns ClusterSPIFFEIDs into SPIRE entries (tests/cluster)
+    build spire-controller-manager \
+        spire-controller-manager github.com/spiffe/spire-controller-manager/cmd ""
+}
+
 if ! command -v go >/dev/null 2>&1; then
     echo "error: the test harness is built with Go (1.26 or newer), and 'go' is not on PATH" >&2
     exit 2
@@ -74,6 +79,7 @@ fi
 case "${1:-all}" in
     controlplane) build_controlplane ;;
     spire) build_spire ;;
-    all) build_controlplane; build_spire ;;
-    *) echo "usage: $0 [controlplane|spire|all]" >&2; exit 2 ;;
+    spire-controller-manager) build_spire_controller_manager ;;
+    all) build_controlplane; build_spire; build_spire_controller_manager ;;
+    *) echo "usage: $0 [controlplane|spire|spire-controller-manager|all]" >&2; exit 2 ;;
 esac

@@ -171,6 +171,14 @@ def _fetch_x509_context(endpoint: str, expected: str, timeout_s: float, where: s
             ),
             where=where,
         )
+    if "StatusCode.UNAVAILABLE" in str(outcome.get("error", "")):
+        raise IdentityError(
+            f"nothing answers on the Workload API socket; cannot prove the identity {expected}: "
+            f"{outcome['error']}",
+            why="the socket exists but no SPIRE agent listens on it (stopped or crashed)",
+            fix="check that the SPIRE agent on this node is running and healthy, then rerun the step",
+            where=where,
+        )
     if "error" in outcome:
         raise IdentityError(
             f"fetching the X.509-SVID for {expected} failed: {outcome['error']}",

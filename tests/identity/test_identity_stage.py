@@ -106,6 +106,21 @@ def test_missing_socket_fails_fast_and_says_how_to_get_one(tmp_path: Path) -> No
     assert f"{tmp_path}/none.sock" in text and EXPECTED in text and "--dev-identity" in text
 
 
+def test_stale_socket_of_a_crashed_agent_says_the_agent_is_down(tmp_path: Path) -> None:
+    import socket
+
+    path = tmp_path / "agent.sock"
+    with socket.socket(socket.AF_UNIX) as stale:  # bound, never listening: a killed agent's file
+        stale.bind(str(path))
+    started = time.monotonic()
+    with pytest.raises(IdentityError) as caught:
+        fetch_and_check_identity(EXPECTED, f"unix://{path}", tmp_path / "o", 5.0)
+    assert time.monotonic() - started < 5.0
+    assert "nothing answers on the Workload API socket" in caught.value.what
+    assert "UNAVAILABLE" in caught.value.what and EXPECTED in caught.value.what
+    assert "agent" in caught.value.fix and "registration entry" not in caught.value.fix
+
+
 @pytest.mark.parametrize("mode", ["hang", "mute"])
 def test_a_server_that_never_answers_is_abandoned_at_the_timeout(tmp_path: Path, mode: str) -> None:
     timeout_s = 0.6

@@ -46,11 +46,26 @@ ANNOTATION_SHIM_PRELOAD = "secureml.dev/shim-preload"  # set (overwritten) by th
 # admission policy gives it the DRA claim. KFP's and Argo's own images, admitted by the image policy
 # without a tenant signature (repositories, any tag or digest).
 KFP_MAIN_CONTAINER = "main"
-KFP_SYSTEM_IMAGES = (
-    "ghcr.io/kubeflow/kfp-driver",
-    "ghcr.io/kubeflow/kfp-launcher",
-    "quay.io/argoproj/argoexec",
-)
+KFP_DRIVER_REPOSITORY = "ghcr.io/kubeflow/kfp-driver"
+KFP_LAUNCHER_REPOSITORY = "ghcr.io/kubeflow/kfp-launcher"
+ARGOEXEC_REPOSITORY = "quay.io/argoproj/argoexec"
+KFP_SYSTEM_IMAGES = (KFP_DRIVER_REPOSITORY, KFP_LAUNCHER_REPOSITORY, ARGOEXEC_REPOSITORY)
+# The system containers by name, and the paths their commands use (secureml/preview.py and
+# secureml/argo_pod.py build them; secureml/rules/scope.py admits exactly these shapes).
+KFP_LAUNCHER_CONTAINER = "kfp-launcher"  # init container: `launcher-v2 --copy KFP_LAUNCHER_BINARY`
+KFP_LAUNCHER_DIR = "/kfp-launcher"
+KFP_LAUNCHER_BINARY = f"{KFP_LAUNCHER_DIR}/launch"
+KFP_LAUNCHER_COPY_COMMAND = "launcher-v2"
+KFP_DRIVER_COMMAND = "driver"
+ARGO_INIT_CONTAINER = "init"  # init container: `argoexec init <log flags>`
+ARGO_WAIT_CONTAINER = "wait"  # container: `argoexec wait <log flags>`
+ARGO_VAR_RUN_DIR = "/var/run/argo"
+ARGO_EXECUTOR_BINARY = f"{ARGO_VAR_RUN_DIR}/argoexec"  # the emissary, copied there by `init`
+# KFP's executor template imports this ConfigMap into `main` with `envFrom` and no prefix (KFP's
+# profile controller writes it into every tenant namespace with exactly these keys). The rules
+# admit that one import; the bundle refuses the ConfigMap with any other key.
+KFP_METADATA_CONFIGMAP = "metadata-grpc-configmap"
+KFP_METADATA_CONFIGMAP_KEYS = ("METADATA_GRPC_SERVICE_HOST", "METADATA_GRPC_SERVICE_PORT")
 
 # --- the launcher -----------------------------------------------------------------------------
 LAUNCHER_MODULE = "secureml.enforcement.launch"

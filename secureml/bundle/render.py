@@ -16,6 +16,7 @@ import yaml
 from secureml.bundle import (
     dra,
     imagepolicy,
+    kfpconfig,
     kubeflow,
     monitoring,
     mutation,
@@ -50,6 +51,8 @@ def _renderers(options: BundleOptions) -> list[Renderer]:
         mutation.render_binding,
         validating.render_policy,
         validating.render_binding,
+        kfpconfig.render_policy,
+        kfpconfig.render_binding,
         imagepolicy.render,
         spiffe.render,
         dra.render,

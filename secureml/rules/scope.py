@@ -10,11 +10,21 @@ KFP's `kfp-launcher` init container and Argo's containers beside the step's own 
 - The step rules (labels, isolation, GPU, claims, shim annotations, read-only root) are in force
   for every pod that is not a KFP system pod: their `scope` is `STEP_POD`.
 
-A KFP system pod is made only of KFP's and Argo's own images (`contract.KFP_SYSTEM_IMAGES`, matched
-by repository on whole path segments: `REPO`, `REPO:<tag>`, `REPO@<digest>`,
-`REPO:<tag>@<digest>`), in every container, init container and ephemeral container, and asks
-for no GPU: only `cpu`, `memory` and `ephemeral-storage` as resources, and no `resourceClaims`.
-Any other pod, labelled or not, is a step pod and must pass the step rules.
+A KFP system pod is made only of KFP's and Argo's own containers, each in its exact shape
+(`system_container`: name, image repository and command, as KFP 2.17 and Argo v4.0.5 create them;
+the repository of `contract.KFP_SYSTEM_IMAGES` matched on whole path segments: `REPO`,
+`REPO:<tag>`, `REPO@<digest>`, `REPO:<tag>@<digest>`), in every container, init container and
+ephemeral container, and asks for no GPU: only `cpu`, `memory` and `ephemeral-storage` as
+resources, and no `resourceClaims`. Any other pod, labelled or not, is a step pod and must pass
+the step rules. The shapes (docs/admission-rules.md, "KFP and Argo pod shapes"):
+
+- `init` (init container) and `wait` (container): `argoexec`, command
+  `argoexec init|wait --loglevel L --log-format F --gloglevel N`, no args;
+- `kfp-launcher` (init container): `kfp-launcher`, command `launcher-v2`, args
+  `--copy /kfp-launcher/launch` then only `--cache_disabled`, `--log_level N`, `--publish_logs B`;
+- `main` of a driver pod: `kfp-driver`, command
+  `/var/run/argo/argoexec emissary --loglevel L --log-format F --gloglevel N -- driver`, any args
+  (the driver's flags).
 
 The offline engine evaluates a scope once per pod and skips the rules it excludes; the
 ValidatingAdmissionPolicy renderer puts the step rules in a policy of their own whose
@@ -50,6 +60,74 @@ def system_image(var: str = "c") -> str:
     return f"(has({var}.image) && ({tests}))"
 
 
+def _image_of(var: str, repo: str) -> str:
+    return (
+        f"({var}.image == {quote(repo)} || {var}.image.startsWith({quote(repo + ':')}) || "
+        f"{var}.image.startsWith({quote(repo + '@')}))"
+    )
+
+
+ARGO_LOG_LEVELS = ("debug", "info", "warn", "error")
+ARGO_LOG_FORMATS = ("text", "json")
+NUMBERS = tuple(str(n) for n in range(10))  # glog and KFP log levels
+KFP_LAUNCHER_COPY_ARGS = ("--copy", contract.KFP_LAUNCHER_BINARY)
+# What else KFP's compiler may pass to the launcher's copy step (flag names and their values).
+KFP_LAUNCHER_COPY_EXTRA = ("--cache_disabled", "--log_level", "--publish_logs", "true", "false")
+ARGO_LOG_FLAGS_SIZE = 6
+
+
+def argo_log_flags(argv: str, start: int) -> str:
+    """CEL: `argv[start:start+6]` is Argo's `--loglevel L --log-format F --gloglevel N`."""
+    parts = (
+        ("--loglevel", ARGO_LOG_LEVELS),
+        ("--log-format", ARGO_LOG_FORMATS),
+        ("--gloglevel", NUMBERS),
+    )
+    return " && ".join(
+        f"{argv}[{start + 2 * i}] == {quote(flag)} && {argv}[{start + 2 * i + 1}] in "
+        f"{string_list(values)}"
+        for i, (flag, values) in enumerate(parts)
+    )
+
+
+def system_container(var: str = "c") -> str:
+    """CEL: the container `var` is one of KFP's or Argo's own, by name, image and command.
+
+    Exactly the shapes of this module's docstring; any other container (a tenant's image, or a
+    system image with another name, command or args) is not a system container.
+    """
+    argo = contract.ARGOEXEC_REPOSITORY
+    executor = (
+        f"(({var}.name == {quote(contract.ARGO_INIT_CONTAINER)} || "
+        f"{var}.name == {quote(contract.ARGO_WAIT_CONTAINER)}) && {_image_of(var, argo)} && "
+        f"has({var}.command) && size({var}.command) == {2 + ARGO_LOG_FLAGS_SIZE} && "
+        f"{var}.command[0] == 'argoexec' && {var}.command[1] == {var}.name && "
+        f"{argo_log_flags(f'{var}.command', 2)} && !has({var}.args))"
+    )
+    copy_args = string_list(KFP_LAUNCHER_COPY_ARGS)
+    extra = string_list((*KFP_LAUNCHER_COPY_EXTRA, *NUMBERS))
+    launcher = (
+        f"({var}.name == {quote(contract.KFP_LAUNCHER_CONTAINER)} && "
+        f"{_image_of(var, contract.KFP_LAUNCHER_REPOSITORY)} && has({var}.command) && "
+        f"{var}.command == {string_list([contract.KFP_LAUNCHER_COPY_COMMAND])} && "
+        f"has({var}.args) && size({var}.args) >= 2 && "
+        f"{var}.args[0] == {quote(KFP_LAUNCHER_COPY_ARGS[0])} && "
+        f"{var}.args[1] == {quote(KFP_LAUNCHER_COPY_ARGS[1])} && "
+        f"{var}.args.all(a, a in {copy_args} || a in {extra}))"
+    )
+    end = 2 + ARGO_LOG_FLAGS_SIZE
+    driver = (
+        f"({var}.name == {quote(contract.KFP_MAIN_CONTAINER)} && "
+        f"{_image_of(var, contract.KFP_DRIVER_REPOSITORY)} && has({var}.command) && "
+        f"size({var}.command) == {end + 2} && "
+        f"{var}.command[0] == {quote(contract.ARGO_EXECUTOR_BINARY)} && "
+        f"{var}.command[1] == 'emissary' && {argo_log_flags(f'{var}.command', 2)} && "
+        f"{var}.command[{end}] == '--' && "
+        f"{var}.command[{end + 1}] == {quote(contract.KFP_DRIVER_COMMAND)})"
+    )
+    return f"(has({var}.image) && ({executor} || {launcher} || {driver}))"
+
+
 def _native_resources_only(var: str = "c") -> str:
     native = string_list(NATIVE_RESOURCES)
     return (
@@ -64,7 +142,7 @@ _MAIN_FIRST = ("containers", "initContainers", "ephemeralContainers")
 
 def _kfp_system_pod() -> str:
     # `containers` first: a step pod's `main` runs the tenant's image and ends the test at once.
-    images = every_container(system_image(), lists=_MAIN_FIRST)
+    images = every_container(system_container(), lists=_MAIN_FIRST)
     no_gpu = (
         f"{every_container(_native_resources_only())} && "
         f"(!has({SPEC}.resourceClaims) || size({SPEC}.resourceClaims) == 0)"

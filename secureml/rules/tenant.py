@@ -24,12 +24,7 @@ from secureml.rules._cel import (
     string_list,
 )
 from secureml.rules.model import Rule
-from secureml.rules.scope import EVERY_POD, STEP_POD, system_image
-
-NVIDIA_PREFIX = "nvidia.com/"
-MIG_PREFIX = "nvidia.com/mig-"
-WHOLE_GPU = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+from secureml.rules.scope import EVERY_POD, STEP_POD, system_container
 
 _LABELS = "object.metadata.labels"
 _ANNOTATIONS = "object.metadata.annotations"
@@ -494,10 +489,11 @@ class _Catalogue:
         images = self.spec.images
         prefixes = [p if p.endswith("/") else p + "/" for p in images.allowed_registries]
         system = contract.KFP_SYSTEM_IMAGES
-        # KFP's and Argo's own images by repository (any tag or digest): the same test that makes a
-        # pod a KFP system pod (secureml.rules.scope). The platform team pins them by digest in
-        # KFP's and Argo's configuration; the image policy admits them without a tenant signature.
-        system_ok = system_image()
+        # KFP's and Argo's own containers, by name, image repository (any tag or digest) and
+        # command: the same test that makes a pod a KFP system pod (secureml.rules.scope). The
+        # platform team pins them by digest in KFP's and Argo's configuration; the image policy
+        # admits them without a tenant signature.
+        system_ok = system_container()
         tenant_ok = " || ".join(f"c.image.startsWith({quote(p)})" for p in prefixes) or "false"
         rules = [
             self.container_rule(
@@ -523,11 +519,18 @@ class _Catalogue:
         forbidden = string_list(contract.FORBIDDEN_ENV)
         env_ok = f"(!has(c.env) || c.env.all(e, !(e.name in {forbidden})))"
         env_from_ok = (
-            "(!has(c.envFrom) || c.envFrom.all(s, has(s.prefix) && s.prefix != '' && "
-            f"!{forbidden}.exists(f, f.startsWith(s.prefix))))"
+            "(!has(c.envFrom) || c.envFrom.all(s, (has(s.prefix) && s.prefix != '' && "
+            f"!{forbidden}.exists(f, f.startsWith(s.prefix))) || {kfp_import}))"
         )
         # The message names the container and the variable it sets.
         sets = " + ".join(
+        # KFP's own import into `main` (contract.KFP_METADATA_CONFIGMAP, keys guarded by the bundle),
+        # exactly: no prefix, no Secret, that ConfigMap.
+        kfp_import = (
+            f"(c.name == {quote(contract.KFP_MAIN_CONTAINER)} && !has(s.prefix) && "
+            "!has(s.secretRef) && has(s.configMapRef) && "
+            f"s.configMapRef.name == {quote(contract.KFP_METADATA_CONFIGMAP)})"
+        )
             f"(has({SPEC}.{lst}) ? {SPEC}.{lst}.filter(c, !{env_ok}).map(c, 'container \"' + c.name + "
             f"'\" sets ' + c.env.filter(e, e.name in {forbidden})[0].name) : [])"
             for lst in CONTAINER_LISTS

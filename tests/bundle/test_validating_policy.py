@@ -21,8 +21,13 @@ CORPUS = sorted((ROOT / "tests" / "rules" / "attacks").glob("*.yaml")) + sorted(
 
 
 def _policies(tenant: str) -> list[dict]:
+    """The policies that judge pods (the ConfigMap guard is tests/bundle/test_kfpconfig.py's)."""
     files = render_bundle(load(tenant), BundleOptions())
-    return list(yaml.safe_load_all(files["validatingadmissionpolicy.yaml"]))
+    return [
+        p
+        for p in yaml.safe_load_all(files["validatingadmissionpolicy.yaml"])
+        if "pods" in p["spec"]["matchConstraints"]["resourceRules"][0]["resources"]
+    ]
 
 
 def _api_server(policies: list[dict], pod: dict) -> list[str]:

@@ -55,7 +55,9 @@ def test_preview_has_what_the_backend_and_the_mutation_add(pods: dict[str, dict]
         security.get("readOnlyRootFilesystem") is True
     )  # added by the tenant's MutatingAdmissionPolicy
     assert main["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
-    assert main["command"][0] == "/kfp-launcher/launch" and main["command"][-1] == "--"
+    # Argo's emissary, then KFP's launcher (tests/compiler/test_kfp_pod_shapes.py has the rest).
+    assert main["command"][:2] == ["/var/run/argo/argoexec", "emissary"]
+    assert "/kfp-launcher/launch" in main["command"] and main["command"][-1] == "--"
     assert main["args"][:4] == list(contract.LAUNCHER_PREFIX)
     init = pod["spec"]["initContainers"][0]
     assert init["name"] == "kfp-launcher" and init["securityContext"]["runAsNonRoot"] is True

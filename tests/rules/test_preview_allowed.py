@@ -1,5 +1,6 @@
-"""Every pod the compiler previews for the reference pipelines is admitted by the tenant's rules,
-and by Pod Security restricted; the compiler's own admission check uses the same catalogue."""
+"""Every pod the compiler previews for the reference pipelines (KFP 2.17's executor pods with Argo's
+containers, and its driver pods) is admitted by the tenant's rules, and by Pod Security restricted;
+the compiler's own admission check uses the same catalogue."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import yaml
 
 from secureml.compiler import CompileError, compile_pipeline
 from secureml.pipeline_loader import load_pipeline
-from secureml.preview import preview_pods
+from secureml.preview import preview_driver_pods, preview_pods
 from secureml.rules import evaluate, rules_for_level, rules_for_profile
 from tests.rules.conftest import EXAMPLE_PROFILES, REPO, example_profile
 
@@ -32,9 +33,15 @@ def test_previewed_pods_are_allowed(pipeline_path) -> None:
             continue
         assert compiled.admission_checked
         compiled_for.append(name)
-        pods = preview_pods(list(yaml.safe_load_all(compiled.yaml_text)), profile)
+        documents = list(yaml.safe_load_all(compiled.yaml_text))
+        pods = preview_pods(documents, profile)
         assert pods
         for task, pod in pods.items():
+            names = [c["name"] for c in pod["spec"]["initContainers"] + pod["spec"]["containers"]]
+            assert names == ["init", "kfp-launcher", "wait", "main"], (name, task)
+        drivers = preview_driver_pods(documents, profile)
+        assert len(drivers) == len(pods) + 1  # the root DAG's driver and one per task
+        for task, pod in {**pods, **drivers}.items():
             assert evaluate(pod, rules_for_profile(profile)) == [], (name, task)
             assert evaluate(pod, rules_for_level("restricted")) == [], (name, task)
     assert compiled_for, "the reference pipeline compiles for no example profile"

@@ -66,7 +66,7 @@ def test_registry_prefix_is_matched_on_whole_segments() -> None:
     [
         ("ghcr.io/kubeflow/kfp-launcher:2.17.3", True),
         ("ghcr.io/kubeflow/kfp-launcher@sha256:" + "a" * 64, True),
-        ("quay.io/argoproj/argoexec:v3.6.4", True),
+        ("quay.io/argoproj/argoexec:v3.6.4", False),  # Argo's image, not in the launcher's shape
         ("ghcr.io/kubeflow/kfp-launcherx:1", False),
         ("ghcr.io/kubeflow/kfp-launcher/x:1", False),
     ],

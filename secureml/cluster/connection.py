@@ -234,6 +234,14 @@ def connect(kubeconfig: Path | None = None, context: str | None = None) -> Clust
                 why=str(err) or type(err).__name__,
                 fix="check the file and the context name (`kubectl config get-contexts`)",
             ) from None
+    if not configuration.verify_ssl:
+        # kubectl says nothing per request for insecure-skip-tls-verify; say it once, in `source`.
+        import warnings
+
+        from urllib3.exceptions import InsecureRequestWarning
+
+        warnings.filterwarnings("ignore", category=InsecureRequestWarning)
+        source += ", TLS not verified"
     return Cluster(client.ApiClient(configuration), configuration.host, source, namespace)
 
 

@@ -8,8 +8,9 @@ so tests that only use `.env()` run unchanged against real hardware.
 call gets its own folder, so its device memory and allocations are its own.
 
 `k8s_cluster` (session-scoped) is a real kube-apiserver v1.36 + etcd on loopback with the real CRDs
-(tests/harness/controlplane.py; under xdist each worker starts its own). Every test that uses it is
-marked `cluster`, so `-m "not cluster"` runs only the fast tests. Where Go (and so the harness) is
+(tests/harness/controlplane.py; under xdist each worker starts its own); `own_k8s_cluster` is one
+per test module, for tests that must not share. Every test that uses either is marked `cluster`,
+so `-m "not cluster"` runs only the fast tests. Where Go (and so the harness) is
 missing it skips saying so, except under CI=true, where it fails: CI must test against the server.
 
 `spire` (session-scoped) is a real spire-server + spire-agent v1.13 on loopback (tests/harness/spire.py;
@@ -66,8 +67,7 @@ def make_fake_gpu(tmp_path: Path) -> Callable[..., FakeGPU]:
     return make
 
 
-@pytest.fixture(scope="session")
-def k8s_cluster() -> Iterator[ControlPlane]:
+def _control_plane() -> Iterator[ControlPlane]:
     try:
         binaries()
     except HarnessError as error:
@@ -77,6 +77,18 @@ def k8s_cluster() -> Iterator[ControlPlane]:
         pytest.skip(reason)
     with ControlPlane() as cluster:  # a start failure is a failure everywhere: Go is there
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster() -> Iterator[ControlPlane]:
+    yield from _control_plane()
+
+
+@pytest.fixture(scope="module")
+def own_k8s_cluster() -> Iterator[ControlPlane]:
+    """A control plane of the test module's own, for tests whose objects would change what other
+    modules see on the shared one (bundles of two tenants that share a namespace, say)."""
+    yield from _control_plane()
 
 
 @pytest.fixture(scope="session")
@@ -94,7 +106,7 @@ def spire() -> Iterator[Spire]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "k8s_cluster" in getattr(item, "fixturenames", ()):
+        if {"k8s_cluster", "own_k8s_cluster"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.cluster)
         if "spire" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spire)

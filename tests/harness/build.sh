@@ -58,6 +58,7 @@ build() {
 build_controlplane() {
     build controlplane \
         kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$K8S_LDFLAGS" \
+        kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$K8S_LDFLAGS" \
         etcd go.etcd.io/etcd/server/v3 ""
 }
 

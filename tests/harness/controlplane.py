@@ -7,11 +7,16 @@ PKI (a CA, a serving certificate for 127.0.0.1/localhost, an admin client certif
 starts kube-apiserver with RBAC and the admission plugins a platform runs (PodSecurity, LimitRanger,
 ResourceQuota, ServiceAccount, ValidatingAdmissionPolicy, MutatingAdmissionPolicy: all GA and on by
 default in 1.36, named explicitly so a default change cannot silently drop one), waits for /readyz,
-installs the real CRDs of ../shared/fixtures/crds and waits until they are Established.
+installs the real CRDs of ../shared/fixtures/crds and waits until they are Established (a CRD that
+converts through a webhook, which nothing runs here, gets strategy None when its versions share one
+schema).
 
-No controller manager or scheduler runs: nothing creates a namespace's `default` service account
-(which the ServiceAccount admission plugin needs before it admits a pod), so `create_namespace`
-creates it. Pods stay Pending (there are no nodes).
+kube-controller-manager runs only the controllers the tests need (CONTROLLERS: default service
+accounts, ResourceQuota usage, namespace deletion, VAP type checking); no scheduler and no nodes, so
+pods stay Pending. Its service-account controller creates a namespace's `default` service account
+(which the ServiceAccount admission plugin needs before it admits a pod) a moment after the
+namespace: `create_namespace` creates it at once, so a test can create pods straight away; after
+applying a ResourceQuota, `wait_for_quotas` waits for its usage (pods are refused until then).
 
     python -m tests.harness.controlplane up [--dir .cluster]    # leaves it running, writes kubeconfig
     python -m tests.harness.controlplane down [--dir .cluster]
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime
+import fcntl
 import http.client
 import ipaddress
 import json
@@ -60,6 +66,14 @@ ADMISSION_PLUGINS = (
     "MutatingAdmissionPolicy",
     "ValidatingAdmissionPolicy",
 )
+# Stopped in this order. kube-controller-manager runs only the controllers tests need.
+PROGRAMS = ("kube-controller-manager", "kube-apiserver", "etcd")
+CONTROLLERS = (
+    "serviceaccount-controller",  # a namespace's `default` service account
+    "resourcequota-controller",  # quota usage: ResourceQuota admission refuses pods until it is there
+    "namespace-controller",  # deleting a namespace deletes its objects
+    "validatingadmissionpolicy-status-controller",  # status.typeChecking of every VAP
+)
 STATE_FILE = "controlplane.json"
 _CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
@@ -69,7 +83,7 @@ class HarnessError(RuntimeError):
 
 
 def binaries() -> Path:
-    """The folder holding kube-apiserver and etcd: SECUREML_HARNESS_BIN, else build.sh's cache."""
+    """The folder holding PROGRAMS: SECUREML_HARNESS_BIN, else build.sh's cache."""
     override = os.environ.get("SECUREML_HARNESS_BIN")
     if override:
         folder = Path(override)
@@ -78,18 +92,28 @@ def binaries() -> Path:
             raise HarnessError(
                 "the test control plane is built from source with Go (1.26 or newer) and 'go' is "
                 "not on PATH; install Go or point SECUREML_HARNESS_BIN at a folder holding "
-                "kube-apiserver and etcd"
+                f"{', '.join(PROGRAMS)}"
             )
-        done = subprocess.run(
-            [str(HERE / "build.sh"), "controlplane"], capture_output=True, text=True, check=False
+        # One build at a time per machine (xdist workers start their fixtures together).
+        lock_path = Path(
+            os.environ.get("SECUREML_HARNESS_CACHE", Path.home() / ".cache/secureml/harness")
         )
+        lock_path.mkdir(parents=True, exist_ok=True)
+        with (lock_path / ".controlplane.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            done = subprocess.run(
+                [str(HERE / "build.sh"), "controlplane"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
         if done.returncode != 0:
             raise HarnessError(
                 f"tests/harness/build.sh controlplane failed (exit {done.returncode}):\n"
                 f"{done.stderr[-4000:]}"
             )
         folder = Path(done.stdout.strip().splitlines()[-1]) / "bin"
-    for name in ("kube-apiserver", "etcd"):
+    for name in PROGRAMS:
         if not os.access(folder / name, os.X_OK):
             raise HarnessError(f"{folder / name} is missing or not executable")
     return folder
@@ -263,7 +287,7 @@ class ControlPlane:
     def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
         """Create namespace `name` (if absent) and its `default` service account.
 
-        Without a controller manager nothing else creates that service account, and the
+        The controller manager creates that service account too, but a moment later, and the
         ServiceAccount admission plugin refuses every pod of a namespace that lacks it.
         """
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
@@ -271,6 +295,26 @@ class ControlPlane:
             namespace["metadata"]["labels"] = labels
         self._create("/api/v1/namespaces", namespace)
         self.create_default_service_account(name)
+
+    def wait_for_quotas(self, namespace: str, timeout_s: float = 30.0) -> None:
+        """Wait until kube-controller-manager has computed every ResourceQuota of `namespace`:
+        until then the ResourceQuota admission plugin refuses pods ("status unknown for quota")."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status, quotas = self.request("GET", f"/api/v1/namespaces/{namespace}/resourcequotas")
+            if status != 200:
+                raise HarnessError(f"listing the quotas of {namespace}: HTTP {status}: {quotas}")
+            waiting = [
+                quota["metadata"]["name"]
+                for quota in quotas["items"]
+                if set((quota.get("status") or {}).get("hard") or {})
+                != set(quota["spec"].get("hard") or {})
+            ]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise HarnessError(f"ResourceQuotas {waiting} of {namespace} got no status in time")
+            time.sleep(0.2)
 
     def create_default_service_account(self, namespace: str) -> None:
         """What the controller manager's service-account controller would do for `namespace`."""
@@ -307,6 +351,7 @@ class ControlPlane:
             self._start_apiserver(folder, detach)
             self._write_kubeconfig()
             self._wait_ready(began + timeout_s)
+            self._start_controller_manager(folder, detach)
             if self.install_crds:
                 self._install_crds(began + timeout_s)
         except BaseException:
@@ -316,8 +361,8 @@ class ControlPlane:
         self._write_state()
 
     def stop(self) -> None:
-        """Stop both processes (the API server first) and remove a temporary directory."""
-        for name in ("kube-apiserver", "etcd"):
+        """Stop every process (etcd last) and remove a temporary directory."""
+        for name in PROGRAMS:
             process = self._processes.pop(name, None)
             if process is not None:
                 _terminate(process.pid, process)
@@ -367,6 +412,20 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 "--allow-privileged=true",  # as a platform runs it: admission, not validation, decides
+            ],
+            detach,
+        )
+
+    def _start_controller_manager(self, folder: Path, detach: bool) -> None:
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(folder / "kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--controllers={','.join(CONTROLLERS)}",
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--use-service-account-credentials=false",
             ],
             detach,
         )
@@ -492,7 +551,24 @@ def _read_crds() -> tuple[str, ...]:
 
 
 def _crds() -> list[dict[str, Any]]:
-    return [json.loads(text) for text in _read_crds()]
+    return [_without_conversion_webhook(json.loads(text)) for text in _read_crds()]
+
+
+def _without_conversion_webhook(crd: dict[str, Any]) -> dict[str, Any]:
+    """No webhook runs here, so a CRD converting through one (policy-controller's
+    ClusterImagePolicy: v1alpha1 stored, v1beta1 served) gets strategy None instead. That is
+    faithful only when every version has the same schema; otherwise the start fails."""
+    conversion = crd["spec"].get("conversion") or {}
+    if conversion.get("strategy") != "Webhook":
+        return crd
+    schemas = {json.dumps(v.get("schema"), sort_keys=True) for v in crd["spec"]["versions"]}
+    if len(schemas) != 1:
+        raise HarnessError(
+            f"CRD {crd['metadata']['name']} converts between different schemas through a webhook, "
+            "which the test control plane does not run"
+        )
+    crd["spec"]["conversion"] = {"strategy": "None"}
+    return crd
 
 
 def _die_with_parent() -> None:
@@ -545,7 +621,7 @@ def down(directory: Path) -> list[str]:
         return []
     stopped = []
     pids: dict[str, int] = json.loads(state_path.read_text())["pids"]
-    for name in ("kube-apiserver", "etcd"):
+    for name in PROGRAMS:
         pid = pids.get(name)
         if pid is not None and _ours(pid, directory):
             _terminate(pid)

@@ -46,6 +46,8 @@ RULES: dict[str, str] = {
     "env.forbidden": "the task sets a variable that switches a control off",
     "env.reserved": "the task sets a SECUREML_* variable, which only the compiler may set",
     "metadata.reserved": "the task sets a secureml.dev/ pod label or annotation itself",
+    "scheduling.from-parameter": "a toleration, node selector or node affinity comes from a "
+    "pipeline parameter or task output, so neither the compiler nor admission preview can check it",
     "launcher.no-command": "the component has no command the launcher can wrap",
     "pipeline.nested-unresolved": "a nested pipeline could not be found to secure its steps",
 }
@@ -78,6 +80,8 @@ class TaskView:
     k8s_env_names: tuple[str, ...] = ()  # env from secrets/config maps/field paths (kfp.kubernetes)
     k8s_labels: dict[str, str] = field(default_factory=dict)
     k8s_annotations: dict[str, str] = field(default_factory=dict)
+    # kfp.kubernetes scheduling calls fed from a parameter at run time (add_toleration_json, ...)
+    k8s_scheduling_from_parameter: tuple[str, ...] = ()
 
 
 AddViolation = Callable[[str, str, str], None]
@@ -95,6 +99,7 @@ def check_task(view: TaskView, profile: TenantProfile) -> list[Violation]:
     _check_runtime(view, profile, add)
     _check_env(view, add)
     _check_metadata(view, add)
+    _check_scheduling(view, add)
     _check_accelerator(view, profile, add)
     request = view.settings.gpu if view.settings else None
     if request is not None:
@@ -207,6 +212,16 @@ def _check_metadata(view: TaskView, add: AddViolation) -> None:
                     f"the task sets pod {kind} {key} itself",
                     f"remove the add_pod_{kind}({key!r}, ...) call; secureml sets its own labels",
                 )
+
+
+def _check_scheduling(view: TaskView, add: AddViolation) -> None:
+    for call in view.k8s_scheduling_from_parameter:
+        add(
+            "scheduling.from-parameter",
+            f"{call} takes its value from a pipeline parameter or task output at run time",
+            "remove it: the compiler places the step on the tenant's pool from its GPU request "
+            "(or pass a literal dict, which the admission rules then check)",
+        )
 
 
 def _check_accelerator(view: TaskView, profile: TenantProfile, add: AddViolation) -> None:

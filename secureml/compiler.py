@@ -338,7 +338,49 @@ def _view(name: str, task: PipelineTask) -> TaskView:
         k8s_env_names=tuple(env_names),
         k8s_labels=dict(metadata.get("labels", {})),
         k8s_annotations=dict(metadata.get("annotations", {})),
+        k8s_scheduling_from_parameter=_scheduling_from_parameter(k8s),
     )
+
+
+# kfp.kubernetes call -> (platform config key, the key of its JSON input inside each entry)
+_SCHEDULING_JSON = {
+    "add_toleration_json": ("tolerations", "tolerationJson"),
+    "add_node_affinity_json": ("nodeAffinity", "nodeAffinityJson"),
+    "add_node_selector_json": ("nodeSelector", "nodeSelectorJson"),
+}
+
+
+def _scheduling_from_parameter(k8s: dict[str, Any]) -> tuple[str, ...]:
+    """The kfp.kubernetes scheduling calls of a task whose JSON is a parameter, not a literal."""
+    found = []
+    for call, (key, json_key) in _SCHEDULING_JSON.items():
+        entries = k8s.get(key, [])
+        for entry in entries if isinstance(entries, list) else [entries]:
+            spec = entry.get(json_key)
+            if spec is not None and "runtimeValue" not in spec:
+                found.append(call)
+    return tuple(sorted(set(found)))
+
+
+def _task_scheduling(k8s: dict[str, Any]) -> list[str]:
+    """What the task itself asks of the scheduler (kfp.kubernetes), as the report lists it."""
+    shown = [f"task sets {k}={v}" for k, v in k8s.get("nodeSelector", {}).get("labels", {}).items()]
+    for term in k8s.get("nodeAffinity", []):
+        kind = "preferred" if term.get("weight") else "required"
+        for expression in [*term.get("matchExpressions", []), *term.get("matchFields", [])]:
+            values = ", ".join(expression.get("values", []))
+            shown.append(
+                f"task sets {kind} {expression.get('key')} {expression.get('operator')} ({values})"
+            )
+        if "nodeAffinityJson" in term:
+            shown.append(f"task sets node affinity {json.dumps(term['nodeAffinityJson'])}")
+    for toleration in k8s.get("tolerations", []):
+        if "tolerationJson" in toleration:
+            shown.append(f"task tolerates {json.dumps(toleration['tolerationJson'])}")
+            continue
+        parts = (str(toleration.get(k, "")) for k in ("key", "operator", "value", "effect"))
+        shown.append("task tolerates " + ":".join(parts))
+    return shown
 
 
 def _scratch_volume(path: str) -> str:
@@ -376,13 +418,15 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
         resources.accelerator_count = str(placed.accelerator_count)
         task.container_spec.resources = resources
         report.resources = f"{placed.accelerator_type} x{placed.accelerator_count}"
+    # The task's own placement first (admission judges it on the preview), then the compiler's.
+    report.scheduling += _task_scheduling(task.platform_config.get("kubernetes", {}))
     for key, value in placed.node_selector.items():
         kubernetes.add_node_selector(task, key, value)
         report.scheduling.append(f"{key}={value}")
     if placed.node_affinity:
         kubernetes.add_node_affinity(task, match_expressions=placed.node_affinity)
         report.scheduling += [
-            f"{e['key']} in ({', '.join(e['values'])})" for e in placed.node_affinity
+            f"{e['key']} {e['operator']} ({', '.join(e['values'])})" for e in placed.node_affinity
         ]
     for toleration in placed.tolerations:
         kubernetes.add_toleration(task, **toleration)

@@ -342,11 +342,37 @@ def claim_template_name(request: GPURequest) -> str:
     return name[:253].rstrip("-")
 
 
+def gpu_pool_labels(profile: TenantProfile) -> dict[str, list[str]]:
+    """Node label -> values of the GPU pools the profile names (time-sliced nodes, dedicated pool)."""
+    settings = profile.spec.gpu
+    pools: dict[str, set[str]] = {}
+    selectors: list[dict[str, str]] = []
+    if settings.time_slice is not None:
+        selectors.append(
+            {LABEL_SHARING_STRATEGY: SHARING_TIME_SLICING, **settings.time_slice.node_selector}
+        )
+    if settings.whole_gpu is not None:
+        selectors.append(dict(settings.whole_gpu.node_selector))
+    for selector in selectors:
+        for key, value in selector.items():
+            pools.setdefault(key, set()).add(value)
+    return {key: sorted(values) for key, values in sorted(pools.items())}
+
+
+def off_gpu_pools(profile: TenantProfile) -> list[NodeSelectorRequirement]:
+    """A GPU-free step's required node affinity: `NotIn` every GPU pool label the profile names,
+    so that no image's own `NVIDIA_VISIBLE_DEVICES` meets a GPU nobody allocated to the step."""
+    return [
+        {"key": key, "operator": "NotIn", "values": values}
+        for key, values in gpu_pool_labels(profile).items()
+    ]
+
+
 def placement(request: GPURequest | None, profile: TenantProfile) -> Placement:
     """Scheduling terms for `request` on `profile`'s cluster. The request must already have passed
     `compile_rules` (allowed kind, profile and limits); `None` is a step without a GPU."""
     if request is None:
-        return Placement(isolation=contract.ISOLATION_NONE)
+        return Placement(isolation=contract.ISOLATION_NONE, node_affinity=off_gpu_pools(profile))
     gpu = profile.spec.gpu
     isolation = request.isolation(profile)
     if gpu.backend == "dra":

@@ -3,7 +3,11 @@
 
 Which registries and whether digests are pinned is the ValidatingAdmissionPolicy's job; this
 object checks the Sigstore signature of every image from the tenant's registries against the
-profile's signer identities (keyless, Fulcio certificate + Rekor entry, Sigstore bundle format).
+profile's signer identities (keyless, Fulcio certificate + Rekor entry, Sigstore bundle format):
+the images of containers, init and ephemeral containers, and of OCI image volumes
+(`volumes[].image.reference`). Kyverno's policy names them all in its `images` expression;
+policy-controller matches its `images` globs against volume images itself from the release that
+added image-volume validation (sigstore/policy-controller#1976), which docs/bundle.md requires.
 KFP's and Argo's own images (contract.KFP_SYSTEM_IMAGES) are admitted without a tenant signature.
 """
 
@@ -161,9 +165,15 @@ def render_image_validating_policy(
     globs = registry_globs(profile)
     if not globs or not profile.spec.images.signatures.required:
         return []
+    # Every image the pod pulls: containers of every kind, and OCI image volumes (which Kyverno's
+    # default extraction does not name).
     images_expression = (
         "object.spec.containers.map(c, c.image) + "
-        "(has(object.spec.initContainers) ? object.spec.initContainers.map(c, c.image) : [])"
+        "(has(object.spec.initContainers) ? object.spec.initContainers.map(c, c.image) : []) + "
+        "(has(object.spec.ephemeralContainers) ? "
+        "object.spec.ephemeralContainers.map(c, c.image) : []) + "
+        "(has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.image) && "
+        "has(v.image.reference)).map(v, v.image.reference) : [])"
     )
     return [
         {
@@ -173,7 +183,10 @@ def render_image_validating_policy(
             "spec": {
                 "validationActions": ["Deny"],
                 "failurePolicy": "Fail",
-                "matchConstraints": pod_match_constraints(profile),
+                # An ephemeral container is added through the subresource: check it there too.
+                "matchConstraints": pod_match_constraints(
+                    profile, ("pods", "pods/ephemeralcontainers")
+                ),
                 "matchImageReferences": [{"glob": glob} for glob in globs],
                 "images": [{"name": "all", "expression": images_expression}],
                 "attestors": [{"name": "tenant", "cosign": _kyverno_cosign(profile)}],

@@ -89,7 +89,8 @@ def projection(pod: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]
 def evaluate(obj: Mapping[str, Any], rules: Iterable[Rule]) -> list[Violation]:
     """The violations of `rules` by the pod `obj`; an empty list means the pod is allowed."""
     rules = tuple(rules)
-    context = cel.Context({"object": projection(obj, fields_named(rules))})
+    # `oldObject` is null, as the API server binds it for a CREATE (the pod judged here).
+    context = cel.Context({"object": projection(obj, fields_named(rules)), "oldObject": None})
     in_force = {"": True}  # by scope; each scope is evaluated once per pod
     violations: list[Violation] = []
     for rule in rules:
@@ -120,7 +121,7 @@ def in_scope(obj: Mapping[str, Any], scope: str) -> bool:
     if not scope:
         return True
     fields = fields_named((Rule("", "", "true", "''", (), scope),))
-    return _in_scope(scope, cel.Context({"object": projection(obj, fields)}))
+    return _in_scope(scope, cel.Context({"object": projection(obj, fields), "oldObject": None}))
 
 
 def _in_scope(scope: str, context: cel.Context) -> bool:

@@ -26,6 +26,11 @@ from secureml.rules._cel import (
 from secureml.rules.model import Rule
 from secureml.rules.scope import EVERY_POD, STEP_POD, system_container
 
+NVIDIA_PREFIX = "nvidia.com/"
+MIG_PREFIX = "nvidia.com/mig-"
+WHOLE_GPU = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
 _LABELS = "object.metadata.labels"
 _ANNOTATIONS = "object.metadata.annotations"
 _ISOLATION = f"{_LABELS}[{quote(contract.LABEL_ISOLATION)}]"
@@ -518,12 +523,6 @@ class _Catalogue:
     def environment(self) -> list[Rule]:
         forbidden = string_list(contract.FORBIDDEN_ENV)
         env_ok = f"(!has(c.env) || c.env.all(e, !(e.name in {forbidden})))"
-        env_from_ok = (
-            "(!has(c.envFrom) || c.envFrom.all(s, (has(s.prefix) && s.prefix != '' && "
-            f"!{forbidden}.exists(f, f.startsWith(s.prefix))) || {kfp_import}))"
-        )
-        # The message names the container and the variable it sets.
-        sets = " + ".join(
         # KFP's own import into `main` (contract.KFP_METADATA_CONFIGMAP, keys guarded by the bundle),
         # exactly: no prefix, no Secret, that ConfigMap.
         kfp_import = (
@@ -531,6 +530,12 @@ class _Catalogue:
             "!has(s.secretRef) && has(s.configMapRef) && "
             f"s.configMapRef.name == {quote(contract.KFP_METADATA_CONFIGMAP)})"
         )
+        env_from_ok = (
+            "(!has(c.envFrom) || c.envFrom.all(s, (has(s.prefix) && s.prefix != '' && "
+            f"!{forbidden}.exists(f, f.startsWith(s.prefix))) || {kfp_import}))"
+        )
+        # The message names the container and the variable it sets.
+        sets = " + ".join(
             f"(has({SPEC}.{lst}) ? {SPEC}.{lst}.filter(c, !{env_ok}).map(c, 'container \"' + c.name + "
             f"'\" sets ' + c.env.filter(e, e.name in {forbidden})[0].name) : [])"
             for lst in CONTAINER_LISTS

@@ -165,6 +165,11 @@ CASES = {
         ["metadata.reserved"],
     ),
     "launcher.no-command": (lambda: _no_command(), None, ["launcher.no-command"]),
+    "scheduling.from-parameter": (
+        lambda: _scheduling_from_parameters(),
+        None,
+        ["scheduling.from-parameter", "scheduling.from-parameter"],
+    ),
     "pipeline.nested-unresolved": (
         lambda: _unreachable_nested(),
         None,
@@ -177,6 +182,19 @@ def _dynamic_image():
     @dsl.pipeline(name="rules")
     def pipeline(image: str = IMAGE) -> None:
         step(x=1).set_container_image(image)
+
+    return pipeline
+
+
+def _scheduling_from_parameters():
+    """Tolerations and node affinity chosen at run time: a parameter and another task's output."""
+
+    @dsl.pipeline(name="rules")
+    def pipeline(toleration: dict = {}) -> None:  # noqa: B006 - KFP pipeline parameters take literals
+        first = step(x=1)
+        kubernetes.add_toleration_json(first, toleration)
+        second = step(x=2)
+        kubernetes.add_node_affinity_json(second, first.output)
 
     return pipeline
 

@@ -192,8 +192,22 @@ def test_dra_backend_names_a_claim_template_instead_of_a_resource() -> None:
     assert gpu.allowed_accelerators(profile) == set()
 
 
-def test_no_gpu_is_isolation_none() -> None:
-    assert gpu.placement(None, make_profile()) == gpu.Placement(contract.ISOLATION_NONE)
+def test_no_gpu_is_isolation_none_and_keeps_off_the_gpu_pools() -> None:
+    """team-a names two GPU pools (time-sliced nodes, the dedicated pool): a GPU-free step excludes
+    both; team-conf names none (MIG nodes carry no pool label in its profile)."""
+    assert gpu.placement(None, make_profile()) == gpu.Placement(
+        contract.ISOLATION_NONE,
+        node_affinity=[
+            {
+                "key": "nvidia.com/gpu.sharing-strategy",
+                "operator": "NotIn",
+                "values": ["time-slicing"],
+            },
+            {"key": "secureml.dev/pool", "operator": "NotIn", "values": ["dedicated"]},
+        ],
+    )
+    conf = make_profile("team-conf", images={"signatures": {"required": True}})
+    assert gpu.placement(None, conf) == gpu.Placement(contract.ISOLATION_NONE)
 
 
 def test_allowed_accelerators_follow_the_profile() -> None:

@@ -59,7 +59,7 @@ def test_preview_has_what_the_backend_and_the_mutation_add(pods: dict[str, dict]
     assert main["command"][:2] == ["/var/run/argo/argoexec", "emissary"]
     assert "/kfp-launcher/launch" in main["command"] and main["command"][-1] == "--"
     assert main["args"][:4] == list(contract.LAUNCHER_PREFIX)
-    init = pod["spec"]["initContainers"][0]
+    init = pod["spec"]["initContainers"][1]
     assert init["name"] == "kfp-launcher" and init["securityContext"]["runAsNonRoot"] is True
 
 

@@ -50,9 +50,10 @@ def test_only_shared_functions(rule: Rule) -> None:
         used = set(compiled(text).functions())
         assert used <= SHARED, used - SHARED
         assert "?." not in text and ".?" not in text and "optional." not in text
-        # every variable is `object` or a comprehension variable bound in the text
+        # every variable is `object`, `oldObject` (null on CREATE, as the engine binds it) or a
+        # comprehension variable bound in the text
         for name in compiled(text).variables():
-            assert name == "object" or re.search(rf"\(\s*{name}\s*,", text), name
+            assert name in ("object", "oldObject") or re.search(rf"\(\s*{name}\s*,", text), name
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[f"{i}-{r.id}" for i, r in enumerate(RULES)])

@@ -14,7 +14,7 @@ from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, FIXTURES, exampl
 
 def _unprojected(pod: dict, rules: list[Rule]) -> list[tuple[str, str]]:
     """Evaluation on the whole pod, the plain way: each rule's scope, then its expression."""
-    context = cel.Context({"object": admission_view(pod)})
+    context = cel.Context({"object": admission_view(pod), "oldObject": None})  # a CREATE
     out = []
     for rule in rules:
         if rule.scope and compiled(rule.scope).execute(context) is False:

@@ -14,6 +14,7 @@ import yaml
 from secureml.gpu import MIG, mig_product_names, placement
 from secureml.profile import TenantProfile
 from secureml.rules import evaluate, rules_for_profile
+from secureml.rules.placement import placement_rules
 from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR
 
 PRODUCT = "nvidia.com/gpu.product"
@@ -67,8 +68,16 @@ def product_in(values: list[str], operator: str = "In") -> dict[str, Any]:
     return {"key": PRODUCT, "operator": operator, "values": list(values)}
 
 
+# The scheduling vocabulary (which node labels, which affinity operators) has its own rules and
+# tests (secureml.rules.placement, tests/rules/test_placement.py); here: secureml.migProfile.single.
+PLACEMENT = {r.id for r in placement_rules(WITH_WHOLE)} | {r.id for r in placement_rules(MIG_ONLY)}
+# The tests relabel the pod's isolation; the launcher's settings follow that label
+# (secureml.launcherEnv, tested in tests/rules/test_launcher_rules.py).
+LAUNCHER_ENV = "secureml.launcherEnv"
+
+
 def failed(pod: dict[str, Any], whole_gpu: bool = True) -> set[str]:
-    return {v.rule_id for v in evaluate(pod, RULES[whole_gpu])}
+    return {v.rule_id for v in evaluate(pod, RULES[whole_gpu])} - PLACEMENT - {LAUNCHER_ENV}
 
 
 def test_catalogue_products_are_the_compilers() -> None:
@@ -103,10 +112,11 @@ def test_mig_count_is_not_a_whole_gpu_count() -> None:
     assert failed(pod) == set()
     pod["metadata"]["labels"]["secureml.dev/isolation"] = "dedicated"
     pod["spec"]["nodeSelector"] = dict(POOL)
-    assert failed(pod) == {"secureml.wholeGpuCount"}
+    assert failed(pod) == {"secureml.wholeGpuCount", "secureml.gpuCount"}
 
 
 SINGLE = {"secureml.migProfile.single"}
+COUNT = {"secureml.gpuCount"}
 
 
 @pytest.mark.parametrize(
@@ -241,10 +251,11 @@ def test_message_names_the_product_constraint() -> None:
 @pytest.mark.parametrize(
     ("label", "selector", "whole_expected", "mig_only_expected"),
     [
-        # A whole GPU on the dedicated pool: allowed where the profile grants whole GPUs.
-        ("dedicated", POOL, set(), SINGLE),
+        # A whole GPU on the dedicated pool: allowed where the profile grants whole GPUs (without
+        # them, nvidia.com/gpu off a `mig` pod has no per-step allowance: gpuCount).
+        ("dedicated", POOL, set(), SINGLE | COUNT),
         # Whole-GPU label without the pool: dedicatedPool (and, without whole GPUs, single).
-        ("dedicated", {}, {"secureml.dedicatedPool"}, SINGLE),
+        ("dedicated", {}, {"secureml.dedicatedPool"}, SINGLE | COUNT),
         # The MIG label does not need the dedicated pool, but does need a MIG product.
         ("mig", POOL, SINGLE, SINGLE),
         # A label that lies: not `mig`, so nvidia.com/gpu is taken for whole GPUs, off the pool.
@@ -256,7 +267,7 @@ def test_message_names_the_product_constraint() -> None:
                 "secureml.migProfile.single",
                 "secureml.dedicatedPool",
             },
-            {"secureml.isolationMatchesGpu", "secureml.migProfile.single"},
+            {"secureml.isolationMatchesGpu", "secureml.migProfile.single"} | COUNT,
         ),
     ],
 )
@@ -276,7 +287,7 @@ def test_mixed_strategy_is_unchanged() -> None:
     pod["spec"]["nodeSelector"] = {PRODUCT: PRODUCTS_1G[0]}
     team_a = yaml.safe_load((PROFILES_DIR / "team-a.yaml").read_text())
     rules = rules_for_profile(TenantProfile.from_dict(team_a, source="team-a"))
-    assert {v.rule_id for v in evaluate(copy.deepcopy(pod), rules)} == {
+    assert {v.rule_id for v in evaluate(copy.deepcopy(pod), rules)} - PLACEMENT == {
         "secureml.isolationMatchesGpu",
         "secureml.dedicatedPool",
     }

@@ -1,0 +1,337 @@
+"""Rules on where a pod may run: the placement the compiler writes, and nothing a pod author adds.
+
+The compiler (`gpu.placement`) writes, per step, the node selector of the tenant's pool (the
+time-sliced nodes, the dedicated pool, the GPU product), a required node affinity `In` over GPU
+products (MIG strategy single), the dedicated pool's tolerations, and, on a step without a GPU, a
+required node affinity `NotIn` the GPU pools the profile names (so that no GPU-free step lands on
+a GPU node, where an image's own `NVIDIA_VISIBLE_DEVICES` could reach devices nobody allocated).
+These rules admit exactly that vocabulary:
+
+- `secureml.nodeName`: no `spec.nodeName` on CREATE (it skips the scheduler, and with it taints
+  and selectors). The scheduler's binding writes it later; UPDATEs of a bound pod keep it.
+- `secureml.tolerations`: only the profile's tolerations (`gpu.wholeGpu.tolerations`, exact key,
+  operator, value, effect) and the two the API server's DefaultTolerationSeconds plugin adds to
+  every pod; never `operator: Exists` without a key (it tolerates every taint).
+- `secureml.nodeSelector` / `secureml.nodeAffinity`: node labels only from the tenant's pools
+  (and `kubernetes.io/os`, `kubernetes.io/arch`, which name no pool); required node affinity only
+  `In` over those values or `NotIn`/`DoesNotExist` on the pool labels, no `matchFields` (a node
+  by name); no preferred node affinity (a hint towards a chosen node).
+- `secureml.gpuFreeOffGpuNodes`: a step pod with no GPU resource and no claim excludes every
+  pool label pair in every required node affinity term (only where the profile names pools).
+- `secureml.podAffinityNamespaces`: pod (anti-)affinity terms only in the pod's own namespace:
+  no `namespaceSelector` (even `{}` means every namespace), `namespaces` only the tenant's.
+- `secureml.priorityClass`: `priorityClassName` only from `spec.scheduling.priorityClassNames`.
+- `secureml.schedulerName`: `schedulerName` unset or `spec.scheduling.schedulerName`.
+
+All but `secureml.gpuFreeOffGpuNodes` hold for every pod: a KFP system pod of the tenant's own
+making gets no GPU, but could still sit on another tenant's dedicated node or pre-empt its pods.
+"""
+
+from __future__ import annotations
+
+from secureml import gpu, gpu_catalogue
+from secureml.profile import TenantProfile
+from secureml.rules._cel import (
+    CONTAINER_LISTS,
+    SPEC,
+    has_path,
+    quote,
+    spec_bound,
+    spec_bound_message,
+    string_list,
+)
+from secureml.rules.model import Rule
+from secureml.rules.resources import granted_resources
+from secureml.rules.scope import EVERY_POD, STEP_POD
+
+# Added to every pod by the API server's DefaultTolerationSeconds admission plugin.
+DEFAULT_TOLERATIONS = (
+    ("node.kubernetes.io/not-ready", "Exists", "", "NoExecute"),
+    ("node.kubernetes.io/unreachable", "Exists", "", "NoExecute"),
+)
+# Node labels that name a platform, not a pool: harmless in a selector.
+PLATFORM_LABELS = {"kubernetes.io/os": ["linux"], "kubernetes.io/arch": ["amd64", "arm64"]}
+
+_AFFINITY = f"{SPEC}.affinity"
+_REQUIRED = f"{_AFFINITY}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def gpu_pools(profile: TenantProfile) -> dict[str, list[str]]:
+    """Node label values of the GPU pools the profile names (`gpu.gpu_pool_labels`)."""
+    return gpu.gpu_pool_labels(profile)
+
+
+def selector_values(profile: TenantProfile) -> dict[str, list[str] | None]:
+    """Node label -> the values a pod of the tenant may select (None: any value)."""
+    settings = profile.spec.gpu
+    allowed: dict[str, list[str] | None] = {k: list(v) for k, v in PLATFORM_LABELS.items()}
+    allowed.update(gpu_pools(profile))
+    products: set[str] | None = set()
+    mig = settings.mig
+    if mig is not None and settings.mig_strategy == "single":
+        for name in mig.allowed_profiles:
+            products.update(gpu_catalogue.mig_product_names(name, list(settings.models)))  # type: ignore[union-attr]
+    if settings.whole_gpu is not None:
+        known = [gpu_catalogue.MIG_CATALOGUE.get(name) for name in settings.models]
+        if settings.models and all(known):
+            products.update(p for model in known if model for p in model.products)  # type: ignore[union-attr]
+        else:  # the compiler checks WholeGPU(product=...) only against known models
+            products = None
+    if products is None or products:
+        allowed[gpu_catalogue.LABEL_GPU_PRODUCT] = None if products is None else sorted(products)
+    return dict(sorted(allowed.items()))
+
+
+def _rule(
+    profile: TenantProfile,
+    rule_id: str,
+    message: str,
+    expression: str,
+    message_expression: str,
+    scope: str = EVERY_POD,
+) -> Rule:
+    return Rule(
+        rule_id,
+        message,
+        spec_bound(expression),
+        spec_bound_message(message_expression),
+        (f"profile:{profile.metadata.name}",),
+        scope,
+    )
+
+
+def _text(var: str, field: str, default: str) -> str:
+    return f"(has({var}.{field}) ? {var}.{field} : {quote(default)})"
+
+
+def _tolerations(profile: TenantProfile) -> Rule:
+    allowed = list(DEFAULT_TOLERATIONS)
+    whole = profile.spec.gpu.whole_gpu
+    for toleration in whole.tolerations if whole is not None else []:
+        allowed.append(
+            (
+                toleration.key or "",
+                toleration.operator,
+                toleration.value or "",
+                toleration.effect or "",
+            )
+        )
+    shapes = string_list(sorted({"|".join(parts) for parts in allowed}))
+    shape = " + '|' + ".join(
+        _text("t", field, default)
+        for field, default in (("key", ""), ("operator", "Equal"), ("value", ""), ("effect", ""))
+    )
+    keyless_exists = (
+        f"(({_text('t', 'key', '')}) == '' && {_text('t', 'operator', 'Equal')} == 'Exists')"
+    )
+    ok = f"(!{keyless_exists} && ({shape}) in {shapes})"
+    own = ", ".join(sorted({"|".join(p) for p in allowed[len(DEFAULT_TOLERATIONS) :]})) or "none"
+    message = (
+        "tolerations only those of the tenant's own pools (key|operator|value|effect: "
+        f"{own}) and the API server's default not-ready/unreachable ones; never Exists without a key"
+    )
+    bad = f"{SPEC}.tolerations.filter(t, !{ok})"
+    return _rule(
+        profile,
+        "secureml.tolerations",
+        message,
+        f"!has({SPEC}.tolerations) || {SPEC}.tolerations.all(t, {ok})",
+        f"'pod tolerates ' + [{bad}[0]].map(t, {shape})[0] + ', which is not one of its pools'",
+    )
+
+
+def _values_ok(allowed: dict[str, list[str] | None], key: str, values: str) -> str:
+    """CEL: every value in `values` (a list expression) is allowed for the label `key` (an expr)."""
+    fixed = {k: v for k, v in allowed.items() if v is not None}
+    anything = [k for k, v in allowed.items() if v is None]
+    fixed_map = "{" + ", ".join(f"{quote(k)}: {string_list(v)}" for k, v in fixed.items()) + "}"
+    parts = [f"({key} in {fixed_map} && {values}.all(v, v in {fixed_map}[{key}]))"]
+    if anything:
+        parts.append(f"{key} in {string_list(anything)}")
+    return "(" + " || ".join(parts) + ")"
+
+
+def _node_selector(profile: TenantProfile) -> Rule:
+    allowed = selector_values(profile)
+    ok = _values_ok(allowed, "k", f"[{SPEC}.nodeSelector[k]]")
+    message = f"nodeSelector only the tenant's pool labels ({_describe(allowed)})"
+    return _rule(
+        profile,
+        "secureml.nodeSelector",
+        message,
+        f"!has({SPEC}.nodeSelector) || {SPEC}.nodeSelector.all(k, {ok})",
+        # A static text: the order a map is iterated in is not the same in both engines.
+        quote(
+            f"pod's nodeSelector names a node label outside the tenant's pools ({_describe(allowed)})"
+        ),
+    )
+
+
+def _describe(allowed: dict[str, list[str] | None]) -> str:
+    return "; ".join(f"{k}={'|'.join(v) if v is not None else '*'}" for k, v in allowed.items())
+
+
+def _node_affinity(profile: TenantProfile) -> Rule:
+    allowed = selector_values(profile)
+    pools = gpu_pools(profile)
+    values = "(has(e.values) ? e.values : [])"
+    include = f"(e.operator == 'In' && {_values_ok(allowed, 'e.key', values)})"
+    exclude_parts = ["false"]
+    if pools:
+        pool_map = "{" + ", ".join(f"{quote(k)}: {string_list(v)}" for k, v in pools.items()) + "}"
+        exclude_parts = [
+            f"(e.key in {pool_map} && (e.operator == 'DoesNotExist' || (e.operator == 'NotIn' && "
+            f"{values}.all(v, v in {pool_map}[e.key]))))"
+        ]
+    expression_ok = f"({include} || {' || '.join(exclude_parts)})"
+    term_ok = (
+        "(!has(t.matchFields) || size(t.matchFields) == 0) && "
+        f"(!has(t.matchExpressions) || t.matchExpressions.all(e, {expression_ok}))"
+    )
+    node = f"{_AFFINITY}.nodeAffinity"
+    preferred = f"{node}.preferredDuringSchedulingIgnoredDuringExecution"
+    required_ok = (
+        f"(!{has_path(SPEC, 'affinity', 'nodeAffinity', 'requiredDuringSchedulingIgnoredDuringExecution')}"
+        f" || !has({_REQUIRED}.nodeSelectorTerms) || {_REQUIRED}.nodeSelectorTerms.all(t, {term_ok}))"
+    )
+    preferred_ok = (
+        f"(!{has_path(SPEC, 'affinity', 'nodeAffinity', 'preferredDuringSchedulingIgnoredDuringExecution')}"
+        f" || size({preferred}) == 0)"
+    )
+    message = (
+        "node affinity only required terms over the tenant's pool labels (In over "
+        f"{_describe(allowed)}; NotIn/DoesNotExist on its GPU pool labels), no matchFields, no "
+        "preferred terms"
+    )
+    return _rule(
+        profile,
+        "secureml.nodeAffinity",
+        message,
+        f"{required_ok} && {preferred_ok}",
+        f"!{preferred_ok} ? 'pod must not set a preferred node affinity' : "
+        + quote("pod's required node affinity names nodes outside the tenant's pools"),
+    )
+
+
+def _gpu_free_off_gpu_nodes(profile: TenantProfile) -> Rule | None:
+    pools = gpu_pools(profile)
+    if not pools:
+        return None
+    granted = string_list(r.name for r in granted_resources(profile))
+    holds = (
+        "(has(c.resources) && ("
+        f"(has(c.resources.limits) && c.resources.limits.exists(k, k in {granted})) || "
+        f"(has(c.resources.requests) && c.resources.requests.exists(k, k in {granted}))))"
+    )
+    asks_gpu = " || ".join(
+        [
+            *(f"(has({SPEC}.{lst}) && {SPEC}.{lst}.exists(c, {holds}))" for lst in CONTAINER_LISTS),
+            f"(has({SPEC}.resourceClaims) && size({SPEC}.resourceClaims) > 0)",
+        ]
+    )
+    excludes = " && ".join(
+        f"t.matchExpressions.exists(e, e.key == {quote(key)} && (e.operator == 'DoesNotExist' || "
+        f"(e.operator == 'NotIn' && has(e.values) && {quote(value)} in e.values)))"
+        for key, values in pools.items()
+        for value in values
+    )
+    term_ok = f"(has(t.matchExpressions) && {excludes})"
+    required_ok = (
+        f"({has_path(SPEC, 'affinity', 'nodeAffinity', 'requiredDuringSchedulingIgnoredDuringExecution', 'nodeSelectorTerms')}"
+        f" && size({_REQUIRED}.nodeSelectorTerms) > 0 && {_REQUIRED}.nodeSelectorTerms.all(t, {term_ok}))"
+    )
+    wanted = ", ".join(f"{k} NotIn {'|'.join(v)}" for k, v in pools.items())
+    message = (
+        "a step without a GPU must keep off the GPU pools: every required node affinity term "
+        f"excludes {wanted}"
+    )
+    return _rule(
+        profile,
+        "secureml.gpuFreeOffGpuNodes",
+        message,
+        f"({asks_gpu}) || {required_ok}",
+        quote(f"pod asks for no GPU but does not exclude the GPU pools ({wanted})"),
+        STEP_POD,
+    )
+
+
+def _pod_affinity_namespaces(profile: TenantProfile) -> Rule:
+    own = string_list([profile.spec.namespace])
+    term_ok = (
+        f"(!has(t.namespaceSelector) && (!has(t.namespaces) || t.namespaces.all(n, n in {own})))"
+    )
+    checks = []
+    for kind in ("podAffinity", "podAntiAffinity"):
+        base = f"{_AFFINITY}.{kind}"
+        required = f"{base}.requiredDuringSchedulingIgnoredDuringExecution"
+        preferred = f"{base}.preferredDuringSchedulingIgnoredDuringExecution"
+        checks.append(
+            f"(!{has_path(SPEC, 'affinity', kind)} || ("
+            f"(!has({required}) || {required}.all(t, {term_ok})) && "
+            f"(!has({preferred}) || {preferred}.all(w, !has(w.podAffinityTerm) || "
+            f"[w.podAffinityTerm].all(t, {term_ok})))))"
+        )
+    message = (
+        "pod affinity and anti-affinity only within the tenant's namespace "
+        f"({profile.spec.namespace}): no namespaceSelector, no other namespaces"
+    )
+    return _rule(
+        profile,
+        "secureml.podAffinityNamespaces",
+        message,
+        " && ".join(checks),
+        quote("pod (anti-)affinity must not reach pods of another namespace"),
+    )
+
+
+def _priority_class(profile: TenantProfile) -> Rule:
+    names = list(profile.spec.scheduling.priority_class_names)
+    listed = ", ".join(names) or "none"
+    message = f"priorityClassName only from the profile's list ({listed})"
+    return _rule(
+        profile,
+        "secureml.priorityClass",
+        message,
+        f"!has({SPEC}.priorityClassName) || {SPEC}.priorityClassName in {string_list(names)}",
+        f"'pod must not use priorityClassName ' + {SPEC}.priorityClassName + "
+        f"{quote(f' (allowed: {listed})')}",
+    )
+
+
+def _scheduler_name(profile: TenantProfile) -> Rule:
+    name = profile.spec.scheduling.scheduler_name
+    return _rule(
+        profile,
+        "secureml.schedulerName",
+        f"schedulerName unset or {name}",
+        f"!has({SPEC}.schedulerName) || {SPEC}.schedulerName == {quote(name)}",
+        f"'pod must not use schedulerName ' + {SPEC}.schedulerName + {quote(f' (only {name})')}",
+    )
+
+
+def _node_name(profile: TenantProfile) -> Rule:
+    return _rule(
+        profile,
+        "secureml.nodeName",
+        "pod must not set spec.nodeName: it skips the scheduler, the pool's taints and selectors",
+        # CREATE only (`oldObject` is null then): a bound pod's UPDATEs carry the scheduler's.
+        f"oldObject != null || !has({SPEC}.nodeName)",
+        f"'pod must not set spec.nodeName (' + {SPEC}.nodeName + '): the scheduler places it'",
+    )
+
+
+def placement_rules(profile: TenantProfile) -> list[Rule]:
+    """The scheduling rules of `profile` (contract: docs/admission-rules.md)."""
+    rules = [
+        _node_name(profile),
+        _tolerations(profile),
+        _node_selector(profile),
+        _node_affinity(profile),
+        _pod_affinity_namespaces(profile),
+        _priority_class(profile),
+        _scheduler_name(profile),
+    ]
+    off_gpu = _gpu_free_off_gpu_nodes(profile)
+    if off_gpu is not None:
+        rules.append(off_gpu)
+    return rules

@@ -1,0 +1,261 @@
+"""Rules on how a pod reaches devices: the resource names it asks for, how many, and the NVIDIA
+container runtime's environment variables.
+
+- `secureml.resourceName`: a container (or the pod, `spec.resources`) asks only for the kubelet's
+  own resources (`cpu`, `memory`, `ephemeral-storage`, `hugepages-*`) and the GPU resource names
+  the profile grants (`gpu.allowed_accelerators`). Any other extended resource is refused: another
+  vendor's (`amd.com/gpu`), a DRA extended resource (`deviceclass.resource.kubernetes.io/<class>`
+  or any name a DeviceClass maps), which reach devices past every claim and isolation rule.
+- `secureml.gpuCount`: each granted name is held by at most one container of the pod (init,
+  regular and ephemeral containers together) at a count within the profile's per-step limit (and
+  the namespace quota, where it has an entry). One holder makes the container's count the pod's:
+  CEL has no sum both engines share, and Kubernetes' effective request (the larger of the biggest
+  init container and the sum of the others) is never more than the sum of all containers, so a
+  single holder within the limit bounds what the pod can get either way. KFP puts a step's GPU on
+  `main` only.
+- `secureml.nvidiaEnv`: no container sets `CUDA_VERSION` or any `NVIDIA_*` variable, directly or
+  through an `envFrom` prefix that can form one. The NVIDIA container toolkit reads them from the
+  container's environment: `NVIDIA_VISIBLE_DEVICES` selects devices, and an environment with
+  `CUDA_VERSION` but neither `NVIDIA_REQUIRE_CUDA` nor `NVIDIA_VISIBLE_DEVICES` is a "legacy image"
+  that gets every GPU of the node. The image's own environment is out of admission's sight: the
+  node requirement in docs/bundle.md closes that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from secureml import contract, gpu
+from secureml.profile import TenantProfile
+from secureml.rules._cel import (
+    CONTAINER_LISTS,
+    SPEC,
+    container_rule_message,
+    every_container,
+    quote,
+    spec_bound,
+    spec_bound_message,
+    string_list,
+)
+from secureml.rules.model import Rule
+from secureml.rules.scope import EVERY_POD, STEP_POD
+
+NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+HUGEPAGES_PREFIX = "hugepages-"
+CUDA_VERSION = "CUDA_VERSION"
+NVIDIA_ENV_PREFIX = "NVIDIA_"
+
+_LABELS = "object.metadata.labels"
+
+
+def _label_is(value: str) -> str:
+    key = quote(contract.LABEL_ISOLATION)
+    return f"(has({_LABELS}) && {key} in {_LABELS} && {_LABELS}[{key}] == {quote(value)})"
+
+
+@dataclass(frozen=True, slots=True)
+class GrantedResource:
+    """A GPU resource name the profile grants and the most one pod may hold of it."""
+
+    name: str
+    limit: int
+    # MIG strategy single: nvidia.com/gpu counts MIG instances on a pod labelled `mig`.
+    mig_limit: int | None = None
+
+
+def _capped(profile: TenantProfile, name: str, limit: int) -> int:
+    quota = profile.spec.gpu.quota.get(name)
+    return limit if quota is None else min(limit, quota)
+
+
+def _mig_instances(profile: TenantProfile, mig_profile: str) -> int:
+    """Most instances of `mig_profile` one step may ask for: what fits on one GPU of the tenant's
+    models (the compile rule `gpu.mig-count`)."""
+    models = list(profile.spec.gpu.models) or list(gpu.MIG_CATALOGUE)
+    offering = gpu.models_offering(mig_profile, models)
+    return max((m.profiles[mig_profile].max_instances for m in offering), default=0)
+
+
+def granted_resources(profile: TenantProfile) -> list[GrantedResource]:
+    """The GPU resource names of `profile`, each with its per-pod limit (sorted by name)."""
+    settings = profile.spec.gpu
+    if settings.backend == "dra":
+        return []
+    granted: dict[str, GrantedResource] = {}
+    if settings.time_slice is not None:
+        name = settings.time_slice.resource_name
+        granted[name] = GrantedResource(name, _capped(profile, name, 1))
+    whole = settings.whole_gpu.max_per_step if settings.whole_gpu is not None else 0
+    mig = settings.mig
+    if mig is not None and settings.mig_strategy == "mixed":
+        for profile_name in mig.allowed_profiles:
+            name = gpu.mig_resource_name(profile_name)
+            granted[name] = GrantedResource(
+                name, _capped(profile, name, _mig_instances(profile, profile_name))
+            )
+    single = mig is not None and settings.mig_strategy == "single" and bool(mig.allowed_profiles)
+    if settings.whole_gpu is not None or single:
+        name = gpu.RESOURCE_GPU
+        mig_limit = None
+        if single and mig is not None:
+            most = max(_mig_instances(profile, p) for p in mig.allowed_profiles)
+            mig_limit = _capped(profile, name, most)
+        granted[name] = GrantedResource(name, _capped(profile, name, whole), mig_limit)
+    return [granted[name] for name in sorted(granted)]
+
+
+def _holds(name: str, var: str = "c") -> str:
+    """CEL: container `var` limits or requests the resource `name`."""
+    key = quote(name)
+    return (
+        f"(has({var}.resources) && ("
+        f"(has({var}.resources.limits) && {key} in {var}.resources.limits) || "
+        f"(has({var}.resources.requests) && {key} in {var}.resources.requests)))"
+    )
+
+
+def _count_within(name: str, counts: str, var: str = "c") -> str:
+    """CEL: every amount of `name` container `var` states (limits and requests) is in `counts`."""
+    key = quote(name)
+    return (
+        f"(!has({var}.resources) || ("
+        f"(!has({var}.resources.limits) || !({key} in {var}.resources.limits) || "
+        f"string({var}.resources.limits[{key}]) in {counts}) && "
+        f"(!has({var}.resources.requests) || !({key} in {var}.resources.requests) || "
+        f"string({var}.resources.requests[{key}]) in {counts})))"
+    )
+
+
+def _holders(name: str) -> str:
+    """CEL: how many containers of the pod (every list) hold `name`."""
+    return (
+        "("
+        + " + ".join(
+            f"(has({SPEC}.{lst}) ? size({SPEC}.{lst}.filter(c, {_holds(name)})) : 0)"
+            for lst in CONTAINER_LISTS
+        )
+        + ")"
+    )
+
+
+def _counts(limit: int) -> str:
+    return string_list(str(n) for n in range(1, limit + 1))
+
+
+def _rule(
+    profile: TenantProfile,
+    rule_id: str,
+    message: str,
+    expression: str,
+    message_expression: str,
+    scope: str,
+) -> Rule:
+    return Rule(
+        rule_id,
+        message,
+        spec_bound(expression),
+        spec_bound_message(message_expression),
+        (f"profile:{profile.metadata.name}",),
+        scope,
+    )
+
+
+def resource_name_rule(profile: TenantProfile) -> Rule:
+    granted = [r.name for r in granted_resources(profile)]
+    allowed = string_list([*NATIVE_RESOURCES, *granted])
+    key_ok = f"(k in {allowed} || k.startsWith({quote(HUGEPAGES_PREFIX)}))"
+    container_ok = (
+        "(!has(c.resources) || ("
+        f"(!has(c.resources.limits) || c.resources.limits.all(k, {key_ok})) && "
+        f"(!has(c.resources.requests) || c.resources.requests.all(k, {key_ok}))))"
+    )
+    pod_ok = (
+        f"(!has({SPEC}.resources) || ("
+        f"(!has({SPEC}.resources.limits) || {SPEC}.resources.limits.all(k, {key_ok})) && "
+        f"(!has({SPEC}.resources.requests) || {SPEC}.resources.requests.all(k, {key_ok}))))"
+    )
+    names = ", ".join(granted) or "none"
+    tail = (
+        f"must ask for no resource but cpu, memory, ephemeral-storage, hugepages-* and the GPU "
+        f"resources this tenant is granted ({names})"
+    )
+    return _rule(
+        profile,
+        "secureml.resourceName",
+        tail,
+        f"{pod_ok} && {every_container(container_ok)}",
+        container_rule_message(
+            container_ok, tail, f"pod-level spec.resources {tail.removeprefix('must ')}"
+        ),
+        STEP_POD,
+    )
+
+
+def gpu_count_rule(profile: TenantProfile) -> Rule | None:
+    granted = granted_resources(profile)
+    if not granted:
+        return None
+    checks: list[str] = []
+    described: list[str] = []
+    for resource in granted:
+        counts = _counts(resource.limit)
+        within = every_container(_count_within(resource.name, counts))
+        text = f"{resource.name} {_bound(resource.limit)}"
+        if resource.mig_limit is not None:
+            mig_within = every_container(_count_within(resource.name, _counts(resource.mig_limit)))
+            within = f"({_label_is('mig')} ? {mig_within} : {within})"
+            text += f" ({_bound(resource.mig_limit)} on a pod labelled mig)"
+        checks.append(f"({_holders(resource.name)} <= 1 && {within})")
+        described.append(text)
+    message = (
+        "each GPU resource is held by one container of the pod at most, within the per-step "
+        f"limit: {'; '.join(described)}"
+    )
+    return _rule(
+        profile,
+        "secureml.gpuCount",
+        message,
+        " && ".join(checks),
+        quote("pod asks for more GPU than one step may hold: " + "; ".join(described)),
+        STEP_POD,
+    )
+
+
+def _bound(limit: int) -> str:
+    return "refused (no quota)" if limit < 1 else f"1..{limit}"
+
+
+def nvidia_env_rule(profile: TenantProfile) -> Rule:
+    prefix = quote(NVIDIA_ENV_PREFIX)
+    cuda = quote(CUDA_VERSION)
+    bad_name = f"(e.name == {cuda} || e.name.startsWith({prefix}))"
+    env_ok = f"(!has(c.env) || c.env.all(e, !{bad_name}))"
+    # An imported name is prefix + key; keys are any name, so a prefix that begins NVIDIA_, or
+    # that NVIDIA_ or CUDA_VERSION begins with, can form one. (No prefix: secureml.envFrom.)
+    from_ok = (
+        "(!has(c.envFrom) || c.envFrom.all(s, !has(s.prefix) || ("
+        f"!s.prefix.startsWith({prefix}) && !{prefix}.startsWith(s.prefix) && "
+        f"!{cuda}.startsWith(s.prefix))))"
+    )
+    predicate = f"({env_ok} && {from_ok})"
+    tail = (
+        "must not set CUDA_VERSION or any NVIDIA_* variable, in env or through an envFrom prefix "
+        "(the NVIDIA container runtime reads them to hand out GPUs)"
+    )
+    return _rule(
+        profile,
+        "secureml.nvidiaEnv",
+        tail,
+        every_container(predicate),
+        container_rule_message(predicate, tail),
+        EVERY_POD,
+    )
+
+
+def resource_rules(profile: TenantProfile) -> list[Rule]:
+    """The device rules of `profile`: environment, resource names, counts."""
+    rules = [nvidia_env_rule(profile), resource_name_rule(profile)]
+    count = gpu_count_rule(profile)
+    if count is not None:
+        rules.append(count)
+    return rules

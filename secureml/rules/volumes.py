@@ -1,0 +1,80 @@
+"""Rules on volumes Pod Security's restricted level admits but the tenant's controls do not see.
+
+- `secureml.csiVolume`: the only inline CSI volume is the platform's SPIFFE Workload API socket,
+  exactly as the mutating policy adds it (`bundle.mutation`: name `secureml-spiffe`, driver
+  `csi.spiffe.io`, read-only, no attributes or secrets). Any other driver mounts what its node
+  plugin decides (another tenant's storage, secrets stores, node paths). A pod that writes the
+  SPIFFE volume itself gains nothing: the socket is the same one the platform mounts, the SVID it
+  serves is the one SPIRE attests for the pod (namespace, service account, labels), and on a step
+  pod the mutating policy's own volume of that name then collides, so the API server rejects it.
+- `secureml.imageVolume`: an OCI image volume (`volumes[].image.reference`) is held to the rules
+  of container images: a tenant registry, on whole path segments, and a digest when the profile
+  requires one (`secureml.rules.imagerefs`, the same tests as `secureml.imageRegistry` and
+  `secureml.imageDigest`); its signature is checked by the image policy (`bundle.imagepolicy`).
+  KFP's own images are not admitted as volumes: KFP never mounts one.
+
+Both hold for every pod: volumes are not part of what makes a pod a KFP system pod.
+"""
+
+from __future__ import annotations
+
+from secureml.bundle.mutation import SPIFFE_CSI_DRIVER, SPIFFE_VOLUME
+from secureml.profile import TenantProfile
+from secureml.rules._cel import SPEC, quote, spec_bound, spec_bound_message
+from secureml.rules.imagerefs import pinned, registry_prefixes, tenant_registry
+from secureml.rules.model import Rule
+from secureml.rules.scope import EVERY_POD
+
+
+def _rule(profile: TenantProfile, rule_id: str, message: str, ok: str, message_tail: str) -> Rule:
+    """A rule that `ok` (over `v`) holds for every volume; the message names the first offender."""
+    volumes = f"{SPEC}.volumes"
+    return Rule(
+        rule_id,
+        message,
+        spec_bound(f"!has({volumes}) || {volumes}.all(v, {ok})"),
+        spec_bound_message(
+            f"'volume \"' + {volumes}.filter(v, !({ok}))[0].name + '\" ' + {quote(message_tail)}"
+        ),
+        (f"profile:{profile.metadata.name}",),
+        EVERY_POD,
+    )
+
+
+def csi_volume_rule(profile: TenantProfile) -> Rule:
+    ok = (
+        f"!has(v.csi) || (v.name == {quote(SPIFFE_VOLUME)} && v.csi.driver == "
+        f"{quote(SPIFFE_CSI_DRIVER)} && has(v.csi.readOnly) && v.csi.readOnly == true && "
+        "!has(v.csi.volumeAttributes) && !has(v.csi.nodePublishSecretRef) && !has(v.csi.fsType))"
+    )
+    return _rule(
+        profile,
+        "secureml.csiVolume",
+        f"no inline CSI volume but the platform's {SPIFFE_VOLUME} ({SPIFFE_CSI_DRIVER}, "
+        "read-only, no attributes)",
+        ok,
+        f"is an inline CSI volume; only the platform's {SPIFFE_VOLUME} ({SPIFFE_CSI_DRIVER}) is "
+        "allowed",
+    )
+
+
+def image_volume_rule(profile: TenantProfile) -> Rule:
+    ref = "v.image.reference"
+    checks = [tenant_registry(ref, profile)]
+    wanted = f"from {', '.join(registry_prefixes(profile))}"
+    if profile.spec.images.require_digest:
+        checks.append(pinned(ref))
+        wanted += ", pinned by digest (@sha256:<64 hex>)"
+    ok = f"!has(v.image) || (has(v.image.reference) && {' && '.join(checks)})"
+    return _rule(
+        profile,
+        "secureml.imageVolume",
+        f"an image volume must name an image {wanted}, as container images do",
+        ok,
+        f"mounts an image that is not {wanted}",
+    )
+
+
+def volume_rules(profile: TenantProfile) -> list[Rule]:
+    """The volume rules of `profile`."""
+    return [csi_volume_rule(profile), image_volume_rule(profile)]

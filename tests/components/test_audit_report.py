@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from secureml import contract
 from secureml.components import audit_report_op
 from secureml.components.audit_report import render_text, summarize
 from secureml.enforcement.audit import load_audit_records
-
-from secureml import contract
 
 
 def _launch(audit_dir: Path, step: str, command: list[str]) -> int:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from secureml.components import verify_image_op
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from secureml.enforcement.audit import load_audit_records, records_from_log
 
 from secureml import contract
+from secureml.enforcement.audit import load_audit_records, records_from_log
 
 
 @dataclass

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from secureml import contract
 from secureml.enforcement.audit import (
     AUDIT_SCHEMA,
     AuditError,
@@ -15,8 +17,6 @@ from secureml.enforcement.audit import (
     records_from_log,
     write_audit_record,
 )
-
-from secureml import contract
 
 
 def _record(step: str, started_at: str, run_id: str) -> dict[str, object]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from secureml import contract
 from secureml.enforcement.config import (
     ConfigError,
     MigRequest,
@@ -13,8 +15,6 @@ from secureml.enforcement.config import (
     load_config,
     parse_gpu_request,
 )
-
-from secureml import contract
 from secureml.gpu import MIG, TimeSlice, WholeGPU
 
 

@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from secureml.enforcement.launch import ExitCode
-
 from secureml import contract
+from secureml.enforcement.launch import ExitCode
 
 from .conftest import Launch, launcher_env
 

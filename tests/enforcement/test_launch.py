@@ -13,10 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+from secureml import contract
 from secureml.enforcement.audit import AUDIT_SCHEMA
 from secureml.enforcement.launch import ExitCode
-
-from secureml import contract
 
 from .conftest import Launch, launcher_env
 

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from devworkload import HangingWorkloadAPI
-from secureml.enforcement.launch import ExitCode
 
 from secureml import contract
 from secureml.devidentity import DevWorkloadAPI
+from secureml.enforcement.launch import ExitCode
 
 from .conftest import Launch
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from fakegpu import FakeDevice, FakeGPU, FakeMig, FakeProcess, MiB
-from secureml.enforcement.launch import ExitCode
 
 from secureml import contract
+from secureml.enforcement.launch import ExitCode
 
 from .conftest import Launch, LaunchResult
 

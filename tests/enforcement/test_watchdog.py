@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fakegpu import FakeDevice, FakeGPU, FakeProcess, MiB
-from secureml.enforcement.launch import ExitCode
 
 from secureml import contract
+from secureml.enforcement.launch import ExitCode
 
 from .conftest import Launch
 

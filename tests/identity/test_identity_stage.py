@@ -15,15 +15,15 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from devworkload import SILENT, ExpiredSvidWorkloadAPI
+
+from secureml import contract
+from secureml.devidentity import DevCA, DevWorkloadAPI
 from secureml.enforcement.identity import (
     IdentityError,
     _check_chain,
     fetch_and_check_identity,
     socket_path_of,
 )
-
-from secureml import contract
-from secureml.devidentity import DevCA, DevWorkloadAPI
 
 EXPECTED = "spiffe://acme.example/ns/team-a/pipeline/fine-tune/step/train"
 

@@ -27,10 +27,10 @@ import pytest
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from harness.spire import Entry, Spire
-from secureml.enforcement.audit import load_audit_records
-from secureml.enforcement.launch import ExitCode
 
 from secureml import contract
+from secureml.enforcement.audit import load_audit_records
+from secureml.enforcement.launch import ExitCode
 from secureml.profile import load_profile
 
 pytestmark = pytest.mark.skipif(

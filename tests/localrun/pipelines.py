@@ -1,9 +1,9 @@
 """Small pipelines for the local-run tests (CPU only; GPU steps are covered with the fake driver)."""
 
 from kfp import dsl
-from secureml.components import gpu_preflight_op, gpu_scrub_op
 
 from secureml import MIG, WholeGPU, secure_component
+from secureml.components import gpu_preflight_op, gpu_scrub_op
 
 IMAGE = "ghcr.io/acme/ml-images/prep@sha256:" + "1" * 64
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from secureml.enforcement import simulator
 
+from secureml.enforcement import simulator
 from secureml.localrun import RunLayout, fake_machine_for, run_pipeline
 from secureml.profile import load_profile
 

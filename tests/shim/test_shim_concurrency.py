@@ -64,6 +64,7 @@ def test_a_process_dying_inside_the_lock_does_not_wedge_the_step(make_step) -> N
     import subprocess
 
     from fakegpu import SHIM_DIR, build_native
+
     from secureml.enforcement.shim_control import region_path
 
     from .shimstep import HERE

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from fakegpu import REPO, MiB, compiler
-from secureml.enforcement import shim_control as shim
 
 from secureml import contract
+from secureml.enforcement import shim_control as shim
 from secureml.errors import SecuremlError
 
 

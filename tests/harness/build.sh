@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Build the test harness's Go programs from the Go module proxy, once per machine.
 #
-#   tests/harness/build.sh [controlplane|spire|spire-controller-manager|all]
+#   tests/harness/build.sh [controlplane|controlplane-1.34|spire|spire-controller-manager|all]
 #
-# Each Go module under tests/harness/ (controlplane: kube-apiserver + etcd; spire: spire-server +
-# spire-agent) is built into $SECUREML_HARNESS_CACHE/<module>-<hash of its go.mod and go.sum>/,
+# Each Go module under tests/harness/ (controlplane: kube-apiserver + etcd of v1.36, the version
+# that must work; controlplane-1.34: the same of v1.34, where MutatingAdmissionPolicy is beta behind
+# its feature gate; spire: spire-server + spire-agent) is built into $SECUREML_HARNESS_CACHE/<module>-<hash of its go.mod and go.sum>/,
 # default ~/.cache/secureml/harness. A build whose folder exists is skipped, so `make test` and
 # .ci/run pay for it only on a new machine or when a go.mod changes. Go's own caches (GOMODCACHE,
 # GOCACHE) are kept too. No prebuilt binary is downloaded: everything is compiled here.
@@ -13,17 +14,22 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cache="${SECUREML_HARNESS_CACHE:-$HOME/.cache/secureml/harness}"
 export GOFLAGS="-mod=readonly"
 
-# The version Kubernetes reports: its build sets these with -ldflags; `go build` alone says v0.0.0.
-K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" {print $2} $1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' \
-    "$here/controlplane/go.mod" | head -1)"
-if [[ ! "$K8S_VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
-    echo "error: no k8s.io/kubernetes version found in $here/controlplane/go.mod" >&2
-    exit 2
-fi
-K8S_LDFLAGS="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
- -X k8s.io/component-base/version.gitMajor=$(echo "${K8S_VERSION#v}" | cut -d. -f1) \
- -X k8s.io/component-base/version.gitMinor=$(echo "${K8S_VERSION#v}" | cut -d. -f2) \
- -X k8s.io/component-base/version.gitTreeState=clean"
+# The version Kubernetes reports: its build sets these with -ldflags; `go build` alone says v0.0.0,
+# and an empty version makes kube-apiserver panic at start.
+k8s_ldflags() {
+    local gomod="$here/$1/go.mod" version
+    version="$(awk '$1 == "k8s.io/kubernetes" {print $2} $1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' \
+        "$gomod" | head -1)"
+    if [[ ! "$version" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+        echo "error: no k8s.io/kubernetes version found in $gomod" >&2
+        exit 2
+    fi
+    local major minor
+    major="$(echo "${version#v}" | cut -d. -f1)"
+    minor="$(echo "${version#v}" | cut -d. -f2)"
+    echo "-X k8s.io/component-base/version.gitVersion=${version} -X k8s.io/component-base/version.gitMajor=${major}" \
+        "-X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean"
+}
 
 module_dir() {  # the cache folder of one module: changes whenever its go.mod or go.sum does
     local name="$1"
@@ -55,10 +61,12 @@ build() {
     echo "$out"
 }
 
-build_controlplane() {
-    build controlplane \
-        kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$K8S_LDFLAGS" \
-        kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$K8S_LDFLAGS" \
+build_controlplane() {  # $1: the module folder, controlplane or controlplane-1.34
+    local ldflags
+    ldflags="$(k8s_ldflags "$1")"
+    build "$1" \
+        kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags" \
+        kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags" \
         etcd go.etcd.io/etcd/server/v3 ""
 }
 
@@ -78,9 +86,9 @@ if ! command -v go >/dev/null 2>&1; then
     exit 2
 fi
 case "${1:-all}" in
-    controlplane) build_controlplane ;;
+    controlplane | controlplane-1.34) build_controlplane "$1" ;;
     spire) build_spire ;;
     spire-controller-manager) build_spire_controller_manager ;;
-    all) build_controlplane; build_spire; build_spire_controller_manager ;;
-    *) echo "usage: $0 [controlplane|spire|spire-controller-manager|all]" >&2; exit 2 ;;
+    all) build_controlplane controlplane; build_controlplane controlplane-1.34; build_spire; build_spire_controller_manager ;;
+    *) echo "usage: $0 [controlplane|controlplane-1.34|spire|spire-controller-manager|all]" >&2; exit 2 ;;
 esac

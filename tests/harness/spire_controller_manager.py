@@ -89,7 +89,7 @@ class ControllerManager:
             )
         return self
 
-    def wait_for_entry(self, spiffe_id: str, timeout_s: float = 30.0) -> dict[str, object]:
+    def wait_for_entry(self, spiffe_id: str, timeout_s: float = 60.0) -> dict[str, object]:
         """The server's entry for `spiffe_id` once the controller manager has created it."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

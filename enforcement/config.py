@@ -1,7 +1,11 @@
 """The launcher's configuration: read once from `SECUREML_*` variables, checked, then immutable.
 
 The compiler (secureml/compiler) writes these variables into every secure task; in a cluster the
-step's code cannot change them before the launcher reads them. Nothing else configures the launcher.
+step's code cannot change them before the launcher reads them, and admission pins each value to the
+profile and the pod's labels (`secureml.launcherEnv`). Where the mutating policy mounts the pod's
+labels and annotations (`contract.PODINFO_LABELS`, `PODINFO_ANNOTATIONS`), the pod-level settings
+(isolation, tenant, step, GPU request, expected SPIFFE ID) come from those read-only files and an
+environment that disagrees stops the launcher.
 Every name lives in `secureml.contract`; docs/launcher.md lists them with their defaults.
 """
 
@@ -17,6 +21,8 @@ from typing import Any, Literal
 
 from secureml import contract
 from secureml.errors import SecuremlError
+
+from .podinfo import PodInfo, PodInfoError, read_podinfo
 
 ScrubVerify = Literal["off", "sample", "full"]
 ShimMode = Literal["off", "enforce"]
@@ -219,9 +225,65 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
-def load_config(env: Mapping[str, str] | None = None) -> LauncherConfig:
-    """Read and check the launcher's configuration; raise `ConfigError` on the first problem."""
-    env = os.environ if env is None else env
+# Settings the pod's own metadata decides: (variable, "labels" | "annotations", key).
+PODINFO_SETTINGS = (
+    (contract.ENV_ISOLATION, "labels", contract.LABEL_ISOLATION),
+    (contract.ENV_TENANT, "labels", contract.LABEL_TENANT),
+    (contract.ENV_STEP, "labels", contract.LABEL_STEP),
+    (contract.ENV_GPU_REQUEST, "annotations", contract.ANNOTATION_GPU_REQUEST),
+    (contract.ENV_EXPECTED_SPIFFE_ID, "annotations", contract.ANNOTATION_SPIFFE_ID),
+)
+
+
+def settle_with_podinfo(env: Mapping[str, str], podinfo: PodInfo) -> dict[str, str]:
+    """`env` with the pod-level settings taken from the podinfo files, where they are present.
+
+    A variable that the environment sets to something else than the pod's metadata says (or sets
+    where the metadata has no such key) is a conflict: `ConfigError`, the launcher stops. Without
+    podinfo files (no mutating policy, a local run) the environment is used as it is.
+    """
+    settled = dict(env)
+    if not podinfo.present:
+        return settled
+    for name, source, key in PODINFO_SETTINGS:
+        metadata = podinfo.labels if source == "labels" else podinfo.annotations
+        from_env = env.get(name) or ""
+        from_pod = metadata.get(key)
+        if from_pod is None:
+            if from_env:
+                raise ConfigError(
+                    f"{name} is set to {from_env!r} but the pod has no {source[:-1]} {key}",
+                    why="the launcher's pod-level settings come from the pod's own metadata",
+                    fix="recompile the pipeline with `secureml compile`; do not set SECUREML_* by hand",
+                    where=f"{contract.PODINFO_DIR} ({source})",
+                )
+            continue
+        if from_env and from_env != from_pod:
+            raise ConfigError(
+                f"{name}={from_env!r} conflicts with the pod's {source[:-1]} {key}={from_pod!r}",
+                why="the launcher's pod-level settings come from the pod's own metadata, which the "
+                "step cannot write; an environment that disagrees was set by hand",
+                fix="recompile the pipeline with `secureml compile`; do not set SECUREML_* by hand",
+                where=f"{contract.PODINFO_DIR} ({source})",
+            )
+        settled[name] = from_pod
+    return settled
+
+
+def load_config(
+    env: Mapping[str, str] | None = None, podinfo_dir: Path = Path(contract.PODINFO_DIR)
+) -> LauncherConfig:
+    """Read and check the launcher's configuration; raise `ConfigError` on the first problem.
+
+    The pod-level settings come from the read-only podinfo files under `podinfo_dir` where the
+    mutating policy mounts them (`settle_with_podinfo`); everything else from `env`. The folder is
+    a parameter for tests only: no variable can move it.
+    """
+    try:
+        podinfo = read_podinfo(podinfo_dir)
+    except PodInfoError as err:
+        raise ConfigError(err.what, why=err.why, fix=err.fix, where=err.where) from None
+    env = settle_with_podinfo(os.environ if env is None else env, podinfo)
     isolation = env.get(contract.ENV_ISOLATION) or ""
     known = (*contract.ISOLATION_LEVELS, contract.ISOLATION_NONE)
     raw_request = env.get(contract.ENV_GPU_REQUEST) or ""

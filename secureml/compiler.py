@@ -75,6 +75,7 @@ class StepReport:
     gpu_request: dict[str, Any] | None = None
     resources: str = ""  # e.g. "nvidia.com/mig-1g.10gb x1", or "claim secureml-mig-1g-10gb"
     scheduling: list[str] = field(default_factory=list)  # node selectors / affinity / tolerations
+    mounts: list[str] = field(default_factory=list)  # every mount of `main`: "path <- kind name"
     spiffe_id: str | None = None
     controls: list[str] = field(default_factory=list)
     signature: dict[str, Any] | None = None
@@ -556,6 +557,25 @@ def _apply_signatures(ctx: _Context, results: Sequence[Any]) -> None:
             )
 
 
+def _mounts_of_main(pod: dict[str, Any]) -> list[str]:
+    """Every volume mount of the step's `main` container as previewed (KFP's, the platform's and
+    the task's own): `path <- kind name[/subPath][ (ro)]`, so a reader sees what the step mounts."""
+    kinds = {
+        volume.get("name"): next((k for k in volume if k != "name"), "?")
+        for volume in pod.get("spec", {}).get("volumes", [])
+    }
+    main = next(
+        (c for c in pod["spec"]["containers"] if c.get("name") == contract.KFP_MAIN_CONTAINER), {}
+    )
+    out = []
+    for mount in main.get("volumeMounts", []):
+        name = mount.get("name", "")
+        sub = f"/{mount['subPath']}" if mount.get("subPath") else ""
+        read_only = " (ro)" if mount.get("readOnly") else ""
+        out.append(f"{mount.get('mountPath', '')} <- {kinds.get(name, '?')} {name}{sub}{read_only}")
+    return out
+
+
 def _check_admission(
     documents: list[dict[str, Any]], profile: TenantProfile, ctx: _Context
 ) -> None:
@@ -566,7 +586,10 @@ def _check_admission(
 
     pods = preview_pods(documents, profile)  # the documents as written, without a YAML round trip
     rules = rules_for_profile(profile)
+    reports = {step.task: step for step in ctx.steps}
     for task, pod in pods.items():
+        if task in reports:
+            reports[task].mounts = _mounts_of_main(pod)
         for violation in evaluate(pod, rules):
             ctx.violations.append(
                 Violation(

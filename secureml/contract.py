@@ -35,11 +35,48 @@ ANNOTATION_LIMITS = "secureml.dev/limits"  # the shim limits file, verbatim (for
 # `scrub_on_free` (0|1). docs/shim.md is the authority on the grammar.
 PODINFO_DIR = "/etc/secureml/podinfo"
 SHIM_LIMITS_PATH = f"{PODINFO_DIR}/limits"
+# The pod's own labels and annotations (downward API, `key="value"` lines), from the same volume:
+# the launcher takes its pod-level settings from them and stops when its environment disagrees.
+PODINFO_LABELS = f"{PODINFO_DIR}/labels"
+PODINFO_ANNOTATIONS = f"{PODINFO_DIR}/annotations"
 SHIM_PRELOAD_FILE = "/etc/ld.so.preload"
 # Where hardened images install the shim; the MutatingAdmissionPolicy writes this path into
 # SHIM_PRELOAD_FILE (read-only, from ANNOTATION_SHIM_PRELOAD through a downward-API subPath mount).
 SHIM_LIBRARY_PATH = "/usr/local/lib/secureml/libsecureml_shim.so"
 ANNOTATION_SHIM_PRELOAD = "secureml.dev/shim-preload"  # set (overwritten) by the admission policy
+# Paths the platform owns inside a step's container: the system folders (the read-only image, the
+# loader and its preload file), the shim's folder, the pod's podinfo files, KFP's launcher folder
+# and Argo's executor folder. No tenant volume is mounted at, above or below one of them
+# (secureml.rules.mounts; the SPIFFE socket folder of the profile joins them there).
+PLATFORM_PATHS = (
+    "/etc",
+    "/usr",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/bin",
+    "/sbin",
+    "/usr/local/lib/secureml",
+    "/etc/secureml",
+    "/etc/ld.so.preload",
+    "/kfp-launcher",
+    "/var/run/argo",
+)
+
+
+def touches_platform_path(path: str, extra: tuple[str, ...] = ()) -> bool:
+    """Whether a mount at `path` would cover, sit inside, or hide one of the platform's paths."""
+    clean = "/" + "/".join(part for part in path.split("/") if part and part != ".")
+    if ".." in clean.split("/"):
+        return True
+    for owned in (*PLATFORM_PATHS, *extra):
+        if clean == owned or clean == "/" or owned.startswith(clean + "/"):
+            return True
+        if clean.startswith(owned + "/"):
+            return True
+    return False
+
 
 # --- KFP / Argo pods --------------------------------------------------------------------------
 # The container that runs the step's own command in a KFP executor pod (Argo's "main"); the

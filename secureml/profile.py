@@ -263,6 +263,25 @@ class HardeningSettings(_Model):
     scratch_mounts: list[Annotated[str, Field(pattern=r"^/")]] = Field(
         default_factory=lambda: ["/tmp"], description="Writable emptyDir mounts for each step."
     )
+    data_mount_prefixes: list[Annotated[str, Field(pattern=r"^/")]] = Field(
+        default_factory=lambda: ["/data"],
+        description="Folders under which a step may mount data volumes (PVC, ConfigMap, Secret, "
+        "image, emptyDir); none may be at, above or below a platform path.",
+    )
+
+    @model_validator(mode="after")
+    def _mounts_clear_of_platform_paths(self) -> HardeningSettings:
+        for name, paths in (
+            ("scratchMounts", self.scratch_mounts),
+            ("dataMountPrefixes", self.data_mount_prefixes),
+        ):
+            for path in paths:
+                if contract.touches_platform_path(path):
+                    raise ValueError(
+                        f"{name} entry {path!r} is at, above or below a path the platform owns "
+                        f"({', '.join(contract.PLATFORM_PATHS)})"
+                    )
+        return self
 
 
 class ScrubSettings(_Model):

@@ -180,6 +180,18 @@ def mutations_for_profile(profile: TenantProfile) -> list[PodMutation]:
                                                 f"['{contract.ANNOTATION_SHIM_PRELOAD}']"
                                             },
                                         },
+                                        # the launcher's pod-level settings
+                                        # (enforcement/podinfo.py)
+                                        {
+                                            "path": posixpath.basename(contract.PODINFO_LABELS),
+                                            "fieldRef": {"fieldPath": "metadata.labels"},
+                                        },
+                                        {
+                                            "path": posixpath.basename(
+                                                contract.PODINFO_ANNOTATIONS
+                                            ),
+                                            "fieldRef": {"fieldPath": "metadata.annotations"},
+                                        },
                                     ]
                                 },
                             }

@@ -86,11 +86,18 @@ def projection(pod: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]
     return view
 
 
-def evaluate(obj: Mapping[str, Any], rules: Iterable[Rule]) -> list[Violation]:
-    """The violations of `rules` by the pod `obj`; an empty list means the pod is allowed."""
+def evaluate(
+    obj: Mapping[str, Any], rules: Iterable[Rule], old_obj: Mapping[str, Any] | None = None
+) -> list[Violation]:
+    """The violations of `rules` by the pod `obj`; an empty list means the pod is allowed.
+
+    `old_obj` is the pod before an UPDATE (CEL's `oldObject`); None, as on CREATE, makes
+    `oldObject` null, exactly as the API server binds it for a CREATE request.
+    """
     rules = tuple(rules)
-    # `oldObject` is null, as the API server binds it for a CREATE (the pod judged here).
-    context = cel.Context({"object": projection(obj, fields_named(rules)), "oldObject": None})
+    fields = fields_named(rules)
+    old = None if old_obj is None else projection(old_obj, fields)
+    context = cel.Context({"object": projection(obj, fields), "oldObject": old})
     in_force = {"": True}  # by scope; each scope is evaluated once per pod
     violations: list[Violation] = []
     for rule in rules:

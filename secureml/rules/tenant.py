@@ -578,6 +578,10 @@ class _Catalogue:
 
 def profile_rules(profile: TenantProfile) -> list[Rule]:
     """secureml's rules for `profile` (without the Pod Security Standards)."""
+    from secureml.rules.accounts import account_rules
+    from secureml.rules.immutable import immutable_rules
+    from secureml.rules.launcher import launcher_rules
+    from secureml.rules.mounts import mount_rules
     from secureml.rules.placement import placement_rules
     from secureml.rules.resources import resource_rules
     from secureml.rules.volumes import volume_rules
@@ -587,4 +591,8 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
         *resource_rules(profile),
         *placement_rules(profile),
         *volume_rules(profile),
+        *launcher_rules(profile),
+        *mount_rules(profile),
+        *account_rules(profile),
+        *immutable_rules(profile),
     ]

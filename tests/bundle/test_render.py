@@ -222,6 +222,9 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
         "secureml.schedulerName",
         "secureml.csiVolume",
         "secureml.imageVolume",
+        "secureml.serviceAccount",
+        "secureml.groupNotRoot",
+        "secureml.platformMetadataImmutable",
     ]
     assert all(r.id.startswith("secureml.") for r in rules if r.scope == STEP_POD)
     if tenant == "team-a":
@@ -241,6 +244,11 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
             "secureml.resourceName",
             "secureml.gpuCount",
             "secureml.gpuFreeOffGpuNodes",
+            "secureml.tenantContainers",
+            "secureml.launcherArgv",
+            "secureml.launcherEnv",
+            "secureml.interpreterEnv",
+            "secureml.mountPaths",
         ]
     bindings = {
         b["spec"]["policyName"]: b

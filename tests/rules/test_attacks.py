@@ -17,6 +17,8 @@ from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, example_profile
 EXPECT = "test.secureml.dev/expect"
 THREAT = "test.secureml.dev/threat"
 ONLY_UNDER = "test.secureml.dev/profiles"
+# An UPDATE attack: the file is the pod after the update, this names the allowed pod before it.
+UPDATE_OF = "test.secureml.dev/update-of"
 ATTACKS = sorted(ATTACKS_DIR.glob("*.yaml"))
 
 
@@ -28,6 +30,12 @@ def _rules(profile_name: str) -> list:
 def _pod(path: Path) -> dict:
     (pod,) = list(pods_in_text(path.read_text(), source=str(path)))
     return pod.pod
+
+
+def _old(pod: dict) -> dict | None:
+    """The pod before the update for an UPDATE attack (`oldObject`), None for a CREATE."""
+    before = pod["metadata"]["annotations"].get(UPDATE_OF)
+    return _pod(ATTACKS_DIR.parent / "allowed" / before) if before else None
 
 
 def test_corpus_size_and_threats() -> None:
@@ -43,7 +51,7 @@ def test_corpus_size_and_threats() -> None:
 def test_attack_denied(path: Path, profile_name: str) -> None:
     pod = _pod(path)
     annotations = pod["metadata"]["annotations"]
-    violations = evaluate(pod, _rules(profile_name))
+    violations = evaluate(pod, _rules(profile_name), old_obj=_old(pod))
     assert violations, f"{path.name} is admitted under {profile_name}"
     assert not [v for v in violations if "could not be evaluated" in v.message]
     only_under = annotations.get(ONLY_UNDER, "").split()
@@ -59,7 +67,7 @@ def test_attack_message_names_the_offender(path: Path) -> None:
     profile_name = (pod["metadata"]["annotations"].get(ONLY_UNDER) or "team-a").split()[0]
     expected = pod["metadata"]["annotations"][EXPECT]
     rule = next(r for r in _rules(profile_name) if r.id == expected)
-    (violation,) = evaluate(pod, [rule])
+    (violation,) = evaluate(pod, [rule], old_obj=_old(pod))
     assert violation.message != rule.message or "container" not in rule.message_expression
 
 
@@ -85,3 +93,20 @@ def test_nvidia_static_deployments_fail_both_levels(level: str) -> None:
             violations = evaluate(pod.pod, rules_for_level(level))
             assert violations, f"{path.name} {pod.kind}/{pod.name} passes {level}"
             assert not [v for v in violations if "could not be evaluated" in v.message]
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in ATTACKS if UPDATE_OF in _pod(p)["metadata"]["annotations"]], ids=str
+)
+def test_update_attack_is_one_metadata_change_admitted_on_create(path: Path) -> None:
+    """An UPDATE attack changes only metadata of an allowed pod (what a pod UPDATE can change);
+    without `oldObject` (a CREATE, what `check-pod` sees) the immutability rule holds."""
+    pod = _pod(path)
+    before = _old(pod)
+    assert before is not None and before["spec"] == pod["spec"]
+    immutable = [r for r in _rules("team-a") if r.id == "secureml.platformMetadataImmutable"]
+    assert evaluate(pod, immutable) == []
+    assert [v.rule_id for v in evaluate(pod, immutable, old_obj=before)] == [
+        "secureml.platformMetadataImmutable"
+    ]
+    assert evaluate(before, immutable, old_obj=before) == []

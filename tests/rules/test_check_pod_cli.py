@@ -102,6 +102,11 @@ def test_kfp_driver_pod_and_its_impostor() -> None:
         "secureml.isolationLevel",
         "secureml.readOnlyRootFilesystem",
         "secureml.gpuFreeOffGpuNodes",  # a step without a GPU must keep off team-a's GPU pools
+        # the arbitrary image runs beside KFP's as a container without the launcher
+        "secureml.tenantContainers",
+        "secureml.launcherArgv",
+        "secureml.launcherEnv",
+        "secureml.groupNotRoot",
     ]
     # KFP's driver container has a writable root (the mutating policy sets it on labelled steps only).
     assert (

@@ -13,8 +13,9 @@ from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, FIXTURES, exampl
 
 
 def _unprojected(pod: dict, rules: list[Rule]) -> list[tuple[str, str]]:
-    """Evaluation on the whole pod, the plain way: each rule's scope, then its expression."""
-    context = cel.Context({"object": admission_view(pod), "oldObject": None})  # a CREATE
+    """Evaluation on the whole pod, the plain way: each rule's scope, then its expression (as on
+    CREATE: `oldObject` null)."""
+    context = cel.Context({"object": admission_view(pod), "oldObject": None})
     out = []
     for rule in rules:
         if rule.scope and compiled(rule.scope).execute(context) is False:
@@ -81,3 +82,19 @@ def test_a_rule_out_of_scope_is_skipped_and_a_broken_scope_keeps_it() -> None:
         "x.broken",
         "x.type",
     ]
+
+
+def test_old_object_is_projected_and_null_on_create() -> None:
+    """`oldObject` is the pod before an UPDATE, through the same projection; null on CREATE."""
+    rule = Rule(
+        "t.old",
+        "labels unchanged",
+        "oldObject == null || oldObject.metadata.labels == object.metadata.labels",
+        "'changed'",
+        (),
+    )
+    pod = {"metadata": {"labels": {"a": "1"}}, "spec": {"containers": []}}
+    changed = {"metadata": {"labels": {"a": "2"}}, "spec": {"containers": []}}
+    assert evaluate(pod, [rule]) == []
+    assert evaluate(pod, [rule], old_obj=pod) == []
+    assert [v.rule_id for v in evaluate(changed, [rule], old_obj=pod)] == ["t.old"]

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from secureml.gpu import MIG, mig_product_names, placement
+from secureml.gpu import MIG, placement
+from secureml.gpu_catalogue import mig_product_names
 from secureml.profile import TenantProfile
 from secureml.rules import evaluate, rules_for_profile
 from secureml.rules.placement import placement_rules

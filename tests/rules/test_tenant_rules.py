@@ -86,6 +86,10 @@ def _timeslice(memory: int, compute: int, request: str | None = None) -> dict[st
     annotations[contract.ANNOTATION_GPU_REQUEST] = request or (
         f'{{"kind":"timeslice","memory":{memory},"compute":{compute}}}'
     )
+    # The compiler writes the launcher's copy of the request beside the annotation.
+    for env in pod["spec"]["containers"][0]["env"]:
+        if env["name"] == contract.ENV_GPU_REQUEST:
+            env["value"] = annotations[contract.ANNOTATION_GPU_REQUEST]
     return pod
 
 
@@ -159,7 +163,7 @@ def test_env_from_with_a_safe_prefix() -> None:
 def test_every_forbidden_variable_is_refused() -> None:
     for name in contract.FORBIDDEN_ENV:
         pod = allowed_pod("team-a-cpu")
-        pod["spec"]["containers"][0]["env"] = [{"name": name, "value": "x"}]
+        pod["spec"]["containers"][0]["env"].append({"name": name, "value": "x"})
         nvidia = {"secureml.nvidiaEnv"} if name.startswith("NVIDIA_") else set()
         assert failed(pod) == {"secureml.forbiddenEnv"} | nvidia, name
 

@@ -1,0 +1,64 @@
+"""The platform's labels and annotations cannot change after creation (issue 10, class 7).
+
+The mutating policy runs on CREATE only, and what it and the admission rules decided follows the
+`secureml.dev/*` labels and annotations: the isolation level, the tenant, the pipeline and step
+(the SPIFFE ID), the shim limits file and the preload (both downward-API files that the kubelet
+rewrites when the annotation changes). `secureml.platformMetadataImmutable` refuses an UPDATE
+that adds, removes or changes any of them, on labels and annotations alike.
+
+CEL sees the pod before the update as `oldObject` (null on CREATE, where the rule holds). The
+ValidatingAdmissionPolicy evaluates it on every UPDATE of a pod (and of its ephemeral
+containers); `secureml check-pod` reads single pods, that is CREATE only, so offline the rule is
+exercised through `secureml.rules.evaluate(pod, rules, old_obj=...)`.
+"""
+
+from __future__ import annotations
+
+from secureml import contract
+from secureml.profile import TenantProfile
+from secureml.rules._cel import quote
+from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.model import Rule
+from secureml.rules.scope import EVERY_POD
+
+
+def _same_platform_keys(field: str) -> str:
+    """CEL: `oldObject` and `object` agree on every secureml.dev/ key of metadata `field`."""
+    prefix = quote(contract.LABEL_PREFIX)
+    old = f"(has(oldObject.metadata.{field}) ? oldObject.metadata.{field} : {{}})"
+    new = f"(has(object.metadata.{field}) ? object.metadata.{field} : {{}})"
+    return (
+        f"[{old}].all(o, [{new}].all(n, "
+        f"o.all(k, !k.startsWith({prefix}) || (k in n && n[k] == o[k])) && "
+        f"n.all(k, !k.startsWith({prefix}) || k in o)))"
+    )
+
+
+def _changed_keys(field: str) -> str:
+    """CEL: the secureml.dev/ keys of metadata `field` that an update adds, removes or changes."""
+    prefix = quote(contract.LABEL_PREFIX)
+    old = f"(has(oldObject.metadata.{field}) ? oldObject.metadata.{field} : {{}})"
+    new = f"(has(object.metadata.{field}) ? object.metadata.{field} : {{}})"
+    return (
+        f"[{old}].map(o, [{new}].map(n, "
+        f"o.filter(k, k.startsWith({prefix}) && !(k in n && n[k] == o[k])) + "
+        f"n.filter(k, k.startsWith({prefix}) && !(k in o)))[0])[0]"
+    )
+
+
+def immutable_rules(profile: TenantProfile) -> list[Rule]:
+    """The class 7 rule of `profile` (every pod, on UPDATE)."""
+    changed = f"({_changed_keys('labels')} + {_changed_keys('annotations')})"
+    return [
+        tenant_rule(
+            profile,
+            "secureml.platformMetadataImmutable",
+            f"{contract.LABEL_PREFIX}* labels and annotations cannot be added, removed or changed "
+            "after the pod is created",
+            f"oldObject == null || ({_same_platform_keys('labels')} && "
+            f"{_same_platform_keys('annotations')})",
+            f"oldObject == null ? '' : ('an update must not change the platform key ' + "
+            f"{changed}[0] + ' (secureml.dev/* labels and annotations are fixed at creation)')",
+            EVERY_POD,
+        )
+    ]

@@ -1,0 +1,332 @@
+"""Every step container runs under the launcher, configured by the platform (issue 10, class 1).
+
+A tenant can write its pod by hand instead of compiling it, so the rules here hold the pod to the
+shape the compiler and KFP give it:
+
+- `secureml.tenantContainers`: init and ephemeral containers are only KFP's and Argo's own, and
+  every KFP/Argo container of a step pod has exactly its own shape (`scope.system_container`: name,
+  image, command, args) and no device resource; the only other container is `main`. So neither a
+  tenant image nor a system image can run the tenant's code beside `main` (an init container, a
+  native sidecar, a second container, Argo's emissary or KFP's launcher made to run a command), or
+  ask for its own GPU share;
+- `secureml.launcherArgv`: `main`'s argv (command + args) is, behind Argo's emissary
+  (`/var/run/argo/argoexec emissary <log flags> --`, `scope.argo_log_flags`) or not, KFP's launcher
+  (`/kfp-launcher/launch` with its value flags `preview.KFP_LAUNCHER_FLAGS`, then `--`) and then
+  exactly `python3 -m secureml.enforcement.launch --` and a step command. Every flag position is
+  matched against KFP's flag names (Go's flag parser takes the next argument as a flag's value
+  whatever it is, and stops at the first non-flag), so nothing can run between KFP's launcher and
+  ours, and `python3 -c CODE -m secureml.enforcement.launch` is not the launcher;
+- `secureml.launcherEnv`: `main`'s `SECUREML_*` variables and `SPIFFE_ENDPOINT_SOCKET` are exactly
+  the ones the compiler writes, each a plain value pinned to what the profile and the pod's labels
+  and annotations require; the ones whose absence would weaken the launcher are required; no
+  `envFrom` prefix can form one of them;
+- `secureml.interpreterEnv`: no `PYTHON*` variable but harmless output settings, no `PATH` or
+  `HOME` (they choose the interpreter, its import path or its user site), no `workingDir` (`-m`
+  puts the working directory first on the import path), no `envFrom` prefix that can form them.
+"""
+
+from __future__ import annotations
+
+from secureml import contract
+from secureml.bundle.spiffe import spiffe_id_template
+from secureml.preview import KFP_LAUNCHER_FLAGS
+from secureml.profile import TenantProfile
+from secureml.rules._cel import SPEC, name_first, quote, string_list
+from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.model import Rule
+from secureml.rules.scope import (
+    ARGO_LOG_FLAGS_SIZE,
+    NATIVE_RESOURCES,
+    argo_log_flags,
+    system_container,
+    system_image,
+)
+
+# Flags KFP's driver may repeat (`--publish_logs` is there twice): room for each one twice.
+MAX_LAUNCHER_FLAGS = 2 * len(KFP_LAUNCHER_FLAGS)
+# Argo's emissary in front of `main`'s command: `/var/run/argo/argoexec emissary LOG --`.
+EMISSARY_SIZE = 2 + ARGO_LOG_FLAGS_SIZE + 1
+
+# Python variables that only shape output or hashing: they load nothing.
+HARMLESS_PYTHON_ENV = (
+    "PYTHONUNBUFFERED",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONIOENCODING",
+    "PYTHONUTF8",
+    "PYTHONHASHSEED",
+    "PYTHONFAULTHANDLER",
+)
+INTERPRETER_ENV = ("PATH", "HOME")
+PYTHON_ENV_PREFIX = "PYTHON"
+
+_LABELS = "labels"  # bound once per rule: the pod's labels (empty map when none)
+_ANNOTATIONS = "annotations"
+
+
+def _bind_metadata(expression: str, *, message: bool = False) -> str:
+    """`expression` with the pod's labels and annotations read once, as `labels`/`annotations`."""
+    labels = "(has(object.metadata.labels) ? object.metadata.labels : {})"
+    annotations = "(has(object.metadata.annotations) ? object.metadata.annotations : {})"
+    if message:
+        return f"[{labels}].map({_LABELS}, [{annotations}].map({_ANNOTATIONS}, {expression})[0])[0]"
+    return f"[{labels}].all({_LABELS}, [{annotations}].all({_ANNOTATIONS}, {expression}))"
+
+
+def _label(key: str) -> str:
+    return f"({quote(key)} in {_LABELS} ? {_LABELS}[{quote(key)}] : '')"
+
+
+def _annotation_is(key: str, value: str) -> str:
+    return f"({quote(key)} in {_ANNOTATIONS} && {value} == {_ANNOTATIONS}[{quote(key)}])"
+
+
+def _argv(var: str = "c") -> str:
+    return f"((has({var}.command) ? {var}.command : []) + (has({var}.args) ? {var}.args : []))"
+
+
+def _launcher_after(offset: int) -> str:
+    """CEL over argv `a`: from `offset`, KFP's launcher, its flags, `--`, then ours and a step.
+
+    `t` runs over the positions KFP's terminator can take (after 0..MAX_LAUNCHER_FLAGS flag/value
+    pairs); every flag position before it must hold one of KFP's value flags.
+    """
+    flags = string_list(KFP_LAUNCHER_FLAGS)
+    positions = (
+        "[" + ", ".join(str(offset + 1 + 2 * k) for k in range(MAX_LAUNCHER_FLAGS + 1)) + "]"
+    )
+    prefix = " && ".join(
+        f"a[t + {1 + i}] == {quote(part)}" for i, part in enumerate(contract.LAUNCHER_PREFIX)
+    )
+    step_at = 1 + len(contract.LAUNCHER_PREFIX)
+    return (
+        f"(size(a) > {offset} && a[{offset}] == {quote(contract.KFP_LAUNCHER_BINARY)} && "
+        f"{positions}.exists(t, size(a) > t + {step_at} && a[t] == '--' && "
+        f"{positions}.all(j, j >= t || a[j] in {flags}) && {prefix}))"
+    )
+
+
+def _emissary() -> str:
+    """CEL over argv `a`: it starts with Argo's emissary wrapper, exactly."""
+    return (
+        f"(size(a) > {EMISSARY_SIZE} && a[0] == {quote(contract.ARGO_EXECUTOR_BINARY)} && "
+        f"a[1] == 'emissary' && {argo_log_flags('a', 2)} && a[{EMISSARY_SIZE - 1}] == '--')"
+    )
+
+
+def launcher_argv_ok(var: str = "c") -> str:
+    """CEL: container `var`'s argv runs KFP's launcher, then ours, behind Argo's emissary or not
+    (the shape KFP's driver writes, and the one Argo runs)."""
+    bare = _launcher_after(0)
+    wrapped = f"({_emissary()} && {_launcher_after(EMISSARY_SIZE)})"
+    return f"[{_argv(var)}].all(a, {bare} || {wrapped})"
+
+
+def _native_only(var: str = "c") -> str:
+    native = string_list(NATIVE_RESOURCES)
+    return (
+        f"(!has({var}.resources) || ("
+        f"(!has(dyn({var}.resources).limits) || dyn({var}.resources).limits.all(k, k in {native})) && "
+        f"(!has(dyn({var}.resources).requests) || dyn({var}.resources).requests.all(k, k in {native}))))"
+    )
+
+
+def _system_ok(var: str = "c") -> str:
+    """A KFP/Argo container of a step pod: exactly its own shape, and no device resource."""
+    return f"({system_container(var)} && {_native_only(var)})"
+
+
+def _containers_ok(var: str = "c") -> str:
+    """A container of `containers`: KFP's/Argo's in its own shape, or the launcher's `main`."""
+    main = quote(contract.KFP_MAIN_CONTAINER)
+    return f"({_system_ok(var)} || (!{system_image(var)} && {var}.name == {main}))"
+
+
+def _tenant_containers(profile: TenantProfile) -> Rule:
+    others = ("initContainers", "ephemeralContainers")
+    expression = f"{SPEC}.containers.all(c, {_containers_ok()})" + "".join(
+        f" && (!has({SPEC}.{lst}) || {SPEC}.{lst}.all(c, {_system_ok()}))" for lst in others
+    )
+    offenders = (
+        f"({SPEC}.containers.filter(c, !{_containers_ok()}).map(c, c.name)"
+        + "".join(
+            f" + (has({SPEC}.{lst}) ? {SPEC}.{lst}.filter(c, !{_system_ok()}).map(c, c.name) : [])"
+            for lst in others
+        )
+        + ")"
+    )
+    tail = (
+        "is neither the step's main container nor one of KFP's/Argo's own in its own shape "
+        "(init and ephemeral containers: KFP's and Argo's images only, no device resources)"
+    )
+    return tenant_rule(
+        profile,
+        "secureml.tenantContainers",
+        "a step pod runs only `main` and KFP's and Argo's own containers in their own shape "
+        "(no tenant init, sidecar, ephemeral or extra container; no device resource on a system "
+        "container)",
+        expression,
+        name_first(offenders, "container", tail, quote(f"a container {tail}")),
+    )
+
+
+def _launcher_argv(profile: TenantProfile) -> Rule:
+    predicate = f"({system_image()} || {launcher_argv_ok()})"
+    wrappers = f"{contract.ARGO_EXECUTOR_BINARY} emissary <Argo's log flags> --"
+    tail = (
+        f"must run {wrappers} (optional), {contract.KFP_LAUNCHER_BINARY} <its flags> --, then exactly "
+        f"{' '.join(contract.LAUNCHER_PREFIX)} <step command>"
+    )
+    offenders = f"{SPEC}.containers.filter(c, !{predicate}).map(c, c.name)"
+    return tenant_rule(
+        profile,
+        "secureml.launcherArgv",
+        f"the step's container {tail}",
+        f"{SPEC}.containers.all(c, {predicate})",
+        name_first(offenders, "container", tail, quote(f"a container {tail}")),
+    )
+
+
+def _flag(value: bool) -> str:
+    return quote("true" if value else "false")
+
+
+def _spiffe_id_cel(profile: TenantProfile) -> str:
+    """The SPIFFE ID SPIRE issues to the pod (the ClusterSPIFFEID's template over its labels)."""
+    template = spiffe_id_template(profile)
+    pieces: list[str] = []
+    for key in (contract.LABEL_PIPELINE, contract.LABEL_STEP):
+        template = template.replace(f'{{{{ index .PodMeta.Labels "{key}" }}}}', f"\x00{key}\x00")
+    for index, piece in enumerate(template.split("\x00")):
+        if index % 2:
+            pieces.append(_label(piece))
+        elif piece:
+            pieces.append(quote(piece))
+    return "(" + " + ".join(pieces) + ")"
+
+
+def pinned_env(profile: TenantProfile) -> dict[str, str]:
+    """Each variable the compiler writes for the launcher -> CEL over `e.value` that holds for the
+    value admission allows (`c` the container, `labels`/`annotations` the pod's)."""
+    spec = profile.spec
+    isolation = _label(contract.LABEL_ISOLATION)
+    gpu = f"{isolation} != {quote(contract.ISOLATION_NONE)}"
+    pinned = {
+        contract.ENV_TENANT: f"e.value == {quote(profile.metadata.name)}",
+        contract.ENV_NAMESPACE: f"e.value == {quote(spec.namespace)}",
+        contract.ENV_PIPELINE: "true",  # the audit record's name of the pipeline, no control
+        contract.ENV_STEP: f"e.value == {_label(contract.LABEL_STEP)}",
+        contract.ENV_ISOLATION: f"e.value == {isolation}",
+        contract.ENV_IMAGE: "has(c.image) && e.value == c.image",
+        contract.ENV_IDENTITY_REQUIRED: f"e.value == {_flag(spec.identity.required)}",
+        contract.ENV_EXPECTED_SPIFFE_ID: f"e.value == {_spiffe_id_cel(profile)}",
+        contract.ENV_SCRUB_BEFORE: f"e.value == ({gpu} ? {_flag(spec.scrub.before)} : 'false')",
+        contract.ENV_SCRUB_AFTER: f"e.value == ({gpu} ? {_flag(spec.scrub.after)} : 'false')",
+        contract.ENV_SCRUB_VERIFY: f"e.value == ({gpu} ? {quote(spec.scrub.verify)} : 'off')",
+        contract.ENV_SHIM_MODE: f"e.value == ({isolation} == 'timeslice-shim' ? 'enforce' : 'off')",
+        contract.ENV_GPU_REQUEST: _annotation_is(contract.ANNOTATION_GPU_REQUEST, "e.value"),
+        contract.ENV_SHIM_LIMITS_FILE: f"e.value == {quote(contract.SHIM_LIMITS_PATH)}",
+        contract.SPIFFE_SOCKET_ENV: f"e.value == {quote('unix://' + spec.identity.socket_path)}",
+    }
+    return pinned
+
+
+def required_env(profile: TenantProfile) -> tuple[str, ...]:
+    """The variables whose absence would make the launcher fall back to a weaker default."""
+    names = [
+        contract.ENV_ISOLATION,
+        contract.ENV_IDENTITY_REQUIRED,
+        contract.ENV_SCRUB_BEFORE,
+        contract.ENV_SCRUB_AFTER,
+        contract.ENV_SCRUB_VERIFY,
+        contract.ENV_SHIM_MODE,
+    ]
+    if profile.spec.identity.required:
+        names += [contract.ENV_EXPECTED_SPIFFE_ID, contract.SPIFFE_SOCKET_ENV]
+    return tuple(names)
+
+
+def _prefix_ok(families: tuple[str, ...], names: tuple[str, ...]) -> str:
+    """CEL over `s`: an envFrom whose prefix can form no name of `families` (prefixes) or `names`,
+    or KFP's own import of its metadata ConfigMap into `main` (its keys are guarded by the bundle;
+    the same exception as `secureml.envFrom`)."""
+    checks = [
+        f"!{quote(f)}.startsWith(s.prefix) && !s.prefix.startsWith({quote(f)})" for f in families
+    ]
+    checks += [f"!{quote(n)}.startsWith(s.prefix)" for n in names]
+    kfp_import = (
+        f"(c.name == {quote(contract.KFP_MAIN_CONTAINER)} && !has(s.prefix) && "
+        "!has(s.secretRef) && has(s.configMapRef) && "
+        f"s.configMapRef.name == {quote(contract.KFP_METADATA_CONFIGMAP)})"
+    )
+    return (
+        f"(!has(c.envFrom) || c.envFrom.all(s, (has(s.prefix) && {' && '.join(checks)}) || "
+        f"{kfp_import}))"
+    )
+
+
+def _launcher_env(profile: TenantProfile) -> Rule:
+    pinned = pinned_env(profile)
+    names = string_list(pinned)
+    chain = "true"
+    for name, condition in reversed(pinned.items()):
+        chain = f"(e.name == {quote(name)} ? ({condition}) : {chain})"
+    entry_ok = (
+        f"(e.name in {names} ? (has(e.value) && !has(e.valueFrom) && {chain}) : "
+        f"!e.name.startsWith({quote(contract.ENV_PREFIX)}))"
+    )
+    required = string_list(required_env(profile))
+    env_ok = (
+        f"(!has(c.env) || c.env.all(e, {entry_ok})) && "
+        f"{required}.all(n, has(c.env) && c.env.exists(e, e.name == n)) && "
+        f"{_prefix_ok((contract.ENV_PREFIX,), (contract.SPIFFE_SOCKET_ENV,))}"
+    )
+    predicate = f"({system_image()} || ({env_ok}))"
+    tail = (
+        f"must set {', '.join(required_env(profile))} and any other SECUREML_* or "
+        f"{contract.SPIFFE_SOCKET_ENV} only as plain values equal to what the profile and the "
+        "pod's labels require (and no envFrom prefix that can form them)"
+    )
+    offenders = f"{SPEC}.containers.filter(c, !{predicate}).map(c, c.name)"
+    return tenant_rule(
+        profile,
+        "secureml.launcherEnv",
+        f"the step's container {tail}",
+        _bind_metadata(f"{SPEC}.containers.all(c, {predicate})"),
+        _bind_metadata(
+            name_first(offenders, "container", tail, quote(f"a container {tail}")), message=True
+        ),
+    )
+
+
+def _interpreter_env(profile: TenantProfile) -> Rule:
+    harmless = string_list(HARMLESS_PYTHON_ENV)
+    forbidden = string_list(INTERPRETER_ENV)
+    env_ok = (
+        f"(!has(c.env) || c.env.all(e, !(e.name in {forbidden}) && "
+        f"(!e.name.startsWith({quote(PYTHON_ENV_PREFIX)}) || e.name in {harmless}))) && "
+        f"{_prefix_ok((PYTHON_ENV_PREFIX,), INTERPRETER_ENV)} && !has(c.workingDir)"
+    )
+    predicate = f"({system_image()} || ({env_ok}))"
+    tail = (
+        f"must not set {', '.join(INTERPRETER_ENV)}, PYTHON* (but "
+        f"{', '.join(HARMLESS_PYTHON_ENV)}) or workingDir: they choose the interpreter and what "
+        "it imports before the launcher runs"
+    )
+    offenders = f"{SPEC}.containers.filter(c, !{predicate}).map(c, c.name)"
+    return tenant_rule(
+        profile,
+        "secureml.interpreterEnv",
+        f"the step's container {tail}",
+        f"{SPEC}.containers.all(c, {predicate})",
+        name_first(offenders, "container", tail, quote(f"a container {tail}")),
+    )
+
+
+def launcher_rules(profile: TenantProfile) -> list[Rule]:
+    """The class 1 rules of `profile` (step pods only)."""
+    return [
+        _tenant_containers(profile),
+        _launcher_argv(profile),
+        _launcher_env(profile),
+        _interpreter_env(profile),
+    ]

@@ -1,0 +1,171 @@
+"""Tenant mounts only where the platform allows them (issue 10, class 2).
+
+A volume mounted over the platform's files switches its controls off without any other change: an
+emptyDir at the shim's folder leaves `/etc/ld.so.preload` naming a missing library (or, mounted
+with the tenant's content, the tenant's own), an emptyDir at `/etc` makes it writable over the
+read-only root, a `subPath` mount inside `/etc/secureml/podinfo` replaces the limits file the
+watchdog and the shim read, a volume at the image's site-packages replaces the launcher itself.
+
+`secureml.mountPaths` (step pods; the containers that are not KFP's or Argo's own) allows a
+volume mount only when it is one of
+
+- the platform's own mounts, exactly as the mutating policy adds them (`bundle.mutation`: the
+  SPIFFE socket folder, the podinfo folder and the `/etc/ld.so.preload` subPath), on a volume of
+  that name with the platform's source (the CSI driver, the downward-API items);
+- KFP's and Argo's own emptyDirs at their own paths (`/kfp-launcher`, `/gcs`, `/s3`, `/minio`,
+  `/.local`, `/.cache`, `/.config`, `/var/run/argo`), no subPath;
+- an emptyDir at one of the profile's scratch mounts (`hardening.scratchMounts`);
+- any volume at or under one of the profile's data prefixes (`hardening.dataMountPrefixes`), the
+  path without `..` segments.
+
+The profile itself refuses a scratch mount or data prefix at, above or below a platform path
+(`contract.touches_platform_path`), so no allowed path can cover one. No `volumeDevices` either: a
+block device node can be created at any path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from secureml import contract
+from secureml.bundle.mutation import mutations_for_profile
+from secureml.preview import BACKEND_SCRATCH, KFP_LAUNCHER_VOLUME
+from secureml.profile import TenantProfile
+from secureml.rules._cel import SPEC, container_rule_message, every_container, quote, string_list
+from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.model import Rule
+from secureml.rules.scope import system_image
+
+ARGO_VAR_RUN_VOLUME = "var-run-argo"
+# KFP's and Argo's emptyDirs in `main`: (volume name, mount path).
+KFP_MOUNTS = (
+    (KFP_LAUNCHER_VOLUME, contract.KFP_LAUNCHER_DIR),
+    *BACKEND_SCRATCH,
+    (ARGO_VAR_RUN_VOLUME, contract.ARGO_VAR_RUN_DIR),
+)
+
+
+# The API server's ServiceAccount admission mounts the pod's token into every container (a
+# projected `kube-api-access-<5>` volume at this path, read-only): KFP's launcher and Argo's
+# executor read the API with it. Checked on kube-apiserver 1.36.3 (tests/cluster): without this
+# allowance every step pod is refused on a real cluster. Only that shape passes: read-only, no
+# subPath, a projected volume of a service-account token, the cluster CA ConfigMap and downward-API
+# items, nothing else.
+SERVICE_ACCOUNT_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_ACCOUNT_TOKEN_MOUNT = (
+    f"(m.name.startsWith('kube-api-access-') && m.mountPath == {quote(SERVICE_ACCOUNT_TOKEN_DIR)} && "
+    "!has(m.subPath) && !has(m.subPathExpr) && has(m.readOnly) && m.readOnly == true && "
+    f"has({SPEC}.volumes) && {SPEC}.volumes.exists(v, v.name == m.name && has(v.projected) && "
+    "has(v.projected.sources) && v.projected.sources.all(s, has(s.serviceAccountToken) || "
+    "(has(s.configMap) && s.configMap.name == 'kube-root-ca.crt') || has(s.downwardAPI))))"
+)
+
+
+def platform_mounts(
+    profile: TenantProfile,
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The mounts the mutating policy adds to every container, and its volumes by name."""
+    mounts: list[dict[str, Any]] = []
+    volumes: dict[str, dict[str, Any]] = {}
+    for mutation in mutations_for_profile(profile):
+        for op in mutation.operations:
+            if op.kind != "append":
+                continue
+            if op.target == "pod" and op.path == ("spec", "volumes"):
+                volumes.update({volume["name"]: volume for volume in op.value})
+            elif op.target == "containers" and op.path == ("volumeMounts",):
+                mounts.extend(op.value)
+    return mounts, volumes
+
+
+def _volume_is(name: str, source: str) -> str:
+    """CEL: the pod has a volume `name` whose source satisfies `source` (over `v`)."""
+    return f"(has({SPEC}.volumes) && {SPEC}.volumes.exists(v, v.name == {quote(name)} && {source}))"
+
+
+def _platform_source(volume: dict[str, Any]) -> str:
+    """CEL over `v`: the volume's source is the platform's (its kind, driver or items)."""
+    if "csi" in volume:
+        return f"has(v.csi) && v.csi.driver == {quote(volume['csi']['driver'])}"
+    if "downwardAPI" in volume:
+        items = volume["downwardAPI"]["items"]
+        pairs = " || ".join(
+            f"(i.path == {quote(item['path'])} && "
+            f"i.fieldRef.fieldPath == {quote(item['fieldRef']['fieldPath'])})"
+            for item in items
+        )
+        return (
+            "has(v.downwardAPI) && has(v.downwardAPI.items) && v.downwardAPI.items.all(i, "
+            f"has(i.fieldRef) && !has(i.resourceFieldRef) && ({pairs}))"
+        )
+    raise ValueError(f"no source test for the platform volume {volume['name']!r}")
+
+
+def _mount_is(mount: dict[str, Any], source: str) -> str:
+    sub_path = (
+        f"has(m.subPath) && m.subPath == {quote(mount['subPath'])}"
+        if "subPath" in mount
+        else "!has(m.subPath)"
+    )
+    read_only = " && has(m.readOnly) && m.readOnly == true" if mount.get("readOnly") else ""
+    return (
+        f"(m.name == {quote(mount['name'])} && m.mountPath == {quote(mount['mountPath'])} && "
+        f"{sub_path} && !has(m.subPathExpr){read_only} && "
+        f"{_volume_is(mount['name'], source)})"
+    )
+
+
+def mount_ok(profile: TenantProfile) -> str:
+    """CEL over the mount `m`: one of the allowed mounts of a step's own container."""
+    mounts, volumes = platform_mounts(profile)
+    allowed = [_mount_is(m, _platform_source(volumes[m["name"]])) for m in mounts]
+    allowed += [
+        _mount_is({"name": name, "mountPath": path}, "has(v.emptyDir)") for name, path in KFP_MOUNTS
+    ]
+    allowed.append(SERVICE_ACCOUNT_TOKEN_MOUNT)
+    hardening = profile.spec.hardening
+    if hardening.scratch_mounts:
+        allowed.append(
+            f"(m.mountPath in {string_list(hardening.scratch_mounts)} && "
+            f"{_volume_is_named_by_mount('has(v.emptyDir)')})"
+        )
+    prefixes = [p.rstrip("/") for p in hardening.data_mount_prefixes]
+    if prefixes:
+        under = " || ".join(
+            f"m.mountPath == {quote(p)} || m.mountPath.startsWith({quote(p + '/')})"
+            for p in prefixes
+        )
+        allowed.append(f"(!m.mountPath.contains('..') && ({under}))")
+    return "(" + " || ".join(allowed) + ")"
+
+
+def _volume_is_named_by_mount(source: str) -> str:
+    return f"(has({SPEC}.volumes) && {SPEC}.volumes.exists(v, v.name == m.name && {source}))"
+
+
+def mount_rules(profile: TenantProfile) -> list[Rule]:
+    """The class 2 rule of `profile` (step pods only)."""
+    hardening = profile.spec.hardening
+    predicate = (
+        f"({system_image()} || ((!has(c.volumeMounts) || c.volumeMounts.all(m, {mount_ok(profile)}))"
+        " && !has(c.volumeDevices)))"
+    )
+    where = ", ".join(
+        [
+            "the platform's own mounts",
+            "KFP's emptyDirs at their paths",
+            f"emptyDirs at {', '.join(hardening.scratch_mounts) or '(no scratch mount)'}",
+            f"data volumes under {', '.join(hardening.data_mount_prefixes) or '(no data prefix)'}",
+        ]
+    )
+    tail = f"mounts a volume outside the allowed paths ({where}) or uses volumeDevices"
+    return [
+        tenant_rule(
+            profile,
+            "secureml.mountPaths",
+            f"a step's container mounts volumes only at allowed paths ({where}), never at, above "
+            "or below a platform path, and no volumeDevices",
+            every_container(predicate),
+            container_rule_message(predicate, tail),
+        )
+    ]

@@ -220,8 +220,8 @@ def _gpu_free_off_gpu_nodes(profile: TenantProfile) -> Rule | None:
     granted = string_list(r.name for r in granted_resources(profile))
     holds = (
         "(has(c.resources) && ("
-        f"(has(c.resources.limits) && c.resources.limits.exists(k, k in {granted})) || "
-        f"(has(c.resources.requests) && c.resources.requests.exists(k, k in {granted}))))"
+        f"(has(dyn(c.resources).limits) && dyn(c.resources).limits.exists(k, k in {granted})) || "
+        f"(has(dyn(c.resources).requests) && dyn(c.resources).requests.exists(k, k in {granted}))))"
     )
     asks_gpu = " || ".join(
         [

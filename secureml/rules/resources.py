@@ -109,8 +109,8 @@ def _holds(name: str, var: str = "c") -> str:
     key = quote(name)
     return (
         f"(has({var}.resources) && ("
-        f"(has({var}.resources.limits) && {key} in {var}.resources.limits) || "
-        f"(has({var}.resources.requests) && {key} in {var}.resources.requests)))"
+        f"(has(dyn({var}.resources).limits) && {key} in dyn({var}.resources).limits) || "
+        f"(has(dyn({var}.resources).requests) && {key} in dyn({var}.resources).requests)))"
     )
 
 
@@ -119,10 +119,10 @@ def _count_within(name: str, counts: str, var: str = "c") -> str:
     key = quote(name)
     return (
         f"(!has({var}.resources) || ("
-        f"(!has({var}.resources.limits) || !({key} in {var}.resources.limits) || "
-        f"string({var}.resources.limits[{key}]) in {counts}) && "
-        f"(!has({var}.resources.requests) || !({key} in {var}.resources.requests) || "
-        f"string({var}.resources.requests[{key}]) in {counts})))"
+        f"(!has(dyn({var}.resources).limits) || !({key} in dyn({var}.resources).limits) || "
+        f"string(dyn({var}.resources).limits[{key}]) in {counts}) && "
+        f"(!has(dyn({var}.resources).requests) || !({key} in dyn({var}.resources).requests) || "
+        f"string(dyn({var}.resources).requests[{key}]) in {counts})))"
     )
 
 
@@ -166,13 +166,13 @@ def resource_name_rule(profile: TenantProfile) -> Rule:
     key_ok = f"(k in {allowed} || k.startsWith({quote(HUGEPAGES_PREFIX)}))"
     container_ok = (
         "(!has(c.resources) || ("
-        f"(!has(c.resources.limits) || c.resources.limits.all(k, {key_ok})) && "
-        f"(!has(c.resources.requests) || c.resources.requests.all(k, {key_ok}))))"
+        f"(!has(dyn(c.resources).limits) || dyn(c.resources).limits.all(k, {key_ok})) && "
+        f"(!has(dyn(c.resources).requests) || dyn(c.resources).requests.all(k, {key_ok}))))"
     )
     pod_ok = (
         f"(!has({SPEC}.resources) || ("
-        f"(!has({SPEC}.resources.limits) || {SPEC}.resources.limits.all(k, {key_ok})) && "
-        f"(!has({SPEC}.resources.requests) || {SPEC}.resources.requests.all(k, {key_ok}))))"
+        f"(!has(dyn({SPEC}.resources).limits) || dyn({SPEC}.resources).limits.all(k, {key_ok})) && "
+        f"(!has(dyn({SPEC}.resources).requests) || dyn({SPEC}.resources).requests.all(k, {key_ok}))))"
     )
     names = ", ".join(granted) or "none"
     tail = (

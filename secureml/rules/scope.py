@@ -132,8 +132,8 @@ def _native_resources_only(var: str = "c") -> str:
     native = string_list(NATIVE_RESOURCES)
     return (
         f"(!has({var}.resources) || ("
-        f"(!has({var}.resources.limits) || {var}.resources.limits.all(k, k in {native})) && "
-        f"(!has({var}.resources.requests) || {var}.resources.requests.all(k, k in {native}))))"
+        f"(!has(dyn({var}.resources).limits) || dyn({var}.resources).limits.all(k, k in {native})) && "
+        f"(!has(dyn({var}.resources).requests) || dyn({var}.resources).requests.all(k, k in {native}))))"
     )
 
 

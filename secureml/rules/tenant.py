@@ -58,8 +58,8 @@ def _resource_keys_all(key_ok: str, var: str = "c") -> str:
     """Every resource name a container limits or requests satisfies `key_ok` (over `k`)."""
     return (
         f"(!has({var}.resources) || ("
-        f"(!has({var}.resources.limits) || {var}.resources.limits.all(k, {key_ok})) && "
-        f"(!has({var}.resources.requests) || {var}.resources.requests.all(k, {key_ok}))))"
+        f"(!has(dyn({var}.resources).limits) || dyn({var}.resources).limits.all(k, {key_ok})) && "
+        f"(!has(dyn({var}.resources).requests) || dyn({var}.resources).requests.all(k, {key_ok}))))"
     )
 
 
@@ -67,8 +67,8 @@ def _any_container_requests(key_match: str) -> str:
     """Some container limits or requests a resource whose name satisfies `key_match` (over `k`)."""
     one = (
         "(has(c.resources) && ("
-        f"(has(c.resources.limits) && c.resources.limits.exists(k, {key_match})) || "
-        f"(has(c.resources.requests) && c.resources.requests.exists(k, {key_match}))))"
+        f"(has(dyn(c.resources).limits) && dyn(c.resources).limits.exists(k, {key_match})) || "
+        f"(has(dyn(c.resources).requests) && dyn(c.resources).requests.exists(k, {key_match}))))"
     )
     parts = [f"(has({SPEC}.{lst}) && {SPEC}.{lst}.exists(c, {one}))" for lst in CONTAINER_LISTS]
     return "(" + " || ".join(parts) + ")"
@@ -229,8 +229,10 @@ class _Catalogue:
         not_mig = f"!{_label_is('mig')} && " if single_mig else ""
         if gpu.backend == "device-plugin" and gpu.whole_gpu is not None:
             counts = string_list(str(n) for n in range(1, gpu.whole_gpu.max_per_step + 1))
-            count_ok = f"!(k == {quote(WHOLE_GPU)}) || string(c.resources.limits[k]) in {counts}"
-            predicate = f"(!{has_path('c', 'resources', 'limits')} || c.resources.limits.all(k, {count_ok}))"
+            count_ok = (
+                f"!(k == {quote(WHOLE_GPU)}) || string(dyn(c.resources).limits[k]) in {counts}"
+            )
+            predicate = f"(!(has(c.resources) && has(dyn(c.resources).limits)) || dyn(c.resources).limits.all(k, {count_ok}))"
             message = (
                 f"must request at most {gpu.whole_gpu.max_per_step} whole GPU(s) "
                 f"({WHOLE_GPU} limit 1..{gpu.whole_gpu.max_per_step})"
@@ -274,11 +276,11 @@ class _Catalogue:
         """One time-sliced share per container: the shim's limits are per container, and a second
         replica of the same GPU would double them. (Not a LimitRange `max`: see bundle/kubeflow.py.)
         Extended resources need a limit whenever they are requested, so checking limits suffices."""
-        count_ok = f"!(k == {quote(shared)}) || string(c.resources.limits[k]) == '1'"
+        count_ok = f"!(k == {quote(shared)}) || string(dyn(c.resources).limits[k]) == '1'"
         return self.container_rule(
             "secureml.timeSliceCount",
             f"must request at most one time-sliced share ({shared} limit 1)",
-            f"(!{has_path('c', 'resources', 'limits')} || c.resources.limits.all(k, {count_ok}))",
+            f"(!(has(c.resources) && has(dyn(c.resources).limits)) || dyn(c.resources).limits.all(k, {count_ok}))",
         )
 
     def _mig_single(self, asks_gpu: str, allowed_profiles: list[str]) -> Rule:

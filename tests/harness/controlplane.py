@@ -245,11 +245,12 @@ class ControlPlane:
     def log_path(self) -> Path:
         return self.directory / "kube-apiserver.log"
 
-    def log(self, lines: int = 60) -> str:
-        """The last `lines` lines of kube-apiserver's log."""
-        if not self.log_path.exists():
+    def log(self, lines: int = 60, program: str = "kube-apiserver") -> str:
+        """The last `lines` lines of `program`'s log (one of PROGRAMS)."""
+        path = self.directory / f"{program}.log"
+        if not path.exists():
             return ""
-        text = self.log_path.read_text(errors="replace")
+        text = path.read_text(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
     def api_client(self) -> Any:

@@ -4,12 +4,11 @@ setup.py installs the folders `components/` and `enforcement/` as `secureml.comp
 `secureml.enforcement`. mypy finds modules only by walking folders, and the editable install maps
 them with an import hook that mypy cannot follow (python/mypy#12313), so a plain `mypy secureml`
 would not resolve `secureml.enforcement`. This script gives mypy every file with its module name,
-taking the mapping from setup.py's `SUBTREES`; the settings are `[tool.mypy]` in pyproject.toml.
+taking the mapping from setup.py's `SUBTREES` (package_layout.py); the settings are `[tool.mypy]` in pyproject.toml.
 """
 
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
@@ -18,34 +17,16 @@ from mypy.errors import CompileError
 from mypy.main import process_options
 from mypy.modulefinder import BuildSource
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def package_folders() -> dict[str, Path]:
-    """The import name of each source folder: `secureml` plus setup.py's `SUBTREES`."""
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(target, ast.Name) and target.id == "SUBTREES" for target in node.targets
-        ):
-            subtrees: dict[str, str] = ast.literal_eval(node.value)
-            return {"secureml": ROOT / "secureml"} | {
-                name: ROOT / folder for name, folder in subtrees.items()
-            }
-    raise SystemExit("setup.py has no SUBTREES mapping: update scripts/typecheck.py")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from package_layout import ROOT, package_modules
 
 
 def sources() -> list[BuildSource]:
     """Every Python file of the package, named as it is imported."""
-    found = []
-    for package, folder in package_folders().items():
-        for path in sorted(folder.rglob("*.py")):
-            parts = list(path.relative_to(folder).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            module = ".".join([package, *parts])
-            found.append(BuildSource(str(path.relative_to(ROOT)), module))
-    return found
+    return [
+        BuildSource(str(path.relative_to(ROOT)), module)
+        for module, path in package_modules().items()
+    ]
 
 
 def main(argv: list[str]) -> int:

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from secureml import contract, gpu
+from secureml import contract, gpu, gpu_catalogue
 from secureml.decorator import SecureSettings
 from secureml.errors import SecuremlError
 from secureml.images import ImageRef, registry_allowed
+from secureml.quantity import format_bytes
 
 if TYPE_CHECKING:
     from secureml.profile import TenantProfile
@@ -266,9 +267,9 @@ def _check_gpu(request: gpu.GPURequest, profile: TenantProfile, add: AddViolatio
         if request.memory_bytes > time_slice.max_memory:
             add(
                 "gpu.timeslice-memory",
-                f"memory {_size(request.memory_bytes)} exceeds the limit "
-                f"{_size(time_slice.max_memory)}",
-                f"ask for at most memory={_size(time_slice.max_memory)!r}",
+                f"memory {format_bytes(request.memory_bytes)} exceeds the limit "
+                f"{format_bytes(time_slice.max_memory)}",
+                f"ask for at most memory={format_bytes(time_slice.max_memory)!r}",
             )
         if request.compute > time_slice.max_compute:
             add(
@@ -291,7 +292,11 @@ def _check_gpu(request: gpu.GPURequest, profile: TenantProfile, add: AddViolatio
                 f"{request.count} whole GPUs exceed the limit of {whole.max_per_step} per step",
                 f"ask for WholeGPU({whole.max_per_step}) or fewer",
             )
-        known = [gpu.MIG_CATALOGUE[name] for name in settings.models if name in gpu.MIG_CATALOGUE]
+        known = [
+            gpu_catalogue.MIG_CATALOGUE[name]
+            for name in settings.models
+            if name in gpu_catalogue.MIG_CATALOGUE
+        ]
         if request.product and settings.models and len(known) == len(settings.models):
             products = [product for model in known for product in model.products]
             if request.product not in products:
@@ -302,14 +307,6 @@ def _check_gpu(request: gpu.GPURequest, profile: TenantProfile, add: AddViolatio
                     f"use one of {', '.join(products)} or leave product out",
                 )
     _check_quota(request, profile, add)
-
-
-def _size(amount: int) -> str:
-    """Bytes as a Kubernetes quantity when a binary unit divides them exactly (16Gi), else bytes."""
-    for unit, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if amount % factor == 0:
-            return f"{amount // factor}{unit}"
-    return str(amount)
 
 
 def _check_mig(request: gpu.MIG, profile: TenantProfile, add: AddViolation) -> None:
@@ -327,8 +324,8 @@ def _check_mig(request: gpu.MIG, profile: TenantProfile, add: AddViolation) -> N
             f"MIG profile {request.profile} is not allowed",
             f"use one of {', '.join(settings.mig.allowed_profiles)}",
         )
-    model_names = list(settings.models) or list(gpu.MIG_CATALOGUE)
-    offering = gpu.models_offering(request.profile, model_names)
+    model_names = list(settings.models) or list(gpu_catalogue.MIG_CATALOGUE)
+    offering = gpu_catalogue.models_offering(request.profile, model_names)
     if not offering:
         add(
             "gpu.mig-profile-unknown",
@@ -340,8 +337,8 @@ def _check_mig(request: gpu.MIG, profile: TenantProfile, add: AddViolation) -> N
                     {
                         p
                         for n in model_names
-                        if n in gpu.MIG_CATALOGUE
-                        for p in gpu.MIG_CATALOGUE[n].profiles
+                        if n in gpu_catalogue.MIG_CATALOGUE
+                        for p in gpu_catalogue.MIG_CATALOGUE[n].profiles
                     }
                 )
             )[:200],

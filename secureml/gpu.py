@@ -1,4 +1,4 @@
-"""GPU requests, the MIG catalogue, and how a request becomes Kubernetes scheduling terms.
+"""GPU requests, and how a request becomes Kubernetes scheduling terms.
 
 A step asks for one of three things: `MIG(profile, count)`, a MIG instance; `TimeSlice(memory,
 compute)`, a share of a time-sliced GPU limited by the quota shim; `WholeGPU(count, product)`,
@@ -12,8 +12,8 @@ the tenant's cluster offers:
 |                         | the MIG-suffixed product name (GFD)   | time-slicing` selector      | tolerations           |
 | dra                     | pod label `secureml.dev/gpu-claim` naming a ResourceClaimTemplate (`claim_template_name`)   |
 
-Whether a request is *allowed* is decided by `secureml.compile_rules`; this module only knows what
-exists (the catalogue) and where it lives (the mapping).
+Whether a request is *allowed* is decided by `secureml.compile_rules`; what exists (the MIG
+catalogue) and the resource and label names are `secureml.gpu_catalogue`'s; this module maps.
 """
 
 from __future__ import annotations
@@ -25,138 +25,24 @@ from typing import TYPE_CHECKING, Literal, TypedDict
 
 from secureml import contract
 from secureml.errors import SecuremlError
+from secureml.gpu_catalogue import (
+    LABEL_GPU_PRODUCT,
+    LABEL_SHARING_STRATEGY,
+    RESOURCE_GPU,
+    SHARING_TIME_SLICING,
+    mig_product_names,
+    mig_resource_name,
+)
+from secureml.quantity import parse_bytes
 
 if TYPE_CHECKING:
     from secureml.profile import TenantProfile
-
-RESOURCE_GPU = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-# Node labels published by NVIDIA GPU Feature Discovery (k8s-device-plugin README, "Catalog of Labels").
-LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
-LABEL_SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"
-SHARING_TIME_SLICING = "time-slicing"
-
-
-# --- the MIG catalogue -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MigProfile:
-    """One MIG profile of one GPU model (NVIDIA MIG user guide, "Supported MIG Profiles")."""
-
-    name: str  # e.g. "1g.10gb"
-    compute_slices: int  # GPCs out of the model's compute_slices
-    memory_slices: int  # memory slices out of the model's memory_slices
-    memory_gb: int  # the "<n>gb" of the name
-    max_instances: int  # how many fit on one GPU at once
-
-
-@dataclass(frozen=True, slots=True)
-class GPUModel:
-    """A MIG-capable GPU model as tenant profiles name it (`spec.gpu.models`)."""
-
-    name: str  # e.g. "A100-80GB"
-    products: tuple[str, ...]  # GFD `nvidia.com/gpu.product` values (NVML name, spaces -> '-')
-    compute_slices: int
-    memory_slices: int
-    profiles: dict[str, MigProfile] = field(hash=False)
-
-
-def _profile(name: str, compute: int, memory: int, max_instances: int) -> MigProfile:
-    memory_gb = int(re.fullmatch(r"\d+g\.(\d+)gb(?:\+me)?", name).group(1))  # type: ignore[union-attr]
-    return MigProfile(name, compute, memory, memory_gb, max_instances)
-
-
-def _seven_slice_family(eighth: int, quarter: int, half: int, full: int) -> dict[str, MigProfile]:
-    """The A100/H100/H200/B200 layout: 7 compute and 8 memory slices; the arguments are the GB of
-    the 1/8, 2/8, 4/8 and 8/8 memory profiles."""
-    rows = (
-        (f"1g.{eighth}gb", 1, 1, 7),
-        (f"1g.{eighth}gb+me", 1, 1, 1),
-        (f"1g.{quarter}gb", 1, 2, 4),
-        (f"2g.{quarter}gb", 2, 2, 3),
-        (f"3g.{half}gb", 3, 4, 2),
-        (f"4g.{half}gb", 4, 4, 1),
-        (f"7g.{full}gb", 7, 8, 1),
-    )
-    return {name: _profile(name, c, m, n) for name, c, m, n in rows}
-
-
-def _model(
-    name: str, products: tuple[str, ...], compute: int, memory: int, profiles: dict[str, MigProfile]
-) -> GPUModel:
-    return GPUModel(name, products, compute, memory, profiles)
-
-
-MIG_CATALOGUE: dict[str, GPUModel] = {
-    model.name: model
-    for model in (
-        _model(
-            "A30",
-            ("NVIDIA-A30",),
-            4,
-            4,
-            {
-                name: _profile(name, c, m, n)
-                for name, c, m, n in (
-                    ("1g.6gb", 1, 1, 4),
-                    ("1g.6gb+me", 1, 1, 1),
-                    ("2g.12gb", 2, 2, 2),
-                    ("2g.12gb+me", 2, 2, 1),
-                    ("4g.24gb", 4, 4, 1),
-                )
-            },
-        ),
-        _model(
-            "A100-40GB",
-            ("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB"),
-            7,
-            8,
-            _seven_slice_family(5, 10, 20, 40),
-        ),
-        _model(
-            "A100-80GB",
-            ("NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe"),
-            7,
-            8,
-            _seven_slice_family(10, 20, 40, 80),
-        ),
-        _model(
-            "H100-80GB",
-            ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"),
-            7,
-            8,
-            _seven_slice_family(10, 20, 40, 80),
-        ),
-        _model("H100-94GB", ("NVIDIA-H100-NVL",), 7, 8, _seven_slice_family(12, 24, 47, 94)),
-        _model(
-            "H200-141GB",
-            ("NVIDIA-H200", "NVIDIA-H200-NVL"),
-            7,
-            8,
-            _seven_slice_family(18, 35, 71, 141),
-        ),
-        _model("B200", ("NVIDIA-B200",), 7, 8, _seven_slice_family(23, 45, 90, 180)),
-    )
-}
-
-
-def models_offering(profile_name: str, model_names: list[str]) -> list[GPUModel]:
-    """The models among `model_names` (catalogue order) that have MIG profile `profile_name`."""
-    return [
-        model
-        for name in model_names
-        if (model := MIG_CATALOGUE.get(name)) is not None and profile_name in model.profiles
-    ]
-
 
 # --- requests ----------------------------------------------------------------------------------
 
 
 def memory_bytes(value: int | str, *, where: str) -> int:
     """Bytes from an int or a Kubernetes quantity string ("16Gi", "500M")."""
-    from secureml.profile import parse_bytes
-
     try:
         return parse_bytes(value)
     except ValueError as err:
@@ -301,20 +187,6 @@ class Placement:
     node_affinity: list[NodeSelectorRequirement] = field(default_factory=list)  # required terms
     tolerations: list[dict[str, object]] = field(default_factory=list)
     pod_labels: dict[str, str] = field(default_factory=dict)
-
-
-def mig_resource_name(profile_name: str) -> str:
-    """The extended resource the device plugin's `mixed` strategy advertises for a MIG profile."""
-    return f"{MIG_RESOURCE_PREFIX}{profile_name}"
-
-
-def mig_product_names(profile_name: str, model_names: list[str]) -> list[str]:
-    """GFD's `nvidia.com/gpu.product` values under the `single` strategy: `<product>-MIG-<profile>`."""
-    return [
-        f"{product}-MIG-{profile_name}"
-        for model in models_offering(profile_name, model_names)
-        for product in model.products
-    ]
 
 
 def _product_terms(values: list[str]) -> tuple[dict[str, str], list[NodeSelectorRequirement]]:

@@ -30,42 +30,21 @@ from pydantic.alias_generators import to_camel
 
 from secureml import contract
 from secureml.errors import InputError, ProfileError
+from secureml.gpu_catalogue import (
+    LABEL_SHARING_STRATEGY,
+    MIG_CATALOGUE,
+    MIG_RESOURCE_PREFIX,
+    NVIDIA_RESOURCE_PREFIX,
+    RESOURCE_GPU,
+    RESOURCE_GPU_SHARED,
+    SHARING_TIME_SLICING,
+    models_offering,
+)
+from secureml.quantity import QUANTITY_PATTERN, parse_bytes
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
-_QUANTITY = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
-_UNITS = {
-    None: 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-}
-
-
-def parse_bytes(value: Any) -> int:
-    """A Kubernetes memory quantity (`16Gi`, `500M`, or a plain integer) in bytes."""
-    if isinstance(value, bool):
-        raise ValueError("expected a memory quantity such as 16Gi, not a boolean")
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError("must be a positive number of bytes")
-        return value
-    match = _QUANTITY.match(str(value).strip())
-    if not match:
-        raise ValueError(f"{value!r} is not a memory quantity; write e.g. 16Gi, 512Mi or 8G")
-    amount = int(match.group(1)) * _UNITS[match.group(2)]
-    if amount <= 0:
-        raise ValueError("must be a positive amount of memory")
-    return amount
-
-
+# A memory size field: bytes, or a Kubernetes quantity (secureml.quantity) parsed on load.
 ByteSize = Annotated[
     int,
     BeforeValidator(parse_bytes),
@@ -74,7 +53,7 @@ ByteSize = Annotated[
         {
             "anyOf": [
                 {"type": "integer", "minimum": 1},
-                {"type": "string", "pattern": _QUANTITY.pattern},
+                {"type": "string", "pattern": QUANTITY_PATTERN},
             ],
             "description": "bytes, or a Kubernetes quantity such as 16Gi",
         }
@@ -129,13 +108,13 @@ class MigSettings(_Model):
 
 class TimeSliceSettings(_Model):
     resource_name: str = Field(
-        "nvidia.com/gpu.shared",
+        RESOURCE_GPU_SHARED,
         description="Extended resource the device plugin advertises for time-sliced replicas.",
     )
     max_memory: ByteSize = Field(description="Most GPU memory one step may use (shim limit).")
     max_compute: int = Field(ge=1, le=100, description="Most compute share (percent) per step.")
     node_selector: dict[str, str] = Field(
-        default_factory=lambda: {"nvidia.com/gpu.sharing-strategy": "time-slicing"},
+        default_factory=lambda: {LABEL_SHARING_STRATEGY: SHARING_TIME_SLICING},
         description="Node labels of time-sliced GPU nodes.",
     )
 
@@ -466,8 +445,8 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
     shared = gpu.time_slice.resource_name if gpu.time_slice else None
     for resource in gpu.quota:
         path = f"spec.gpu.quota[{resource!r}]"
-        if resource.startswith("nvidia.com/mig-"):
-            mig_profile = resource.removeprefix("nvidia.com/mig-")
+        if resource.startswith(MIG_RESOURCE_PREFIX):
+            mig_profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
             if mig_profile not in allowed_mig:
                 problems.append(
                     (
@@ -476,13 +455,13 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
                         "does not allow; add it there or remove the quota",
                     )
                 )
-        elif resource == "nvidia.com/gpu":
+        elif resource == RESOURCE_GPU:
             single_mig = gpu.mig_strategy == "single" and allowed_mig
             if gpu.whole_gpu is None and not single_mig:
                 problems.append((path, "quota on whole GPUs but gpu.wholeGpu is absent"))
         elif resource == shared:
             continue
-        elif resource.startswith("nvidia.com/"):
+        elif resource.startswith(NVIDIA_RESOURCE_PREFIX):
             problems.append((path, f"{resource} is not a GPU resource this profile allows"))
         if gpu.quota[resource] < 0:
             problems.append((path, "quota must not be negative"))
@@ -553,7 +532,6 @@ def read_profile_bytes(path: str | Path) -> bytes:
 
 def _mig_profiles_on_models(gpu: GpuSettings) -> list[tuple[str, str]]:
     """Every allowed MIG profile must exist on at least one of the tenant's GPU models."""
-    from secureml.gpu import MIG_CATALOGUE, models_offering
 
     if gpu.mig is None or not gpu.mig.allowed_profiles:
         return []

@@ -11,7 +11,8 @@ put two pods on one GPU (that takes a shared ResourceClaim, which this bundle do
 from __future__ import annotations
 
 from secureml.bundle.common import BundleOptions, Manifest, metadata
-from secureml.gpu import MIG, TimeSlice, WholeGPU, claim_template_name, models_offering
+from secureml.gpu import MIG, TimeSlice, WholeGPU, claim_template_name
+from secureml.gpu_catalogue import models_offering
 from secureml.profile import TenantProfile
 
 MIG_DEVICE_CLASS = "mig.nvidia.com"

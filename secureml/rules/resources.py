@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from secureml import contract, gpu
+from secureml import contract, gpu_catalogue
 from secureml.profile import TenantProfile
 from secureml.rules._cel import (
     CONTAINER_LISTS,
@@ -71,8 +71,8 @@ def _capped(profile: TenantProfile, name: str, limit: int) -> int:
 def _mig_instances(profile: TenantProfile, mig_profile: str) -> int:
     """Most instances of `mig_profile` one step may ask for: what fits on one GPU of the tenant's
     models (the compile rule `gpu.mig-count`)."""
-    models = list(profile.spec.gpu.models) or list(gpu.MIG_CATALOGUE)
-    offering = gpu.models_offering(mig_profile, models)
+    models = list(profile.spec.gpu.models) or list(gpu_catalogue.MIG_CATALOGUE)
+    offering = gpu_catalogue.models_offering(mig_profile, models)
     return max((m.profiles[mig_profile].max_instances for m in offering), default=0)
 
 
@@ -89,13 +89,13 @@ def granted_resources(profile: TenantProfile) -> list[GrantedResource]:
     mig = settings.mig
     if mig is not None and settings.mig_strategy == "mixed":
         for profile_name in mig.allowed_profiles:
-            name = gpu.mig_resource_name(profile_name)
+            name = gpu_catalogue.mig_resource_name(profile_name)
             granted[name] = GrantedResource(
                 name, _capped(profile, name, _mig_instances(profile, profile_name))
             )
     single = mig is not None and settings.mig_strategy == "single" and bool(mig.allowed_profiles)
     if settings.whole_gpu is not None or single:
-        name = gpu.RESOURCE_GPU
+        name = gpu_catalogue.RESOURCE_GPU
         mig_limit = None
         if single and mig is not None:
             most = max(_mig_instances(profile, p) for p in mig.allowed_profiles)

@@ -9,6 +9,12 @@ docs/admission-rules.md together with the control that covers it instead.
 from __future__ import annotations
 
 from secureml import contract
+from secureml.gpu_catalogue import (
+    LABEL_GPU_PRODUCT,
+    MIG_RESOURCE_PREFIX,
+    NVIDIA_RESOURCE_PREFIX,
+    RESOURCE_GPU,
+)
 from secureml.profile import TenantProfile
 from secureml.rules._cel import (
     CONTAINER_LISTS,
@@ -25,11 +31,6 @@ from secureml.rules._cel import (
 )
 from secureml.rules.model import Rule
 from secureml.rules.scope import EVERY_POD, STEP_POD, system_container
-
-NVIDIA_PREFIX = "nvidia.com/"
-MIG_PREFIX = "nvidia.com/mig-"
-WHOLE_GPU = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 _LABELS = "object.metadata.labels"
 _ANNOTATIONS = "object.metadata.annotations"
@@ -155,16 +156,16 @@ class _Catalogue:
                 f"(!{_any_container_requests(f'k == {shared}')} || {_label_is(timeslice_level)})"
             )
         checks.append(
-            f"(!{_any_container_requests(f'k.startsWith({quote(MIG_PREFIX)})')} || {_label_is('mig')})"
+            f"(!{_any_container_requests(f'k.startsWith({quote(MIG_RESOURCE_PREFIX)})')} || {_label_is('mig')})"
         )
         whole_levels = ["dedicated"]
         if self.gpu.mig_strategy == "single" and self.gpu.mig is not None:
             whole_levels.append("mig")
         checks.append(
-            f"(!{_any_container_requests(f'k == {quote(WHOLE_GPU)}')} || {_label_in(whole_levels)})"
+            f"(!{_any_container_requests(f'k == {quote(RESOURCE_GPU)}')} || {_label_in(whole_levels)})"
         )
         gpu_free = (
-            f"(!{_any_container_requests(f'k.startsWith({quote(NVIDIA_PREFIX)})')} && "
+            f"(!{_any_container_requests(f'k.startsWith({quote(NVIDIA_RESOURCE_PREFIX)})')} && "
             f"(!has({SPEC}.resourceClaims) || size({SPEC}.resourceClaims) == 0))"
         )
         checks.append(f"(!{_label_is(contract.ISOLATION_NONE)} || {gpu_free})")
@@ -188,11 +189,11 @@ class _Catalogue:
         names: list[str] = []
         if gpu.backend == "device-plugin":
             if gpu.whole_gpu is not None or (gpu.mig_strategy == "single" and gpu.mig is not None):
-                names.append(WHOLE_GPU)
+                names.append(RESOURCE_GPU)
             if gpu.time_slice is not None:
                 names.append(gpu.time_slice.resource_name)
         key_ok = (
-            f"!k.startsWith({quote(NVIDIA_PREFIX)}) || k.startsWith({quote(MIG_PREFIX)}) || "
+            f"!k.startsWith({quote(NVIDIA_RESOURCE_PREFIX)}) || k.startsWith({quote(MIG_RESOURCE_PREFIX)}) || "
             f"k in {string_list(names)}"
         )
         if names:
@@ -210,8 +211,8 @@ class _Catalogue:
         ]
         mig_names: list[str] = []
         if gpu.backend == "device-plugin" and gpu.mig is not None and gpu.mig_strategy == "mixed":
-            mig_names = [f"{MIG_PREFIX}{p}" for p in gpu.mig.allowed_profiles]
-        mig_ok = f"!k.startsWith({quote(MIG_PREFIX)}) || k in {string_list(mig_names)}"
+            mig_names = [f"{MIG_RESOURCE_PREFIX}{p}" for p in gpu.mig.allowed_profiles]
+        mig_ok = f"!k.startsWith({quote(MIG_RESOURCE_PREFIX)}) || k in {string_list(mig_names)}"
         allowed_mig = ", ".join(mig_names) if mig_names else "none"
         rules.append(
             self.container_rule(
@@ -223,19 +224,19 @@ class _Catalogue:
         single_mig = (
             gpu.backend == "device-plugin" and gpu.mig is not None and gpu.mig_strategy == "single"
         )
-        asks_gpu = _any_container_requests(f"k == {quote(WHOLE_GPU)}")
+        asks_gpu = _any_container_requests(f"k == {quote(RESOURCE_GPU)}")
         # On the `single` strategy nvidia.com/gpu on a pod labelled `mig` is a MIG instance, checked
         # by secureml.migProfile.single; only the other pods asking for it want whole GPUs.
         not_mig = f"!{_label_is('mig')} && " if single_mig else ""
         if gpu.backend == "device-plugin" and gpu.whole_gpu is not None:
             counts = string_list(str(n) for n in range(1, gpu.whole_gpu.max_per_step + 1))
             count_ok = (
-                f"!(k == {quote(WHOLE_GPU)}) || string(dyn(c.resources).limits[k]) in {counts}"
+                f"!(k == {quote(RESOURCE_GPU)}) || string(dyn(c.resources).limits[k]) in {counts}"
             )
             predicate = f"(!(has(c.resources) && has(dyn(c.resources).limits)) || dyn(c.resources).limits.all(k, {count_ok}))"
             message = (
                 f"must request at most {gpu.whole_gpu.max_per_step} whole GPU(s) "
-                f"({WHOLE_GPU} limit 1..{gpu.whole_gpu.max_per_step})"
+                f"({RESOURCE_GPU} limit 1..{gpu.whole_gpu.max_per_step})"
             )
             counted = every_container(predicate)
             if single_mig:
@@ -293,12 +294,12 @@ class _Catalogue:
         are ANDed, so other keys only narrow it). Without a product constraint nvidia.com/gpu would
         get a whole GPU or any MIG instance.
         """
-        from secureml.gpu import mig_product_names
+        from secureml.gpu_catalogue import mig_product_names
 
         models = list(self.gpu.models)
         products = sorted({name for p in allowed_profiles for name in mig_product_names(p, models)})
         allowed = string_list(products)
-        key = quote(GPU_PRODUCT_LABEL)
+        key = quote(LABEL_GPU_PRODUCT)
         selector_ok = (
             f"(has({SPEC}.nodeSelector) && {key} in {SPEC}.nodeSelector && "
             f"{SPEC}.nodeSelector[{key}] in {allowed})"
@@ -322,17 +323,17 @@ class _Catalogue:
             labels = "mig or dedicated"
             whole_text = f" (or be labelled {contract.LABEL_ISOLATION}=dedicated for whole GPUs)"
         constraint = (
-            f"{GPU_PRODUCT_LABEL} by a nodeSelector, or by a required node affinity whose every term "
+            f"{LABEL_GPU_PRODUCT} by a nodeSelector, or by a required node affinity whose every term "
             f"has only In over {', '.join(products) or 'no product'}"
         )
         return self.rule(
             "secureml.migProfile.single",
-            f"a pod asking for {WHOLE_GPU} (MIG strategy single) must be labelled "
+            f"a pod asking for {RESOURCE_GPU} (MIG strategy single) must be labelled "
             f"{contract.LABEL_ISOLATION}=mig and pin {constraint}{whole_text}",
             f"!{asks_gpu} || {ok}",
             f"{_label_is('mig')} ? {quote('MIG pod (strategy single) must pin ' + constraint)} : "
             + quote(
-                f"pod asks for {WHOLE_GPU} on a MIG single-strategy tenant but is not labelled "
+                f"pod asks for {RESOURCE_GPU} on a MIG single-strategy tenant but is not labelled "
                 f"{contract.LABEL_ISOLATION}={labels}"
             ),
         )

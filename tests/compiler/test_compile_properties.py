@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kfp import dsl
 
-from secureml import MIG, TimeSlice, WholeGPU, gpu, secure_component
+from secureml import MIG, TimeSlice, WholeGPU, gpu_catalogue, secure_component
 from secureml.compile_rules import RULES
 from secureml.compiler import CompileError, compile_pipeline
 from secureml.errors import ProfileError
@@ -17,9 +17,11 @@ def work(x: int) -> int:
     return x
 
 
-MODELS = sorted(gpu.MIG_CATALOGUE)
-MIG_NAMES = sorted({name for model in gpu.MIG_CATALOGUE.values() for name in model.profiles})
-PRODUCTS = sorted({p for model in gpu.MIG_CATALOGUE.values() for p in model.products})
+MODELS = sorted(gpu_catalogue.MIG_CATALOGUE)
+MIG_NAMES = sorted(
+    {name for model in gpu_catalogue.MIG_CATALOGUE.values() for name in model.profiles}
+)
+PRODUCTS = sorted({p for model in gpu_catalogue.MIG_CATALOGUE.values() for p in model.products})
 GIB = 2**30
 
 

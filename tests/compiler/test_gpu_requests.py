@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from compilerhelp import make_profile
 
-from secureml import MIG, TimeSlice, WholeGPU, contract, gpu
+from secureml import MIG, TimeSlice, WholeGPU, contract, gpu, gpu_catalogue
 from secureml.errors import SecuremlError
 
 
 def test_catalogue_matches_the_mig_user_guide() -> None:
-    a30 = gpu.MIG_CATALOGUE["A30"]
+    a30 = gpu_catalogue.MIG_CATALOGUE["A30"]
     assert list(a30.profiles) == ["1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"]
     assert (a30.compute_slices, a30.memory_slices) == (4, 4)
     assert a30.profiles["1g.6gb"].max_instances == 4
@@ -56,12 +56,12 @@ def test_catalogue_matches_the_mig_user_guide() -> None:
         "B200": ["1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"],
     }
     for model, names in expected.items():
-        profiles = gpu.MIG_CATALOGUE[model].profiles
+        profiles = gpu_catalogue.MIG_CATALOGUE[model].profiles
         assert list(profiles) == names, model
         assert [p.max_instances for p in profiles.values()] == [7, 1, 4, 3, 2, 1, 1], model
         assert [p.compute_slices for p in profiles.values()] == [1, 1, 1, 2, 3, 4, 7], model
         assert [p.memory_slices for p in profiles.values()] == [1, 1, 2, 2, 4, 4, 8], model
-    assert gpu.MIG_CATALOGUE["H200-141GB"].profiles["3g.71gb"].memory_gb == 71
+    assert gpu_catalogue.MIG_CATALOGUE["H200-141GB"].profiles["3g.71gb"].memory_gb == 71
 
 
 def test_request_json_is_the_launcher_contract() -> None:

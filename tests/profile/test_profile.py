@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from secureml.cli import app
 from secureml.errors import InputError, ProfileError
-from secureml.profile import TenantProfile, load_profile, parse_bytes, profile_json_schema
+from secureml.profile import TenantProfile, load_profile, profile_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
@@ -140,20 +140,6 @@ def test_spiffe_id_uses_label_spelling() -> None:
         profile.spiffe_id("Fine Tune!", "train-model")
         == "spiffe://acme.example/ns/team-a/pipeline/Fine-Tune/step/train-model"
     )
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [("16Gi", 16 * 2**30), ("500M", 500 * 10**6), (1024, 1024), ("7", 7)],
-)
-def test_parse_bytes(text: object, expected: int) -> None:
-    assert parse_bytes(text) == expected
-
-
-@pytest.mark.parametrize("text", ["16 GB", "-1", "Gi", True, 0, "1.5Gi"])
-def test_parse_bytes_rejects(text: object) -> None:
-    with pytest.raises(ValueError):
-        parse_bytes(text)
 
 
 def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:

@@ -95,19 +95,9 @@ def check_pods_on_server(
     """A server dry-run create of each pod; `namespace` overrides each pod's own namespace
     (default: the pod's, else the kubeconfig context's, else `default`)."""
     cluster = cluster or connect(kubeconfig, context)
-    checked: set[str] = set()
     verdicts = []
     for pod in pods:
         target = namespace or pod.namespace or cluster.namespace or DEFAULT_NAMESPACE
-        if target not in checked:
-            if not cluster.exists(f"/api/v1/namespaces/{target}"):
-                raise ClusterError(
-                    f"namespace {target} does not exist on {cluster.describe()}",
-                    why=f"{pod.file}: a dry-run create needs the namespace the pod would run in",
-                    fix="apply the tenant bundle first (secureml profile apply), or give the "
-                    "tenant namespace with --namespace",
-                )
-            checked.add(target)
         verdicts.append(_dry_run_create(cluster, pod, target))
     return verdicts
 
@@ -119,6 +109,19 @@ def _dry_run_create(cluster: Cluster, pod: PodObject, namespace: str) -> PodVerd
         try:
             response = cluster.request("POST", path, query={"dryRun": "All"}, body=body)
         except ServerRefusedError as refusal:
+            if refusal.code == 404:  # the namespace (a tenant user may not read namespaces)
+                raise ClusterError(
+                    f"namespace {namespace} does not exist on {cluster.describe()}",
+                    why=f"{pod.file}: {refusal.message}",
+                    fix="apply the tenant bundle first (secureml profile apply), or give the "
+                    "tenant namespace with --namespace",
+                ) from None
+            if refusal.code == 403 and "cannot create resource" in refusal.message:  # RBAC
+                raise ClusterError(
+                    f"{cluster.describe()} does not let this user create pods in {namespace}",
+                    why=refusal.message,
+                    fix="a dry-run create needs the RBAC right to create pods in the namespace",
+                ) from None
             if refusal.code == 409 and attempt == 0:  # a pod of that name exists: any name will do
                 body["metadata"].pop("name", None)
                 body["metadata"]["generateName"] = f"{pod.name or 'pod'}-"

@@ -67,28 +67,30 @@ def make_fake_gpu(tmp_path: Path) -> Callable[..., FakeGPU]:
     return make
 
 
-def _control_plane() -> Iterator[ControlPlane]:
+def control_plane(version: str = "1.36") -> Iterator[ControlPlane]:
+    """A started ControlPlane of Kubernetes `version` for a fixture to yield; skips (fails under
+    CI=true) when the harness cannot be built."""
     try:
-        binaries()
+        binaries(version)
     except HarnessError as error:
         reason = f"no test control plane: {error}"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
-    with ControlPlane() as cluster:  # a start failure is a failure everywhere: Go is there
+    with ControlPlane(version=version) as cluster:  # a start failure fails everywhere: Go is there
         yield cluster
 
 
 @pytest.fixture(scope="session")
 def k8s_cluster() -> Iterator[ControlPlane]:
-    yield from _control_plane()
+    yield from control_plane()
 
 
 @pytest.fixture(scope="module")
 def own_k8s_cluster() -> Iterator[ControlPlane]:
     """A control plane of the test module's own, for tests whose objects would change what other
     modules see on the shared one (bundles of two tenants that share a namespace, say)."""
-    yield from _control_plane()
+    yield from control_plane()
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,9 @@
 """A real Kubernetes control plane for the tests: etcd and kube-apiserver v1.36 on loopback.
 
 The binaries come from `tests/harness/build.sh controlplane` (built once per machine from the Go
-module proxy) or from the folder named by SECUREML_HARNESS_BIN. `ControlPlane` generates its own
+module proxy) or from the folder named by SECUREML_HARNESS_BIN; `ControlPlane(version="1.34")` runs
+`controlplane-1.34`'s, with MutatingAdmissionPolicy's feature gate and v1beta1 API group on (beta
+there, off by default). `ControlPlane` generates its own
 PKI (a CA, a serving certificate for 127.0.0.1/localhost, an admin client certificate in
 `system:masters`, a service-account signing key), starts etcd without fsync on free loopback ports,
 starts kube-apiserver with RBAC and the admission plugins a platform runs (PodSecurity, LimitRanger,
@@ -82,9 +84,24 @@ class HarnessError(RuntimeError):
     """The control plane could not be built or started; the message says what to look at."""
 
 
-def binaries() -> Path:
+# The versions built by tests/harness/build.sh: module folder, and the kube-apiserver flags that
+# version needs for MutatingAdmissionPolicy (beta in 1.34, behind its feature gate and API group).
+VERSIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "1.36": ("controlplane", ()),
+    "1.34": (
+        "controlplane-1.34",
+        (
+            "--feature-gates=MutatingAdmissionPolicy=true",
+            "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
+        ),
+    ),
+}
+
+
+def binaries(version: str = "1.36") -> Path:
     """The folder holding PROGRAMS: SECUREML_HARNESS_BIN, else build.sh's cache."""
-    override = os.environ.get("SECUREML_HARNESS_BIN")
+    module = VERSIONS[version][0]
+    override = os.environ.get("SECUREML_HARNESS_BIN") if version == "1.36" else None
     if override:
         folder = Path(override)
     else:
@@ -99,17 +116,17 @@ def binaries() -> Path:
             os.environ.get("SECUREML_HARNESS_CACHE", Path.home() / ".cache/secureml/harness")
         )
         lock_path.mkdir(parents=True, exist_ok=True)
-        with (lock_path / ".controlplane.lock").open("w") as lock:
+        with (lock_path / f".{module}.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             done = subprocess.run(
-                [str(HERE / "build.sh"), "controlplane"],
+                [str(HERE / "build.sh"), module],
                 capture_output=True,
                 text=True,
                 check=False,
             )
         if done.returncode != 0:
             raise HarnessError(
-                f"tests/harness/build.sh controlplane failed (exit {done.returncode}):\n"
+                f"tests/harness/build.sh {module} failed (exit {done.returncode}):\n"
                 f"{done.stderr[-4000:]}"
             )
         folder = Path(done.stdout.strip().splitlines()[-1]) / "bin"
@@ -216,7 +233,12 @@ class ControlPlane:
     /dev/shm where there is one) is made and removed when none is given.
     """
 
-    def __init__(self, directory: Path | None = None, *, install_crds: bool = True) -> None:
+    def __init__(
+        self, directory: Path | None = None, *, install_crds: bool = True, version: str = "1.36"
+    ) -> None:
+        if version not in VERSIONS:
+            raise HarnessError(f"no test control plane of Kubernetes {version}: {sorted(VERSIONS)}")
+        self.version = version
         self._owns_directory = directory is None
         self.directory = Path(directory) if directory else self._temporary_directory()
         self.install_crds = install_crds
@@ -342,7 +364,7 @@ class ControlPlane:
         `detach` starts them in their own session so they outlive this process (`up`).
         """
         began = time.monotonic()
-        folder = binaries()
+        folder = binaries(self.version)
         if self.install_crds:  # parsed while the servers start
             reading = threading.Thread(target=_read_crds, daemon=True)
             reading.start()
@@ -412,6 +434,7 @@ class ControlPlane:
                 f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                *VERSIONS[self.version][1],
                 "--allow-privileged=true",  # as a platform runs it: admission, not validation, decides
             ],
             detach,

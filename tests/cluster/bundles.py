@@ -1,10 +1,7 @@
 """Tenant bundles on the session's test control plane: what the cluster tests share.
 
-No policy-controller runs beside the test API server, so the conversion webhook its real CRD
-names (`cosign-system/webhook`) is unreachable and every write of a `policy.sigstore.dev/v1beta1`
-object fails with 500 (`secureml profile apply` names the component for that). The tests that
-apply bundles switch that CRD's conversion to `None` once, which is what the running
-controller's webhook does for these two versions' shared fields, and keeps the CRD otherwise real.
+The harness installs the policy-controller CRD with conversion strategy None (no policy-controller
+runs to serve its conversion webhook; tests/harness/controlplane.py), so bundles apply as rendered.
 """
 
 from __future__ import annotations
@@ -20,20 +17,11 @@ from secureml.cluster.connection import Cluster, ServerRefusedError, connect
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted((REPO / "profiles").glob("*.yaml"))
-POLICY_CONTROLLER_CRD = "clusterimagepolicies.policy.sigstore.dev"
 
 
 def admin(k8s_cluster: ControlPlane) -> Cluster:
-    """A secureml.cluster connection through the fixture's kubeconfig, with the policy-controller
-    CRD served without its (absent) conversion webhook."""
-    cluster = connect(k8s_cluster.kubeconfig)
-    cluster.request(
-        "PATCH",
-        f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{POLICY_CONTROLLER_CRD}",
-        body={"spec": {"conversion": {"strategy": "None", "webhook": None}}},
-        content_type="application/merge-patch+json",
-    )
-    return cluster
+    """A secureml.cluster connection through the fixture's kubeconfig (the cluster admin)."""
+    return connect(k8s_cluster.kubeconfig)
 
 
 def fresh_profile(folder: Path, base: str = "team-a") -> tuple[Path, str]:

@@ -156,7 +156,7 @@ def _certificate(
     issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None,
     *,
     ca: bool = False,
-    usage: ExtendedKeyUsageOID | None = None,
+    usage: x509.ObjectIdentifier | None = None,
     names: list[x509.GeneralName] | None = None,
 ) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
@@ -313,7 +313,11 @@ class ControlPlane:
         The controller manager creates that service account too, but a moment later, and the
         ServiceAccount admission plugin refuses every pod of a namespace that lacks it.
         """
-        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        namespace: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name},
+        }
         if labels:
             namespace["metadata"]["labels"] = labels
         self._create("/api/v1/namespaces", namespace)

@@ -35,12 +35,6 @@ from harness.controlplane import ControlPlane, HarnessError, binaries
 from harness.spire import Spire, SpireError, build_spire, running_spire
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "spire: runs against the real SPIRE of the `spire` fixture (tests/harness)"
-    )
-
-
 def _require_compiler() -> None:
     if compiler() is None:
         pytest.skip("no C compiler: the fake GPU driver is built from C sources by the tests")

@@ -564,7 +564,7 @@ def _mounts_of_main(pod: dict[str, Any]) -> list[str]:
         volume.get("name"): next((k for k in volume if k != "name"), "?")
         for volume in pod.get("spec", {}).get("volumes", [])
     }
-    main = next(
+    main: dict[str, Any] = next(
         (c for c in pod["spec"]["containers"] if c.get("name") == contract.KFP_MAIN_CONTAINER), {}
     )
     out = []

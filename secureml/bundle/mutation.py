@@ -470,27 +470,52 @@ def _patch(pointer: tuple[str, ...], value_cel: str) -> str:
 
 
 def _ensure(
-    var: str,
-    at: SchemaPath,
-    pointer: tuple[str, ...],
-    path: tuple[str, ...],
-    kind: str,
-    value_cel: str,
+    var: str, at: SchemaPath, pointer: tuple[str, ...], path: tuple[str, ...], value_cel: str
 ) -> str:
-    """One JSONPatch that writes `value_cel` at `path` under `var` (schema path `at`), creating
+    """One JSONPatch that sets `value_cel` at `path` under `var` (schema path `at`), creating
     missing parents."""
     head = path[0]
     here = (*pointer, "/" + _pointer(head))
     if len(path) == 1:
-        if kind == "set":
-            return _patch(here, value_cel)
-        extended = _patch(here, f"{var}.{head} + {value_cel}")
-        return f"(has({var}.{head}) ? {extended} : {_patch(here, value_cel)})"
-    deeper = _ensure(f"{var}.{head}", (*at, head), here, path[1:], kind, value_cel)
+        return _patch(here, value_cel)
+    deeper = _ensure(f"{var}.{head}", (*at, head), here, path[1:], value_cel)
     if var == "object" and head in ALWAYS_PRESENT:
         return deeper
     created = _patch(here, _nest(at, path, value_cel))
     return f"(has({var}.{head}) ? {deeper} : {created})"
+
+
+def _appends(
+    var: str, at: SchemaPath, pointer: tuple[str, ...], group: _Group
+) -> list[tuple[str | None, str]]:
+    """(condition or None, JSONPatch) pairs that append `group`'s items at its path under `var`.
+
+    Every item is its own `add .../-`, after patches that create the missing parents (typed empty
+    objects) and the missing list (`[]`). A list literal of typed objects as a patch value
+    (`value: [Object.spec.resourceClaims{...}]`, also `[] + [...]`) panics kube-apiserver 1.36.3
+    (cel-go's list ConvertToNative: "*structpb.Struct is not assignable to *structpb.Value"), and
+    the request gets no answer; single typed objects and `[]` are converted fine.
+    """
+    steps: list[tuple[str | None, str]] = []
+    here = pointer
+    present: list[str] = []
+    field_path = var
+    for depth, name in enumerate(group.path):
+        here = (*here, "/" + _pointer(name))
+        field_path = f"{field_path}.{name}"
+        present.append(f"has({field_path})")
+        if var == "object" and depth == 0 and name in ALWAYS_PRESENT:
+            continue
+        last = depth == len(group.path) - 1
+        empty = "[]" if last else _cel_object((*at, *group.path[: depth + 1]), [])
+        steps.append((f"!({' && '.join(present)})", _patch(here, empty)))
+    single = len(group.parts) == 1  # its condition already guards the whole group
+    for when, items in group.parts:
+        condition = None if when is None or single else when.cel()
+        for item in items:
+            value = _cel_value(item, (*at, *group.path))
+            steps.append((condition, _patch((*here, "/-"), value)))
+    return steps
 
 
 def _condition(parts: tuple[tuple[LabelIs | None, Any], ...]) -> str | None:
@@ -500,36 +525,40 @@ def _condition(parts: tuple[tuple[LabelIs | None, Any], ...]) -> str | None:
     return " || ".join(f"({when.cel()})" for when, _ in parts if when is not None)
 
 
-def _group_value_cel(group: _Group, at: SchemaPath) -> str:
-    """The value (`set`) or items (`append`) `group` writes, at schema path `at`."""
-    if group.kind == "set":
-        return _cel_value(group.parts[0][1], at)
-    pieces = []
-    single = len(group.parts) == 1  # its condition already guards the whole group
-    for when, items in group.parts:
-        listed = _cel_value(items, at)
-        pieces.append(listed if when is None or single else f"({when.cel()} ? {listed} : [])")
-    return " + ".join(pieces)
-
-
 def _group_cel(group: _Group) -> str:
     """CEL for a list of JSONPatch operations implementing `group`."""
     if group.target == "pod":
-        value = _group_value_cel(group, group.path)
-        body = "[" + _ensure("object", (), (), group.path, group.kind, value) + "]"
+        if group.kind == "set":
+            value = _cel_value(group.parts[0][1], group.path)
+            body = "[" + _ensure("object", (), (), group.path, value) + "]"
+        else:
+            body = " + ".join(
+                f"[{patch}]" if when is None else f"({when} ? [{patch}] : [])"
+                for when, patch in _appends("object", (), (), group)
+            )
     else:
         lists = []
         fields = ("containers",) if group.target == "main" else ("containers", "initContainers")
         for field_name in fields:
             source = f"object.spec.{field_name}"
             container: SchemaPath = ("spec", field_name)
-            value = _group_value_cel(group, (*container, *group.path))
             pointer = (f"/spec/{field_name}/", f"string({source}.indexOf(c))")
-            each = _ensure("c", container, pointer, group.path, group.kind, value)
             chosen = source
             if group.target == "main":
                 chosen = f"{source}.filter(c, c.name == {_str(contract.KFP_MAIN_CONTAINER)})"
-            mapped = f"{chosen}.map(c, {each})"
+            if group.kind == "set":
+                value = _cel_value(group.parts[0][1], (*container, *group.path))
+                steps: list[tuple[str | None, str]] = [
+                    (None, _ensure("c", container, pointer, group.path, value))
+                ]
+            else:
+                steps = _appends("c", container, pointer, group)
+            mapped = " + ".join(
+                f"{chosen}.map(c, {patch})"
+                if when is None
+                else f"{chosen}.filter(c, {when}).map(c, {patch})"
+                for when, patch in steps
+            )
             if field_name == "initContainers":
                 mapped = f"(has({source}) ? {mapped} : [])"
             lists.append(mapped)

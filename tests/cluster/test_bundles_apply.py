@@ -1,4 +1,7 @@
-"""Every example profile's bundle is accepted by a real kube-apiserver 1.36, as rendered.
+"""Every example profile's bundle is accepted by a real kube-apiserver, as rendered for it.
+
+For each built version (1.36; 1.34, where MutatingAdmissionPolicy is beta behind its feature gate)
+the bundle is rendered with `k8s_version` set to it and applied to a server of that version.
 
 Each object is applied server-side (field manager `secureml-test`) with the kubernetes client's
 dynamic client, so the server's own validation, CRD schemas (the real ones of
@@ -6,37 +9,48 @@ dynamic client, so the server's own validation, CRD schemas (the real ones of
 version must be served. Then every ValidatingAdmissionPolicy's `status.typeChecking` (written by
 kube-controller-manager's type-checking controller against the Pod schema) must carry no warning.
 
-The bundles are applied to a control plane of this module's own: team-a and team-a-dev share the
-`team-a` namespace, and their policies would otherwise layer over what other modules test.
+The bundles are applied to control planes of this module's own (`own_k8s_cluster`, here one per
+version): team-a and team-a-dev share the `team-a` namespace, and their policies would otherwise
+layer over what other modules test.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import control_plane
 from harness.controlplane import ControlPlane
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from secureml.bundle import BundleOptions, render_objects
+from secureml.bundle.mutation import policy_api_version
+from secureml.k8s_versions import K8sVersion
 from secureml.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml")) + sorted(
     (ROOT / "examples" / "profiles").glob("*.yaml")
 )
+VERSIONS: tuple[K8sVersion, ...] = ("1.36", "1.34")
 # The two image-policy engines render different objects; the second variant also renders the
 # plain ResourceQuota instead of Kubeflow's Profile.
-VARIANTS = {
-    "policy-controller": BundleOptions(),
-    "kyverno-no-kubeflow-profile": BundleOptions(image_policy="kyverno", kubeflow_profile=False),
+VARIANTS: dict[str, dict[str, Any]] = {
+    "policy-controller": {},
+    "kyverno-no-kubeflow-profile": {"image_policy": "kyverno", "kubeflow_profile": False},
 }
 TYPE_CHECK_TIMEOUT_S = 30.0
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def own_k8s_cluster(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    yield from control_plane(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +118,8 @@ def _type_warnings(cluster: ControlPlane, names: list[str]) -> dict[str, list[st
 def test_bundle_is_accepted_and_type_checks_clean(
     own_k8s_cluster: ControlPlane, dynamic: DynamicClient, path: Path, variant: str
 ) -> None:
-    objects = render_objects(load_profile(path), VARIANTS[variant])
+    options = BundleOptions(k8s_version=own_k8s_cluster.version, **VARIANTS[variant])  # type: ignore[arg-type]
+    objects = render_objects(load_profile(path), options)
     refused = {
         f"{obj['kind']}/{obj['metadata']['name']}": why
         for obj in objects
@@ -120,12 +135,12 @@ def test_bundle_is_accepted_and_type_checks_clean(
     assert {name: found for name, found in warnings.items() if found} == {}
 
 
-def test_a_refusal_is_seen(dynamic: DynamicClient) -> None:
+def test_a_refusal_is_seen(own_k8s_cluster: ControlPlane, dynamic: DynamicClient) -> None:
     """Guard: the server does refuse what the old renderer wrote (a mixed-type map literal)."""
     why = _apply(
         dynamic,
         {
-            "apiVersion": "admissionregistration.k8s.io/v1",
+            "apiVersion": policy_api_version(BundleOptions(k8s_version=own_k8s_cluster.version)),  # type: ignore[arg-type]
             "kind": "MutatingAdmissionPolicy",
             "metadata": {"name": "mixed-literal"},
             "spec": {

@@ -334,14 +334,23 @@ def run_child(run: StepRun, config: LauncherConfig) -> None:
                 "error": watchdog.error,
             }
             if watchdog.violations:
-                _log(
-                    f"watchdog: the step used {watchdog.violations[0]['used_bytes']} bytes of GPU "
-                    f"memory, over its limit of {watchdog.limit_bytes}; it was stopped"
-                )
+                _log(_watchdog_message(watchdog.violations[0]))
                 if run.exit_code is None:
                     run.exit_code = int(ExitCode.WATCHDOG)
     entry["seconds"] = round(time.perf_counter() - started, 6)
     run.stages.append(entry)
+
+
+def _watchdog_message(violation: dict[str, Any]) -> str:
+    if violation["kind"] == "watchdog-lost":
+        return (
+            f"watchdog: NVML stopped answering ({violation['error']}), so the GPU memory limit of "
+            f"{violation['limit_bytes']} bytes could no longer be checked; the step was stopped"
+        )
+    return (
+        f"watchdog: the step used {violation['used_bytes']} bytes of GPU memory, over its limit "
+        f"of {violation['limit_bytes']}; it was stopped"
+    )
 
 
 # --- the whole step ---------------------------------------------------------------------------------

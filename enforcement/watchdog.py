@@ -5,6 +5,8 @@ tree (its descendants and its session), and keeps the peak. On a shared GPU with
 step whose use exceeds the limit is stopped: SIGTERM to its process group, SIGKILL after the grace
 period; the violation is recorded. The shim limits what the step allocates through the hooked
 driver calls; the watchdog catches what went around it (a static CUDA, an unhooked entry point).
+Where it enforces a limit it fails closed: if NVML stops answering mid-run, the limit can no longer
+be checked, so the step is stopped the same way and the violation says why (`watchdog-lost`).
 
 NVML reports host PIDs. Where the container has its own PID namespace and the driver does not
 translate them, no process matches and the use reads 0: docs/launcher.md lists this limit.
@@ -96,18 +98,28 @@ class Watchdog:
                     self.samples += 1
                     self.peak_bytes = max(self.peak_bytes, used)
                     if self.limit_bytes is not None and used > self.limit_bytes:
-                        self._enforce(used, per_pid)
+                        self._stop_child(
+                            kind="gpu-memory",
+                            used_bytes=used,
+                            processes={str(pid): size for pid, size in per_pid.items()},
+                        )
                         return
                     self._stop.wait(self.interval_s)
-        except Exception as err:  # noqa: BLE001 - the thread must not die silently: NVML failing mid-run is recorded in the audit
+        except Exception as err:  # noqa: BLE001 - any NVML failure mid-run is recorded, and where a limit is enforced it stops the step
             self.error = f"{type(err).__name__}: {err}"
+            if (
+                self.limit_bytes is not None
+                and not self._stop.is_set()
+                and self.child.poll() is None
+            ):
+                self._stop_child(kind="watchdog-lost", error=self.error)
 
-    def _enforce(self, used: int, per_pid: dict[int, int]) -> None:
+    def _stop_child(self, *, kind: str, **details: Any) -> None:
+        """Record a violation of `kind` and stop the child's process group."""
         violation: dict[str, Any] = {
-            "kind": "gpu-memory",
-            "used_bytes": used,
+            "kind": kind,
             "limit_bytes": self.limit_bytes,
-            "processes": {str(pid): size for pid, size in per_pid.items()},
+            **details,
             "at": time.time(),
             "action": "SIGTERM",
         }

@@ -7,15 +7,18 @@ the real one does. No shim is armed here: the watchdog is what catches a step th
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 from fakegpu import FakeDevice, FakeGPU, FakeProcess, MiB
 
 from secureml import contract
 from secureml.enforcement.launch import ExitCode
+from secureml.enforcement.watchdog import Watchdog
 
 from .conftest import Launch
 
@@ -125,3 +128,60 @@ def test_dedicated_gpu_has_no_limit_but_peak_is_recorded(
     assert result.returncode == 0, result.stderr
     assert result.record["peak_gpu_memory_bytes"] == 48 * MiB
     assert result.stage("run")["watchdog"]["limit_bytes"] is None
+
+
+class _NVMLThatStops:
+    """NVML that answers once and then fails, as a driver does when the GPU falls off the bus."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> list[object]:  # noqa: N802 - NVML's name
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+        return []
+
+
+def _watch_with_failing_nvml(monkeypatch: pytest.MonkeyPatch, limit: int | None) -> Watchdog:
+    from contextlib import contextmanager
+
+    from secureml.enforcement import watchdog as watchdog_module
+
+    @contextmanager
+    def session() -> Iterator[_NVMLThatStops]:
+        yield _NVMLThatStops()
+
+    monkeypatch.setattr(watchdog_module, "nvml_session", session)
+    monkeypatch.setattr(watchdog_module, "physical_handles", lambda nvml: [(0, object())])
+    monkeypatch.setattr(watchdog_module, "mig_handles", lambda nvml, gpu: [])
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    dog = Watchdog(child, limit_bytes=limit, interval_s=0.01, grace_s=1)
+    dog.start()
+    try:
+        child.wait(timeout=10 if limit is not None else 0.5)
+    except subprocess.TimeoutExpired:
+        pass
+    dog.stop()
+    if child.poll() is None:
+        child.kill()
+        child.wait()
+    return dog
+
+
+def test_nvml_lost_mid_run_stops_a_step_whose_limit_it_enforces(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dog = _watch_with_failing_nvml(monkeypatch, limit=8 * MiB)
+    (violation,) = dog.violations
+    assert violation["kind"] == "watchdog-lost" and violation["action"] == "SIGTERM"
+    assert "GPU_IS_LOST" in violation["error"] and violation["limit_bytes"] == 8 * MiB
+    assert dog.child.returncode == -15  # stopped by the watchdog, not by the test's cleanup
+
+
+def test_nvml_lost_mid_run_is_only_recorded_where_no_limit_is_enforced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dog = _watch_with_failing_nvml(monkeypatch, limit=None)  # MIG / whole GPU: hardware limits
+    assert dog.violations == []
+    assert dog.error is not None and "GPU_IS_LOST" in dog.error

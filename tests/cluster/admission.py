@@ -287,10 +287,11 @@ def _server_item(path: str, item: Any) -> bool:
 def _resources(
     expected: Mapping[str, Any], created: Mapping[str, Any], where: str
 ) -> Iterator[str]:
-    """Requests the server defaults to the limits are not differences; anything else is."""
+    """Requests the server defaults to the limits are not differences; anything else (claims
+    included) is."""
     limits = dict(expected.get("limits", {}))
     requests = {**limits, **dict(expected.get("requests", {}))}
-    wanted = {"limits": limits, "requests": requests}
+    wanted = {**expected, "limits": limits, "requests": requests}
     for part in sorted(set(created) | {k for k, v in wanted.items() if v}):
         yield from _diff(wanted.get(part, {}), created.get(part, {}), f"{where}.{part}")
 

@@ -39,16 +39,9 @@ from compilerhelp import merge, profile_data  # noqa: E402
 from test_compile_output import kfp_step, outer, plain_step, whole_container  # noqa: E402
 
 # kube-apiserver 1.36.3 panics in the mutating policy's JSON patch when a `value` is a list literal
-# of typed objects (`[Object.spec.resourceClaims{...}]`, cel-go v0.26.0 baseList.ConvertToNative:
-# "*structpb.Struct is not assignable to *structpb.Value"); the request gets no answer. A pod of a
-# DRA tenant without resourceClaims takes that branch. Appending to an empty list instead
-# (`add /spec/resourceClaims []`, then `add /spec/resourceClaims/- Object.spec.resourceClaims{...}`)
-# works (checked on the same server). Strict: the marker must go when secureml/bundle/mutation.py
-# is fixed.
-MAP_PANICS = pytest.mark.xfail(
-    strict=True, reason="the MAP's typed list literal as a JSONPatch value panics kube-apiserver"
-)
-DRA_TENANTS = ("team-dra",)
+# of typed objects (`[Object.spec.resourceClaims{...}]`, cel-go baseList.ConvertToNative); the
+# request gets no answer. secureml/bundle/mutation.py therefore appends item by item (`add .../-`)
+# after creating a missing list: the DRA cases below are the regression test for that.
 # examples/rule_breaker.py shows what `secureml compile` refuses: no tenant compiles it, no pods.
 REFUSED_BY_DESIGN = ("rule_breaker",)
 EXAMPLE_TENANTS = sorted((REPO / "profiles").glob("*.yaml"))
@@ -114,11 +107,9 @@ COMPILER_SHAPES = [
     Case("mig-single-several-products",
          _one_step(secure_component(gpu=MIG("1g.10gb"))(plain_step)),
          lambda: _variant("shape-single-several", gpu=SINGLE_SEVERAL)),
-    pytest.param(
-        Case("dra-timeslice",
-             _one_step(secure_component(gpu=TimeSlice(memory="4Gi", compute=20))(plain_step)),
-             lambda: _variant("shape-dra", base="team-dra")),
-        marks=[MAP_PANICS], id="dra-timeslice"),
+    Case("dra-timeslice",
+         _one_step(secure_component(gpu=TimeSlice(memory="4Gi", compute=20))(plain_step)),
+         lambda: _variant("shape-dra", base="team-dra")),
 ]  # fmt: skip
 
 
@@ -158,9 +149,7 @@ def _pairs() -> list[Any]:
     pairs = []
     for path in PIPELINE_FILES:
         for tenant in EXAMPLE_TENANTS:
-            compiles = path.stem not in REFUSED_BY_DESIGN
-            marks = [MAP_PANICS] if tenant.stem in DRA_TENANTS and compiles else []
-            pairs.append(pytest.param(path, tenant, id=f"{path.stem}-{tenant.stem}", marks=marks))
+            pairs.append(pytest.param(path, tenant, id=f"{path.stem}-{tenant.stem}"))
     return pairs
 
 

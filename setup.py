@@ -1,7 +1,8 @@
 """Package layout: `secureml/`, plus `components/` and `enforcement/` installed as subpackages.
 
-DESIGN.md keeps the component library and the in-pod runtime in top-level folders of their own;
-they are importable as `secureml.components` and `secureml.enforcement`.
+The component library and the in-pod runtime live in top-level folders of their own
+(docs/architecture.md, "The parts"); they are importable as `secureml.components` and
+`secureml.enforcement`.
 """
 
 import importlib.util

@@ -1,8 +1,8 @@
 """Names shared by the compiler, the tenant bundle, the launcher and the shim.
 
-These are the seams of DESIGN.md ("Contracts other parts rely on"): the compiler writes them into
-each task, the admission policies key on them, the launcher and the shim read them. Change a name
-here only together with the tests on both sides.
+These are the seams of docs/architecture.md ("Contracts between the parts"): the compiler writes
+them into each task, the admission policies key on them, the launcher and the shim read them.
+Change a name here only together with the tests on both sides.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ LABEL_ISOLATION = "secureml.dev/isolation"  # one of ISOLATION_LEVELS
 LABEL_GPU_CLAIM = "secureml.dev/gpu-claim"  # dra backend: name of the ResourceClaimTemplate
 REQUIRED_LABELS = (LABEL_TENANT, LABEL_PIPELINE, LABEL_STEP, LABEL_ISOLATION)
 
-# Isolation levels, weakest first (DESIGN.md "Isolation model"). "none" is a step without a GPU.
+# Isolation levels, weakest first (docs/architecture.md "Isolation model"). "none": no GPU.
 ISOLATION_LEVELS = ("timeslice", "timeslice-shim", "mig", "dedicated")
 ISOLATION_NONE = "none"
 

@@ -1,7 +1,7 @@
 """What the cluster adds to a secure step at admission, defined once.
 
 KFP cannot express a read-only root filesystem, CSI or downward-API volumes, pod annotations set by
-the platform, or DRA claims (DESIGN.md, "What KFP can express"). The tenant bundle's
+the platform, or DRA claims (docs/architecture.md, "What KFP can express"). The tenant bundle's
 MutatingAdmissionPolicy adds them, keyed on the labels the compiler sets. The mutations live here
 as data (`mutations_for_profile`) and are used twice:
 

@@ -263,27 +263,10 @@ class HardeningSettings(_Model):
         return self
 
 
-def _off_from_yaml_false(value: Any) -> Any:
-    """YAML 1.1 reads an unquoted `off` (and `no`, `false`) as false: for a field with an `off`
-    member that is the user's `off`. True has no single meaning there, so it is refused."""
-    if value is False:
-        return "off"
-    if value is True:
-        raise ValueError(
-            "YAML reads an unquoted on, yes or true as the boolean true, which names no value "
-            "of this field; write one of the values listed"
-        )
-    return value
-
-
-# An enum field with an `off` member that an unquoted YAML `off` (false) must still reach.
-OffFromYamlFalse = BeforeValidator(_off_from_yaml_false)
-
-
 class ScrubSettings(_Model):
     before: bool = Field(True, description="Zero reachable GPU memory before the step runs.")
     after: bool = Field(True, description="Zero reachable GPU memory after the step.")
-    verify: Annotated[Literal["off", "sample", "full"], OffFromYamlFalse] = Field(
+    verify: Literal["off", "sample", "full"] = Field(
         "sample", description="Read back zeroed memory: off, a sample, or all of it."
     )
 
@@ -292,7 +275,7 @@ class RuntimeSettings(_Model):
     allow_runtime_installs: bool = Field(
         False, description="Allow pip installs at step start (packages_to_install)."
     )
-    shim: Annotated[Literal["off", "enforce"], OffFromYamlFalse] = Field(
+    shim: Literal["off", "enforce"] = Field(
         "enforce", description="Native quota shim on time-sliced GPUs."
     )
     scrub_on_free: bool = Field(True, description="The shim zeroes each block before freeing it.")
@@ -362,33 +345,19 @@ class TenantProfile(_Model):
     spec: Spec
 
     @classmethod
-    def from_dict(
-        cls, data: Any, *, source: str = "<profile>", loaded: LoadedYaml | None = None
-    ) -> TenantProfile:
-        """Validate `data`; raise ProfileError listing every problem with its YAML path.
-
-        Field errors and contradictions come together: the contradictions are checked on the
-        fields that parsed (secureml.profile_partial), skipping any check that reads a field
-        that did not. `loaded` (from the YAML file) gives each problem its line and column.
-        """
-        locations = _locations_by_path(loaded)
+    def from_dict(cls, data: Any, *, source: str = "<profile>") -> TenantProfile:
+        """Validate `data`; raise ProfileError listing every problem with its YAML path."""
         if not isinstance(data, dict):
-            raise ProfileError(
-                source, [("(document)", "expected a TenantProfile mapping")], locations
-            )
+            raise ProfileError(source, [("(document)", "expected a TenantProfile mapping")])
         try:
             profile = cls.model_validate(data)
         except ValidationError as err:
-            problems = [_field_problem(cls, e) for e in err.errors()]
-            partial = parsed_part(cls, data, err.errors())
-            if partial is not None:
-                model, failed = partial
-                assert isinstance(model, TenantProfile)
-                problems += _contradictions(model, {_yaml_path(path) for path in failed})
-            raise ProfileError(source, problems, locations) from None
+            raise ProfileError(
+                source, [(_yaml_path(e["loc"]), e["msg"]) for e in err.errors()]
+            ) from None
         problems = _contradictions(profile)
         if problems:
-            raise ProfileError(source, problems, locations)
+            raise ProfileError(source, problems)
         return profile
 
     def min_isolation(self) -> str:
@@ -422,47 +391,8 @@ def _yaml_path(loc: tuple[Any, ...]) -> str:
     return path or "(document)"
 
 
-def _field_problem(model: type[BaseModel], error: Any) -> tuple[str, str]:
-    """One pydantic error as (YAML path, message), unknown fields with a did-you-mean."""
-    loc = tuple(error["loc"])
-    message = error["msg"]
-    if error["type"] == "extra_forbidden":
-        hint = did_you_mean(model, loc)
-        message = f"unknown field {loc[-1]} ({message})" + (f"; {hint}" if hint else "")
-    return _yaml_path(loc), message
-
-
-def _locations_by_path(loaded: LoadedYaml | None) -> dict[str, tuple[int, int]]:
-    """Line and column of every path the YAML wrote, keyed as the problems name them."""
-    if loaded is None:
-        return {}
-    return {_yaml_path(loc): place for loc, place in loaded.locations.items()}
-
-
-def _locate(path: str, locations: dict[str, tuple[int, int]]) -> tuple[int, int] | None:
-    """Where `path` was written, or its nearest written ancestor (a missing field's parent)."""
-    while path:
-        if path in locations:
-            return locations[path]
-        cut = max(path.rfind("."), path.rfind("["))
-        path = path[:cut] if cut > 0 else ""
-    return locations.get("(document)")
-
-
-def _contradictions(
-    profile: TenantProfile, failed: set[str] | frozenset[str] = frozenset()
-) -> list[tuple[str, str]]:
-    """Rules that span fields: the tier's minimum isolation against what the GPU section offers.
-
-    `failed` names fields that did not parse (their value here is a default or a placeholder):
-    a check that reads one of them, or a field inside one, is skipped.
-    """
-
-    def ok(*inputs: str) -> bool:
-        return not any(
-            i == f or i.startswith(f + ".") or i.startswith(f + "[") for i in inputs for f in failed
-        )
-
+def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
+    """Rules that span fields: the tier's minimum isolation against what the GPU section offers."""
     spec = profile.spec
     gpu = spec.gpu
     problems: list[tuple[str, str]] = []

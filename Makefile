@@ -57,7 +57,7 @@ lint: $(STAMP)
 	$(PY) scripts/typecheck.py
 
 test: $(STAMP) $(SHIM_LIB) harness
-	$(PY) -m pytest -n 2 -m "not timing"
+	$(PY) -m pytest -n 2 -m "not timing" -rs  # -rs: every skip says why
 	sync  # flush the parallel run's writes first: writeback stalls would show up as GPU idle time
 	$(PY) -m pytest -m timing
 

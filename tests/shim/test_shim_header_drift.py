@@ -1,6 +1,6 @@
-"""Signature drift: where the CUDA toolkit is installed, the shim and the fake driver compile
-against its own cuda.h, and against nvml.h (from the toolkit, or the `nvidia-nvml-dev-cu12` wheel of
-the test extra), so a changed prototype fails the build."""
+"""Signature drift: the shim and the fake driver compile against NVIDIA's own cuda.h and nvml.h
+(from an installed CUDA toolkit, or the `nvidia-cuda-runtime-cu12` and `nvidia-nvml-dev-cu12`
+wheels of the test extra), so a changed prototype fails the build."""
 
 from __future__ import annotations
 
@@ -15,9 +15,12 @@ from fakegpu import FAKE_DIR, SHIM_DIR, compiler
 def _toolkit_include(header: str) -> Path | None:
     folders = sorted(glob.glob("/usr/local/cuda*/include"), reverse=True) + ["/usr/include"]
     try:
-        import nvidia  # the nvidia-nvml-dev-cu12 wheel: nvidia/nvml_dev/include/nvml.h
+        import nvidia  # the test extra's wheels: nvidia/nvml_dev (nvml.h), nvidia/cuda_runtime (cuda.h)
 
-        folders += [str(Path(p) / "nvml_dev" / "include") for p in nvidia.__path__]
+        for root in nvidia.__path__:
+            folders += [
+                str(Path(root) / wheel / "include") for wheel in ("nvml_dev", "cuda_runtime")
+            ]
     except ImportError:
         pass
     for folder in folders:
@@ -54,7 +57,7 @@ def test_shim_and_fake_driver_match_the_toolkits_cuda_h(tmp_path: Path) -> None:
     include = _toolkit_include("cuda.h")
     if include is None:
         pytest.skip(
-            "no CUDA toolkit headers (/usr/local/cuda*/include/cuda.h): nothing to compare against"
+            "no cuda.h (CUDA toolkit or the nvidia-cuda-runtime-cu12 wheel): nothing to compare against"
         )
     _compile(
         [SHIM_DIR / "shim.c", SHIM_DIR / "limits.c"], ["-DSECUREML_REAL_CUDA_H"], include, tmp_path

@@ -130,15 +130,24 @@ def test_rtld_next_still_means_after_the_caller(make_step) -> None:
 
 
 def test_the_cuda_runtimes_own_look_ups_receive_the_hooks(make_step) -> None:
-    """The real libcudart (where a toolkit is installed) fetches driver entry points through
+    """The real libcudart (a toolkit's, or the test extra's wheel) fetches driver entry points through
     dlsym + cuGetProcAddress_v2; the shim's debug log shows each answer it replaced with a hook.
     (The fake driver lacks the runtime's private tables, so the runtime goes no further.)"""
     import glob
     import re
 
-    runtimes = sorted(glob.glob("/usr/local/cuda*/lib64/libcudart.so.[0-9]*"))
+    patterns = ["/usr/local/cuda*/lib64/libcudart.so.[0-9]*"]
+    try:
+        import nvidia  # the test extra's nvidia-cuda-runtime-cu12 wheel: nvidia/cuda_runtime/lib
+
+        patterns += [f"{root}/cuda_runtime/lib/libcudart.so.[0-9]*" for root in nvidia.__path__]
+    except ImportError:
+        pass
+    runtimes = sorted(path for pattern in patterns for path in glob.glob(pattern))
     if not runtimes:
-        pytest.skip("no CUDA runtime (/usr/local/cuda*/lib64/libcudart.so.N) installed")
+        pytest.skip(
+            "no CUDA runtime (a toolkit's or the nvidia-cuda-runtime-cu12 wheel's libcudart)"
+        )
     runtime = Path(runtimes[-1])
     major = int(re.search(r"\.so\.(\d+)", runtime.name).group(1))
     step = make_step(memory=4 * MiB, gpu_options={"cuda_version": major * 1000})

@@ -39,14 +39,27 @@ class InputError(SecuremlError):
 class ProfileError(SecuremlError):
     """A TenantProfile is invalid; `problems` lists every `(yaml.path, message)` found."""
 
-    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+    def __init__(
+        self,
+        source: str,
+        problems: list[tuple[str, str]],
+        locations: dict[str, tuple[int, int]] | None = None,
+    ) -> None:
         self.source = source
         self.problems = problems
-        listing = "\n".join(f"  {source}: {path}: {message}" for path, message in problems)
+        self.locations = locations or {}
+        listing = "\n".join(
+            f"  {self.where_of(path)}: {path}: {message}" for path, message in problems
+        )
         super().__init__(
             f"{source}: invalid TenantProfile ({len(problems)} problem(s))\n{listing}",
             fix="correct the fields named above; `secureml profile schema` prints every field",
         )
+
+    def where_of(self, path: str) -> str:
+        """`file:line:column` of the field at `path` when known, else the file."""
+        found = self.locations.get(path)
+        return f"{self.source}:{found[0]}:{found[1]}" if found else self.source
 
     def diagnostics(self) -> str:
         return self.what + (f"\n  fix: {self.fix}" if self.fix else "")

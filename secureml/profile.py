@@ -40,7 +40,11 @@ from secureml.gpu_catalogue import (
     SHARING_TIME_SLICING,
     models_offering,
 )
+from secureml.profile_partial import did_you_mean, parsed_part
+from secureml.profile_yaml import LoadedYaml, load_yaml
 from secureml.quantity import QUANTITY_PATTERN, parse_bytes
+
+_TIER = "spec.tier"  # the path cross-field checks name when they read the tier
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
@@ -263,19 +267,37 @@ class HardeningSettings(_Model):
         return self
 
 
+def _yaml_false_is_off(values: tuple[str, ...]) -> BeforeValidator:
+    """YAML 1.1 reads an unquoted `off` (and `no`, `false`) as false: for a field with an `off`
+    member that is the `off` the user wrote. True names no single value, so it is refused."""
+    listed = ", ".join(repr(v) for v in values)
+
+    def convert(value: Any) -> Any:
+        if value is False:
+            return "off"
+        if value is True:
+            raise ValueError(
+                "YAML reads an unquoted on, yes or true as the boolean true, which is none of "
+                f"this field's values; write one of {listed}"
+            )
+        return value
+
+    return BeforeValidator(convert)
+
+
 class ScrubSettings(_Model):
     before: bool = Field(True, description="Zero reachable GPU memory before the step runs.")
     after: bool = Field(True, description="Zero reachable GPU memory after the step.")
-    verify: Literal["off", "sample", "full"] = Field(
-        "sample", description="Read back zeroed memory: off, a sample, or all of it."
-    )
+    verify: Annotated[
+        Literal["off", "sample", "full"], _yaml_false_is_off(("off", "sample", "full"))
+    ] = Field("sample", description="Read back zeroed memory: off, a sample, or all of it.")
 
 
 class RuntimeSettings(_Model):
     allow_runtime_installs: bool = Field(
         False, description="Allow pip installs at step start (packages_to_install)."
     )
-    shim: Literal["off", "enforce"] = Field(
+    shim: Annotated[Literal["off", "enforce"], _yaml_false_is_off(("off", "enforce"))] = Field(
         "enforce", description="Native quota shim on time-sliced GPUs."
     )
     scrub_on_free: bool = Field(True, description="The shim zeroes each block before freeing it.")
@@ -345,19 +367,33 @@ class TenantProfile(_Model):
     spec: Spec
 
     @classmethod
-    def from_dict(cls, data: Any, *, source: str = "<profile>") -> TenantProfile:
-        """Validate `data`; raise ProfileError listing every problem with its YAML path."""
+    def from_dict(
+        cls, data: Any, *, source: str = "<profile>", loaded: LoadedYaml | None = None
+    ) -> TenantProfile:
+        """Validate `data`; raise ProfileError listing every problem with its YAML path.
+
+        Field errors and contradictions come together: the contradictions are checked on the
+        fields that parsed (secureml.profile_partial), skipping any check that reads a field
+        that did not. `loaded` (from the YAML file) gives each problem its line and column.
+        """
+        written = _locations_by_path(loaded)
         if not isinstance(data, dict):
-            raise ProfileError(source, [("(document)", "expected a TenantProfile mapping")])
+            raise _profile_error(
+                source, [("(document)", "expected a TenantProfile mapping")], written
+            )
         try:
             profile = cls.model_validate(data)
         except ValidationError as err:
-            raise ProfileError(
-                source, [(_yaml_path(e["loc"]), e["msg"]) for e in err.errors()]
-            ) from None
+            problems = [_field_problem(cls, e) for e in err.errors()]
+            partial = parsed_part(cls, data, err.errors())
+            if partial is not None:
+                model, failed = partial
+                assert isinstance(model, TenantProfile)
+                problems += _contradictions(model, {_yaml_path(path) for path in failed})
+            raise _profile_error(source, problems, written) from None
         problems = _contradictions(profile)
         if problems:
-            raise ProfileError(source, problems)
+            raise _profile_error(source, problems, written)
         return profile
 
     def min_isolation(self) -> str:
@@ -391,15 +427,63 @@ def _yaml_path(loc: tuple[Any, ...]) -> str:
     return path or "(document)"
 
 
-def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
-    """Rules that span fields: the tier's minimum isolation against what the GPU section offers."""
+def _field_problem(model: type[BaseModel], error: Any) -> tuple[str, str]:
+    """One pydantic error as (YAML path, message), unknown fields with a did-you-mean."""
+    loc = tuple(error["loc"])
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        hint = did_you_mean(model, loc)
+        message = f"unknown field {loc[-1]} ({message})" + (f"; {hint}" if hint else "")
+    return _yaml_path(loc), message
+
+
+def _locations_by_path(loaded: LoadedYaml | None) -> dict[str, tuple[int, int]]:
+    """Line and column of every path the YAML wrote, keyed as the problems name them."""
+    if loaded is None:
+        return {}
+    return {_yaml_path(loc): place for loc, place in loaded.locations.items()}
+
+
+def _profile_error(
+    source: str, problems: list[tuple[str, str]], written: dict[str, tuple[int, int]]
+) -> ProfileError:
+    located = {path: _locate(path, written) for path, _ in problems}
+    return ProfileError(
+        source, problems, {path: place for path, place in located.items() if place is not None}
+    )
+
+
+def _locate(path: str, locations: dict[str, tuple[int, int]]) -> tuple[int, int] | None:
+    """Where `path` was written, or its nearest written ancestor (a missing field's parent)."""
+    while path:
+        if path in locations:
+            return locations[path]
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+    return locations.get("(document)")
+
+
+def _contradictions(
+    profile: TenantProfile, failed: set[str] | frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """Rules that span fields: the tier's minimum isolation against what the GPU section offers.
+
+    `failed` names fields that did not parse (their value here is a default or a placeholder):
+    a check that reads one of them, or a field inside one, is skipped.
+    """
+
+    def ok(*inputs: str) -> bool:
+        return not any(
+            i == f or i.startswith(f + ".") or i.startswith(f + "[") for i in inputs for f in failed
+        )
+
     spec = profile.spec
     gpu = spec.gpu
     problems: list[tuple[str, str]] = []
     allows = profile.allows_isolation
     tier = spec.tier
 
-    if gpu.time_slice is not None:
+    if ok(_TIER, "spec.gpu.timeSlice", "spec.runtime.shim") and gpu.time_slice is not None:
         level = "timeslice-shim" if spec.runtime.shim == "enforce" else "timeslice"
         if not allows(level):
             why = (
@@ -415,7 +499,12 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
                     + (" or set runtime.shim: enforce" if allows("timeslice-shim") else ""),
                 )
             )
-    if gpu.mig is not None and gpu.mig.allowed_profiles and not allows("mig"):
+    if (
+        ok(_TIER, "spec.gpu.mig.allowedProfiles")
+        and gpu.mig is not None
+        and gpu.mig.allowed_profiles
+        and not allows("mig")
+    ):
         problems.append(
             (
                 "spec.gpu.mig",
@@ -423,7 +512,7 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
                 "driver; remove mig",
             )
         )
-    if tier == "restricted" and gpu.whole_gpu is None:
+    if ok(_TIER, "spec.gpu.wholeGpu") and tier == "restricted" and gpu.whole_gpu is None:
         problems.append(
             (
                 "spec.gpu.wholeGpu",
@@ -431,7 +520,8 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
                 "add wholeGpu with the dedicated pool's nodeSelector and tolerations",
             )
         )
-    if gpu.whole_gpu is not None and tier in ("confidential", "restricted"):
+    whole_inputs = ok(_TIER, "spec.gpu.wholeGpu.nodeSelector")
+    if whole_inputs and gpu.whole_gpu is not None and tier in ("confidential", "restricted"):
         if not gpu.whole_gpu.node_selector:
             problems.append(
                 (
@@ -440,10 +530,18 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
                 )
             )
 
-    problems += _mig_profiles_on_models(gpu)
+    if ok("spec.gpu.mig.allowedProfiles", "spec.gpu.models"):
+        problems += _mig_profiles_on_models(gpu)
+    quota_inputs = (
+        "spec.gpu.quota",
+        "spec.gpu.mig.allowedProfiles",
+        "spec.gpu.timeSlice.resourceName",
+        "spec.gpu.wholeGpu",
+        "spec.gpu.migStrategy",
+    )
     allowed_mig = set(gpu.mig.allowed_profiles) if gpu.mig else set()
     shared = gpu.time_slice.resource_name if gpu.time_slice else None
-    for resource in gpu.quota:
+    for resource in gpu.quota if ok(*quota_inputs) else ():
         path = f"spec.gpu.quota[{resource!r}]"
         if resource.startswith(MIG_RESOURCE_PREFIX):
             mig_profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
@@ -466,7 +564,13 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
         if gpu.quota[resource] < 0:
             problems.append((path, "quota must not be negative"))
 
-    if gpu.backend == "device-plugin" and gpu.mig_strategy == "single" and len(allowed_mig) > 1:
+    single_inputs = ok("spec.gpu.backend", "spec.gpu.migStrategy", "spec.gpu.mig.allowedProfiles")
+    if (
+        single_inputs
+        and gpu.backend == "device-plugin"
+        and gpu.mig_strategy == "single"
+        and len(allowed_mig) > 1
+    ):
         problems.append(
             (
                 "spec.gpu.mig.allowedProfiles",
@@ -476,13 +580,14 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
             )
         )
 
-    strict = tier in ("confidential", "restricted")
+    strict = ok(_TIER) and tier in ("confidential", "restricted")
     images = spec.images
-    if strict and not images.require_digest:
+    if strict and ok("spec.images.requireDigest") and not images.require_digest:
         problems.append(("spec.images.requireDigest", f"tier {tier} requires digest-pinned images"))
-    if strict and not images.signatures.required:
+    if strict and ok("spec.images.signatures.required") and not images.signatures.required:
         problems.append(("spec.images.signatures.required", f"tier {tier} requires signed images"))
-    if images.signatures.required and not images.signatures.identities:
+    signer_inputs = ok("spec.images.signatures.required", "spec.images.signatures.identities")
+    if signer_inputs and images.signatures.required and not images.signatures.identities:
         problems.append(
             (
                 "spec.images.signatures.identities",
@@ -492,28 +597,31 @@ def _contradictions(profile: TenantProfile) -> list[tuple[str, str]]:
         )
     from secureml.images import allowed_registry_problem
 
-    for index, entry in enumerate(images.allowed_registries):
+    registries_ok = ok("spec.images.allowedRegistries")
+    for index, entry in enumerate(images.allowed_registries if registries_ok else ()):
         problem = allowed_registry_problem(entry)
         if problem:
             problems.append((f"spec.images.allowedRegistries[{index}]", problem))
-    if not images.allowed_registries:
+    if registries_ok and not images.allowed_registries:
         problems.append(
             (
                 "spec.images.allowedRegistries",
                 "list at least one registry prefix, e.g. ghcr.io/acme/",
             )
         )
-    if strict and not spec.identity.required:
+    if strict and ok("spec.identity.required") and not spec.identity.required:
         problems.append(("spec.identity.required", f"tier {tier} requires workload identity"))
-    if strict and not spec.hardening.read_only_root_filesystem:
+    read_only_ok = ok("spec.hardening.readOnlyRootFilesystem")
+    if strict and read_only_ok and not spec.hardening.read_only_root_filesystem:
         problems.append(
             ("spec.hardening.readOnlyRootFilesystem", f"tier {tier} requires a read-only root")
         )
-    if strict and spec.runtime.allow_runtime_installs:
+    if strict and ok("spec.runtime.allowRuntimeInstalls") and spec.runtime.allow_runtime_installs:
         problems.append(
             ("spec.runtime.allowRuntimeInstalls", f"tier {tier} forbids installs at run time")
         )
-    if strict and not (spec.scrub.before and spec.scrub.after):
+    scrub_ok = ok("spec.scrub.before", "spec.scrub.after")
+    if strict and scrub_ok and not (spec.scrub.before and spec.scrub.after):
         problems.append(("spec.scrub", f"tier {tier} requires scrubbing before and after a step"))
     return problems
 
@@ -573,7 +681,7 @@ def parse_profile(content: bytes, *, source: str) -> TenantProfile:
             "profile is not UTF-8 text", why=str(err), fix="save the file as UTF-8", where=source
         ) from None
     try:
-        data = yaml.safe_load(text)
+        loaded = load_yaml(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -583,7 +691,12 @@ def parse_profile(content: bytes, *, source: str) -> TenantProfile:
             fix="fix the YAML syntax at the position shown",
             where=where,
         ) from None
-    return TenantProfile.from_dict(data, source=source)
+    if loaded.duplicates:  # which of two values was meant is unknown: nothing else is checked
+        written = {_yaml_path(path): place for path, _, place in loaded.duplicates}
+        raise ProfileError(
+            source, [(_yaml_path(path), message) for path, message, _ in loaded.duplicates], written
+        )
+    return TenantProfile.from_dict(loaded.data, source=source, loaded=loaded)
 
 
 def profile_json_schema() -> dict[str, Any]:

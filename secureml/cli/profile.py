@@ -17,7 +17,10 @@ from secureml.errors import ProfileError, SecuremlError
 def validate(
     files: Annotated[list[Path], typer.Argument(help="TenantProfile YAML files to check.")],
 ) -> None:
-    """Check tenant profiles: one line per problem, exit 1 when any file has one."""
+    """Check tenant profiles: one line per problem (file:line:column: field: message).
+
+    Exit 0: every profile is valid; 2: a profile is unusable (invalid, unreadable, not YAML).
+    """
     from secureml.profile import load_profile
 
     failed = False
@@ -27,14 +30,14 @@ def validate(
         except ProfileError as err:
             failed = True
             for field, message in err.problems:
-                typer.echo(f"{path}: {field}: {message}")
+                typer.echo(f"{err.where_of(field)}: {field}: {message}")
         except SecuremlError as err:
             failed = True
             typer.echo(err.diagnostics().replace("\n", " "))
         else:
             typer.echo(f"{path}: ok (tenant {profile.metadata.name}, tier {profile.spec.tier})")
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(2)
 
 
 @profile_app.command("schema")

@@ -58,7 +58,10 @@ def test_fields_parse_into_python_values() -> None:
 def test_unknown_field_is_rejected_with_its_path() -> None:
     data = team_a()
     data["spec"]["gpu"]["timeSlice"]["maxMemroy"] = "8Gi"
-    assert ("spec.gpu.timeSlice.maxMemroy", "Extra inputs are not permitted") in problems_of(data)
+    assert (
+        "spec.gpu.timeSlice.maxMemroy",
+        "unknown field maxMemroy (Extra inputs are not permitted); did you mean maxMemory?",
+    ) in problems_of(data)
 
 
 def test_bad_values_report_paths_with_list_indices() -> None:
@@ -167,16 +170,19 @@ def test_validate_cli_prints_one_line_per_problem(tmp_path: Path) -> None:
     result = runner.invoke(
         app, ["profile", "validate", str(ROOT / "profiles/team-a.yaml"), str(path)]
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert lines[0].endswith("ok (tenant team-a, tier internal)")
-    assert lines[1] == f"{path}: spec.extra: Extra inputs are not permitted"
-    assert len(lines) == 2
+    assert lines[1].startswith(f"{path}:")
+    assert ": spec.extra: unknown field extra (Extra inputs are not permitted)" in lines[1]
+    # the contradiction comes in the same run as the field error
+    assert ": spec.gpu.timeSlice: tier confidential needs isolation mig" in lines[2]
+    assert len(lines) == 3
 
 
 def test_validate_cli_missing_file() -> None:
     result = runner.invoke(app, ["profile", "validate", "/nonexistent.yaml"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "cannot read profile /nonexistent.yaml" in result.output
     assert "Traceback" not in result.output
 

@@ -55,7 +55,7 @@ def test_field_errors_and_contradictions_in_one_run(tmp_path: Path) -> None:
     assert f"{path}:{ts}:" in next(
         line for line in lines if ": spec.gpu.timeSlice.maxCompute: " in line
     )
-    unknown = next(line for line in lines if "allowedProfile:" in line or "allowedProfile " in line)
+    unknown = next(line for line in lines if ": spec.gpu.mig.allowedProfile: " in line)
     assert unknown.startswith(f"{path}:{line_of(path, 'allowedProfile')}:")
     assert "did you mean allowedProfiles?" in unknown
     contradiction = next(line for line in lines if ": spec.gpu.timeSlice: " in line)
@@ -153,3 +153,16 @@ def test_missing_required_field_points_at_its_parent(tmp_path: Path) -> None:
     (line,) = validate(path)
     assert line.startswith(f"{path}:{line_of(path, 'timeSlice:')}:5: spec.gpu.timeSlice.maxMemory:")
     assert "Field required" in line
+
+
+def test_a_bad_dict_entry_fails_the_whole_dict(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        ("tier: internal", "tier: confidential"),
+        ("nodeSelector: {secureml.dev/pool: dedicated}", "nodeSelector: {secureml.dev/pool: 5}"),
+    )
+    lines = validate(path)
+    assert any(": spec.gpu.wholeGpu.nodeSelector['secureml.dev/pool']: " in line for line in lines)
+    # the selector is not empty, it is unreadable: no "give its node labels"
+    assert not any(": spec.gpu.wholeGpu.nodeSelector: " in line for line in lines)
+    assert any(": spec.gpu.timeSlice: tier confidential" in line for line in lines)

@@ -25,14 +25,6 @@ class LoadedYaml:
     duplicates: list[tuple[tuple[Any, ...], str, Location]] = field(default_factory=list)
     locations: dict[tuple[Any, ...], Location] = field(default_factory=dict)
 
-    def location(self, loc: tuple[Any, ...]) -> Location | None:
-        """Where `loc` was written, or its nearest written ancestor (a missing field's parent)."""
-        for end in range(len(loc), -1, -1):
-            found = self.locations.get(tuple(loc[:end]))
-            if found is not None:
-                return found
-        return None
-
 
 def _mark(node: yaml.Node) -> Location:
     return node.start_mark.line + 1, node.start_mark.column + 1

@@ -36,10 +36,9 @@ from secureml.rules._cel import (
     SPEC,
     has_path,
     quote,
-    spec_bound,
-    spec_bound_message,
     string_list,
 )
+from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.model import Rule
 from secureml.rules.resources import granted_resources
 from secureml.rules.scope import EVERY_POD, STEP_POD
@@ -82,24 +81,6 @@ def selector_values(profile: TenantProfile) -> dict[str, list[str] | None]:
     return dict(sorted(allowed.items()))
 
 
-def _rule(
-    profile: TenantProfile,
-    rule_id: str,
-    message: str,
-    expression: str,
-    message_expression: str,
-    scope: str = EVERY_POD,
-) -> Rule:
-    return Rule(
-        rule_id,
-        message,
-        spec_bound(expression),
-        spec_bound_message(message_expression),
-        (f"profile:{profile.metadata.name}",),
-        scope,
-    )
-
-
 def _text(var: str, field: str, default: str) -> str:
     return f"(has({var}.{field}) ? {var}.{field} : {quote(default)})"
 
@@ -131,12 +112,13 @@ def _tolerations(profile: TenantProfile) -> Rule:
         f"{own}) and the API server's default not-ready/unreachable ones; never Exists without a key"
     )
     bad = f"{SPEC}.tolerations.filter(t, !{ok})"
-    return _rule(
+    return tenant_rule(
         profile,
         "secureml.tolerations",
         message,
         f"!has({SPEC}.tolerations) || {SPEC}.tolerations.all(t, {ok})",
         f"'pod tolerates ' + [{bad}[0]].map(t, {shape})[0] + ', which is not one of its pools'",
+        scope=EVERY_POD,
     )
 
 
@@ -155,7 +137,7 @@ def _node_selector(profile: TenantProfile) -> Rule:
     allowed = selector_values(profile)
     ok = _values_ok(allowed, "k", f"[{SPEC}.nodeSelector[k]]")
     message = f"nodeSelector only the tenant's pool labels ({_describe(allowed)})"
-    return _rule(
+    return tenant_rule(
         profile,
         "secureml.nodeSelector",
         message,
@@ -164,6 +146,7 @@ def _node_selector(profile: TenantProfile) -> Rule:
         quote(
             f"pod's nodeSelector names a node label outside the tenant's pools ({_describe(allowed)})"
         ),
+        scope=EVERY_POD,
     )
 
 
@@ -203,13 +186,14 @@ def _node_affinity(profile: TenantProfile) -> Rule:
         f"{_describe(allowed)}; NotIn/DoesNotExist on its GPU pool labels), no matchFields, no "
         "preferred terms"
     )
-    return _rule(
+    return tenant_rule(
         profile,
         "secureml.nodeAffinity",
         message,
         f"{required_ok} && {preferred_ok}",
         f"!{preferred_ok} ? 'pod must not set a preferred node affinity' : "
         + quote("pod's required node affinity names nodes outside the tenant's pools"),
+        scope=EVERY_POD,
     )
 
 
@@ -245,7 +229,7 @@ def _gpu_free_off_gpu_nodes(profile: TenantProfile) -> Rule | None:
         "a step without a GPU must keep off the GPU pools: every required node affinity term "
         f"excludes {wanted}"
     )
-    return _rule(
+    return tenant_rule(
         profile,
         "secureml.gpuFreeOffGpuNodes",
         message,
@@ -275,12 +259,13 @@ def _pod_affinity_namespaces(profile: TenantProfile) -> Rule:
         "pod affinity and anti-affinity only within the tenant's namespace "
         f"({profile.spec.namespace}): no namespaceSelector, no other namespaces"
     )
-    return _rule(
+    return tenant_rule(
         profile,
         "secureml.podAffinityNamespaces",
         message,
         " && ".join(checks),
         quote("pod (anti-)affinity must not reach pods of another namespace"),
+        scope=EVERY_POD,
     )
 
 
@@ -288,35 +273,38 @@ def _priority_class(profile: TenantProfile) -> Rule:
     names = list(profile.spec.scheduling.priority_class_names)
     listed = ", ".join(names) or "none"
     message = f"priorityClassName only from the profile's list ({listed})"
-    return _rule(
+    return tenant_rule(
         profile,
         "secureml.priorityClass",
         message,
         f"!has({SPEC}.priorityClassName) || {SPEC}.priorityClassName in {string_list(names)}",
         f"'pod must not use priorityClassName ' + {SPEC}.priorityClassName + "
         f"{quote(f' (allowed: {listed})')}",
+        scope=EVERY_POD,
     )
 
 
 def _scheduler_name(profile: TenantProfile) -> Rule:
     name = profile.spec.scheduling.scheduler_name
-    return _rule(
+    return tenant_rule(
         profile,
         "secureml.schedulerName",
         f"schedulerName unset or {name}",
         f"!has({SPEC}.schedulerName) || {SPEC}.schedulerName == {quote(name)}",
         f"'pod must not use schedulerName ' + {SPEC}.schedulerName + {quote(f' (only {name})')}",
+        scope=EVERY_POD,
     )
 
 
 def _node_name(profile: TenantProfile) -> Rule:
-    return _rule(
+    return tenant_rule(
         profile,
         "secureml.nodeName",
         "pod must not set spec.nodeName: it skips the scheduler, the pool's taints and selectors",
         # CREATE only (`oldObject` is null then): a bound pod's UPDATEs carry the scheduler's.
         f"oldObject != null || !has({SPEC}.nodeName)",
         f"'pod must not set spec.nodeName (' + {SPEC}.nodeName + '): the scheduler places it'",
+        scope=EVERY_POD,
     )
 
 

@@ -33,10 +33,9 @@ from secureml.rules._cel import (
     container_rule_message,
     every_container,
     quote,
-    spec_bound,
-    spec_bound_message,
     string_list,
 )
+from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.model import Rule
 from secureml.rules.scope import EVERY_POD, STEP_POD
 
@@ -142,24 +141,6 @@ def _counts(limit: int) -> str:
     return string_list(str(n) for n in range(1, limit + 1))
 
 
-def _rule(
-    profile: TenantProfile,
-    rule_id: str,
-    message: str,
-    expression: str,
-    message_expression: str,
-    scope: str,
-) -> Rule:
-    return Rule(
-        rule_id,
-        message,
-        spec_bound(expression),
-        spec_bound_message(message_expression),
-        (f"profile:{profile.metadata.name}",),
-        scope,
-    )
-
-
 def resource_name_rule(profile: TenantProfile) -> Rule:
     granted = [r.name for r in granted_resources(profile)]
     allowed = string_list([*NATIVE_RESOURCES, *granted])
@@ -179,7 +160,7 @@ def resource_name_rule(profile: TenantProfile) -> Rule:
         f"must ask for no resource but cpu, memory, ephemeral-storage, hugepages-* and the GPU "
         f"resources this tenant is granted ({names})"
     )
-    return _rule(
+    return tenant_rule(
         profile,
         "secureml.resourceName",
         tail,
@@ -211,7 +192,7 @@ def gpu_count_rule(profile: TenantProfile) -> Rule | None:
         "each GPU resource is held by one container of the pod at most, within the per-step "
         f"limit: {'; '.join(described)}"
     )
-    return _rule(
+    return tenant_rule(
         profile,
         "secureml.gpuCount",
         message,
@@ -242,7 +223,7 @@ def nvidia_env_rule(profile: TenantProfile) -> Rule:
         "must not set CUDA_VERSION or any NVIDIA_* variable, in env or through an envFrom prefix "
         "(the NVIDIA container runtime reads them to hand out GPUs)"
     )
-    return _rule(
+    return tenant_rule(
         profile,
         "secureml.nvidiaEnv",
         tail,

@@ -25,10 +25,9 @@ from secureml.rules._cel import (
     inherited_setting,
     int_range_regex,
     quote,
-    spec_bound,
-    spec_bound_message,
     string_list,
 )
+from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.model import Rule
 from secureml.rules.scope import EVERY_POD, STEP_POD, system_container
 
@@ -82,7 +81,6 @@ class _Catalogue:
         self.profile = profile
         self.spec = profile.spec
         self.gpu = profile.spec.gpu
-        self.applies_to = (f"profile:{profile.metadata.name}",)
 
     def rule(
         self,
@@ -93,14 +91,7 @@ class _Catalogue:
         scope: str = STEP_POD,
     ) -> Rule:
         """A step rule by default; `scope=EVERY_POD` for the rules KFP's own pods must pass too."""
-        return Rule(
-            rule_id,
-            message,
-            spec_bound(expression),
-            spec_bound_message(message_expression),
-            self.applies_to,
-            scope,
-        )
+        return tenant_rule(self.profile, rule_id, message, expression, message_expression, scope)
 
     def container_rule(
         self, rule_id: str, message: str, predicate: str, scope: str = STEP_POD

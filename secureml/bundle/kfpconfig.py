@@ -20,9 +20,9 @@ from secureml.bundle.common import (
     namespace_selector,
     tenant_labels,
 )
+from secureml.bundle.validating import API_VERSION, policy_binding
 from secureml.profile import TenantProfile
 
-API_VERSION = "admissionregistration.k8s.io/v1"
 POLICY = "kfp-metadata-configmap"
 KEYS = "[" + ", ".join(f"'{key}'" for key in contract.KFP_METADATA_CONFIGMAP_KEYS) + "]"
 CONDITION = f"object.metadata.name == '{contract.KFP_METADATA_CONFIGMAP}'"
@@ -62,16 +62,4 @@ def render_policy(profile: TenantProfile, options: BundleOptions) -> list[Manife
 
 
 def render_binding(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
-    name = cluster_name(profile, POLICY)
-    return [
-        {
-            "apiVersion": API_VERSION,
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": name, "labels": tenant_labels(profile)},
-            "spec": {
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": namespace_selector(profile)},
-            },
-        }
-    ]
+    return [policy_binding(profile, cluster_name(profile, POLICY))]

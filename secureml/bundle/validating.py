@@ -91,20 +91,22 @@ def render_policy(profile: TenantProfile, options: BundleOptions) -> list[Manife
     return policies
 
 
+def policy_binding(profile: TenantProfile, name: str) -> Manifest:
+    """The Deny binding of the tenant's ValidatingAdmissionPolicy `name`, for its namespace."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": tenant_labels(profile)},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": namespace_selector(profile)},
+        },
+    }
+
+
 def render_binding(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
-    bindings = []
-    for suffix, _, _ in _policies(profile, options):
-        name = cluster_name(profile, suffix)
-        bindings.append(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "ValidatingAdmissionPolicyBinding",
-                "metadata": {"name": name, "labels": tenant_labels(profile)},
-                "spec": {
-                    "policyName": name,
-                    "validationActions": ["Deny"],
-                    "matchResources": {"namespaceSelector": namespace_selector(profile)},
-                },
-            }
-        )
-    return bindings
+    return [
+        policy_binding(profile, cluster_name(profile, suffix))
+        for suffix, _, _ in _policies(profile, options)
+    ]

@@ -44,8 +44,23 @@ SHIM_PRELOAD_FILE = "/etc/ld.so.preload"
 # SHIM_PRELOAD_FILE (read-only, from ANNOTATION_SHIM_PRELOAD through a downward-API subPath mount).
 SHIM_LIBRARY_PATH = "/usr/local/lib/secureml/libsecureml_shim.so"
 ANNOTATION_SHIM_PRELOAD = "secureml.dev/shim-preload"  # set (overwritten) by the admission policy
+
+# --- the injected runtime (issue 10 class 9; /work/notes/s3/contract-runtime.md) -----------------
+# The launcher and the shim come from the platform's runtime image, not the step's: the mutating
+# policy adds the init container RUNTIME_INIT_CONTAINER of the profile's `runtime.image`, which runs
+# RUNTIME_INSTALL_COMMAND to copy its payload (RUNTIME_PAYLOAD_DIR) into the emptyDir
+# RUNTIME_VOLUME; every tenant container mounts that volume read-only at RUNTIME_DIR. The preload
+# file names RUNTIME_SHIM, and `main` runs [RUNTIME_LAUNCHER, "--", <argv>].
+RUNTIME_INIT_CONTAINER = "secureml-runtime"
+RUNTIME_VOLUME = "secureml-runtime"
+RUNTIME_DIR = "/opt/secureml"
+RUNTIME_PAYLOAD_DIR = "/secureml-runtime"
+RUNTIME_INSTALL_COMMAND = (f"{RUNTIME_PAYLOAD_DIR}/install", RUNTIME_DIR)
+RUNTIME_LAUNCHER = f"{RUNTIME_DIR}/bin/secureml-launch"
+RUNTIME_SHIM = f"{RUNTIME_DIR}/lib/libsecureml_shim.so"
+RUNTIME_LAUNCHER_PREFIX = (RUNTIME_LAUNCHER, "--")
 # Paths the platform owns inside a step's container: the system folders (the read-only image, the
-# loader and its preload file), the shim's folder, the pod's podinfo files, KFP's launcher folder
+# loader and its preload file), the shim's folder, the injected runtime, the pod's podinfo files, KFP's launcher folder
 # and Argo's executor folder. No tenant volume is mounted at, above or below one of them
 # (secureml.rules.mounts; the SPIFFE socket folder of the profile joins them there).
 PLATFORM_PATHS = (
@@ -58,6 +73,7 @@ PLATFORM_PATHS = (
     "/bin",
     "/sbin",
     "/usr/local/lib/secureml",
+    RUNTIME_DIR,
     "/etc/secureml",
     "/etc/ld.so.preload",
     "/kfp-launcher",

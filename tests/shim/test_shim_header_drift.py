@@ -1,35 +1,26 @@
-"""Signature drift: the shim and the fake driver compile against NVIDIA's own cuda.h and nvml.h
-(from an installed CUDA toolkit, or the `nvidia-cuda-runtime-cu12` and `nvidia-nvml-dev-cu12`
-wheels of the test extra), so a changed prototype fails the build."""
+"""Signature drift: the shim and the fake driver compile against NVIDIA's own cuda.h and nvml.h of
+CUDA 12 and of CUDA 13 (a toolkit's, or the test extra's wheels: tests/shim/cuda_wheels.py), so a
+changed prototype fails the build."""
 
 from __future__ import annotations
 
-import glob
 import subprocess
 from pathlib import Path
 
 import pytest
 from fakegpu import FAKE_DIR, SHIM_DIR, compiler
 
-
-def _toolkit_include(header: str) -> Path | None:
-    folders = sorted(glob.glob("/usr/local/cuda*/include"), reverse=True) + ["/usr/include"]
-    try:
-        import nvidia  # the test extra's wheels: nvidia/nvml_dev (nvml.h), nvidia/cuda_runtime (cuda.h)
-
-        for root in nvidia.__path__:
-            folders += [
-                str(Path(root) / wheel / "include") for wheel in ("nvml_dev", "cuda_runtime")
-            ]
-    except ImportError:
-        pass
-    for folder in folders:
-        if (Path(folder) / header).is_file():
-            return Path(folder)
-    return None
+from .cuda_wheels import MAJORS, WHEEL, include_dir
 
 
-def _compile(sources: list[Path], defines: list[str], include: Path, tmp_path: Path) -> None:
+def _include(header: str, major: int) -> Path:
+    folder = include_dir(header, major)
+    if folder is None:
+        pytest.skip(f"no {header} of CUDA {major}: install the test extra ({WHEEL[major]})")
+    return folder
+
+
+def _compile(sources: list[Path], defines: list[str], includes: list[Path], tmp_path: Path) -> None:
     cc = compiler()
     if cc is None:
         pytest.skip("no C compiler")
@@ -43,7 +34,7 @@ def _compile(sources: list[Path], defines: list[str], include: Path, tmp_path: P
         "-Wall",
         "-Werror",
         *defines,
-        f"-I{include}",
+        *(f"-I{folder}" for folder in includes),
         "-o",
         str(out),
         *map(str, sources),
@@ -53,35 +44,19 @@ def _compile(sources: list[Path], defines: list[str], include: Path, tmp_path: P
     assert result.returncode == 0, result.stderr
 
 
-def test_shim_and_fake_driver_match_the_toolkits_cuda_h(tmp_path: Path) -> None:
-    include = _toolkit_include("cuda.h")
-    if include is None:
-        pytest.skip(
-            "no cuda.h (CUDA toolkit or the nvidia-cuda-runtime-cu12 wheel): nothing to compare against"
-        )
-    _compile(
-        [SHIM_DIR / "shim.c", SHIM_DIR / "limits.c"], ["-DSECUREML_REAL_CUDA_H"], include, tmp_path
-    )
-    _compile(
-        [FAKE_DIR / "fake_cuda.c", FAKE_DIR / "fake_common.c"],
-        ["-DSECUREML_REAL_CUDA_H"],
-        include,
-        tmp_path,
-    )
+@pytest.mark.parametrize("major", MAJORS)
+def test_shim_and_fake_driver_match_nvidias_cuda_h(major: int, tmp_path: Path) -> None:
+    include = _include("cuda.h", major)
+    shim = [SHIM_DIR / "shim.c", SHIM_DIR / "limits.c"]
+    _compile(shim, ["-DSECUREML_REAL_CUDA_H"], [include], tmp_path)
+    fake = [FAKE_DIR / "fake_cuda.c", FAKE_DIR / "fake_common.c"]
+    _compile(fake, ["-DSECUREML_REAL_CUDA_H"], [include], tmp_path)
 
 
-def test_shim_and_fake_nvml_match_the_toolkits_nvml_h(tmp_path: Path) -> None:
-    include = _toolkit_include("nvml.h")
-    if include is None:
-        pytest.skip(
-            "no nvml.h (CUDA toolkit or the nvidia-nvml-dev-cu12 wheel): nothing to compare against"
-        )
-    cuda = _toolkit_include("cuda.h")
-    defines = ["-DSECUREML_REAL_NVML_H"] + (["-DSECUREML_REAL_CUDA_H", f"-I{cuda}"] if cuda else [])
-    _compile([SHIM_DIR / "shim.c", SHIM_DIR / "limits.c"], defines, include, tmp_path)
-    _compile(
-        [FAKE_DIR / "fake_nvml.c", FAKE_DIR / "fake_common.c"],
-        ["-DSECUREML_REAL_NVML_H"],
-        include,
-        tmp_path,
-    )
+@pytest.mark.parametrize("major", MAJORS)
+def test_shim_and_fake_nvml_match_nvidias_nvml_h(major: int, tmp_path: Path) -> None:
+    include, cuda = _include("nvml.h", major), _include("cuda.h", major)
+    defines = ["-DSECUREML_REAL_NVML_H", "-DSECUREML_REAL_CUDA_H"]
+    _compile([SHIM_DIR / "shim.c", SHIM_DIR / "limits.c"], defines, [include, cuda], tmp_path)
+    fake = [FAKE_DIR / "fake_nvml.c", FAKE_DIR / "fake_common.c"]
+    _compile(fake, ["-DSECUREML_REAL_NVML_H"], [include], tmp_path)

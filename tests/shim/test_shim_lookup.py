@@ -4,11 +4,12 @@ driver picks by version and stream flags. Calls through what a look-up returns a
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import pytest
 from fakegpu import MiB, build_native, run_python
 
+from .cuda_wheels import MAJORS, WHEEL
+from .cuda_wheels import runtime as cuda_runtime
 from .shimstep import CUDA_PY, HERE
 
 DLADDR = """
@@ -129,27 +130,17 @@ def test_rtld_next_still_means_after_the_caller(make_step) -> None:
     assert got == [0, True]
 
 
-def test_the_cuda_runtimes_own_look_ups_receive_the_hooks(make_step) -> None:
-    """The real libcudart (a toolkit's, or the test extra's wheel) fetches driver entry points through
-    dlsym + cuGetProcAddress_v2; the shim's debug log shows each answer it replaced with a hook.
-    (The fake driver lacks the runtime's private tables, so the runtime goes no further.)"""
-    import glob
+@pytest.mark.parametrize("major", MAJORS)
+def test_the_cuda_runtimes_own_look_ups_receive_the_hooks(make_step, major: int) -> None:
+    """NVIDIA's libcudart of CUDA 12 and of CUDA 13 (a toolkit's, or the test extra's wheels)
+    fetches driver entry points through dlsym + cuGetProcAddress_v2; the shim's debug log shows each
+    answer it replaced with a hook. (The fake driver lacks the runtime's private tables, so the
+    runtime goes no further.)"""
     import re
 
-    patterns = ["/usr/local/cuda*/lib64/libcudart.so.[0-9]*"]
-    try:
-        import nvidia  # the test extra's nvidia-cuda-runtime-cu12 wheel: nvidia/cuda_runtime/lib
-
-        patterns += [f"{root}/cuda_runtime/lib/libcudart.so.[0-9]*" for root in nvidia.__path__]
-    except ImportError:
-        pass
-    runtimes = sorted(path for pattern in patterns for path in glob.glob(pattern))
-    if not runtimes:
-        pytest.skip(
-            "no CUDA runtime (a toolkit's or the nvidia-cuda-runtime-cu12 wheel's libcudart)"
-        )
-    runtime = Path(runtimes[-1])
-    major = int(re.search(r"\.so\.(\d+)", runtime.name).group(1))
+    runtime = cuda_runtime(major)
+    if runtime is None:
+        pytest.skip(f"no libcudart.so.{major}: install the test extra ({WHEEL[major]})")
     step = make_step(memory=4 * MiB, gpu_options={"cuda_version": major * 1000})
     result = run_python(
         f"import ctypes; rt = ctypes.CDLL({str(runtime)!r}); n = ctypes.c_int(); rt.cudaGetDeviceCount(ctypes.byref(n))",

@@ -30,7 +30,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from secureml import contract
-from secureml.errors import InputError, ProfileError
+from secureml.errors import InputError, ProfileError, SecuremlError
 from secureml.gpu_catalogue import (
     LABEL_SHARING_STRATEGY,
     MIG_CATALOGUE,
@@ -41,6 +41,7 @@ from secureml.gpu_catalogue import (
     SHARING_TIME_SLICING,
     models_offering,
 )
+from secureml.images import ImageRef
 from secureml.profile_partial import did_you_mean, parsed_part
 from secureml.profile_yaml import LoadedYaml, load_yaml
 from secureml.quantity import QUANTITY_PATTERN, parse_bytes
@@ -302,6 +303,27 @@ class RuntimeSettings(_Model):
         "enforce", description="Native quota shim on time-sliced GPUs."
     )
     scrub_on_free: bool = Field(True, description="The shim zeroes each block before freeing it.")
+    image: str | None = Field(
+        None,
+        description="The platform's runtime image, REGISTRY/REPOSITORY@sha256:<64 hex> (no tag): "
+        "its init container copies the launcher and the shim into every step, so neither comes "
+        "from the step's own image. Required for tiers confidential and restricted.",
+    )
+
+    @model_validator(mode="after")
+    def _runtime_image_pinned(self) -> RuntimeSettings:
+        if self.image is None:
+            return self
+        try:
+            ref = ImageRef.parse(self.image)
+        except SecuremlError as err:
+            raise ValueError(f"image: {err.what}") from None
+        if ref.digest is None or ref.tag is not None or ref.by_digest() != self.image:
+            raise ValueError(
+                f"image {self.image!r} must be written as REGISTRY/REPOSITORY@sha256:<64 hex> "
+                "(registry named, no tag): admission compares it verbatim"
+            )
+        return self
 
 
 class EgressRule(_Model):
@@ -616,6 +638,14 @@ def _contradictions(
     if strict and read_only_ok and not spec.hardening.read_only_root_filesystem:
         problems.append(
             ("spec.hardening.readOnlyRootFilesystem", f"tier {tier} requires a read-only root")
+        )
+    if strict and ok("spec.runtime.image") and spec.runtime.image is None:
+        problems.append(
+            (
+                "spec.runtime.image",
+                f"tier {tier} needs the platform's runtime image: without it the launcher and the "
+                "shim are the step image's own; set runtime.image: REGISTRY/REPOSITORY@sha256:...",
+            )
         )
     if strict and ok("spec.runtime.allowRuntimeInstalls") and spec.runtime.allow_runtime_installs:
         problems.append(

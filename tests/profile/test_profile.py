@@ -165,6 +165,7 @@ def test_validate_cli_prints_one_line_per_problem(tmp_path: Path) -> None:
     broken = copy.deepcopy(data)
     broken["spec"]["tier"] = "confidential"
     broken["spec"]["extra"] = 1
+    broken["spec"]["runtime"]["image"] = "registry.acme.example/rt@sha256:" + "0" * 64
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(broken))
     result = runner.invoke(

@@ -1,0 +1,70 @@
+"""`spec.runtime.image`: the platform's runtime image (issue 10, class 9). Required where the tier
+needs the injected launcher and shim, a warning elsewhere, and written so admission can compare it
+verbatim."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from secureml import contract, runtime_image
+from secureml.errors import ProfileError
+from secureml.profile import TenantProfile, load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+DIGEST = "sha256:" + "ab" * 32
+IMAGE = f"registry.acme.example/platform/secureml-runtime@{DIGEST}"
+
+
+def _profile(name: str) -> dict:
+    return yaml.safe_load((ROOT / "profiles" / f"{name}.yaml").read_text())
+
+
+def _problems(data: dict) -> dict[str, str]:
+    with pytest.raises(ProfileError) as caught:
+        TenantProfile.from_dict(data, source="p.yaml")
+    return dict(caught.value.problems)
+
+
+@pytest.mark.parametrize("name", ["team-conf", "team-restricted"])
+def test_strict_tiers_refuse_a_profile_without_it(name: str) -> None:
+    data = _profile(name)
+    del data["spec"]["runtime"]["image"]
+    problems = _problems(data)
+    assert "runtime image" in problems["spec.runtime.image"]
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "registry.acme.example/platform/secureml-runtime:1.0",  # a tag: mutable
+        f"registry.acme.example/platform/secureml-runtime:1.0@{DIGEST}",  # tag beside digest
+        f"secureml-runtime@{DIGEST}",  # Docker Hub implied: not the text admission compares
+        "registry.acme.example/platform/secureml-runtime@sha256:abc",  # truncated digest
+    ],
+)
+def test_image_must_be_registry_repository_at_digest(image: str) -> None:
+    data = _profile("team-a")
+    data["spec"]["runtime"] = {"image": image}
+    problems = _problems(data)
+    assert any(path.startswith("spec.runtime") for path in problems), problems
+
+
+def test_internal_tier_without_it_loads_with_a_warning() -> None:
+    profile = load_profile(ROOT / "profiles/team-a.yaml")
+    assert profile.spec.runtime.image is None
+    (warning,) = runtime_image.warnings(profile)
+    assert "runtime.image" in warning and "own image" in warning
+    assert runtime_image.launcher_prefix(profile) == contract.LAUNCHER_PREFIX
+    assert runtime_image.shim_library(profile) == contract.SHIM_LIBRARY_PATH
+
+
+def test_with_it_the_launcher_and_shim_are_the_injected_ones() -> None:
+    data = _profile("team-a")
+    data["spec"]["runtime"]["image"] = IMAGE
+    profile = TenantProfile.from_dict(data)
+    assert runtime_image.warnings(profile) == []
+    assert runtime_image.launcher_prefix(profile) == (contract.RUNTIME_LAUNCHER, "--")
+    assert runtime_image.shim_library(profile) == contract.RUNTIME_SHIM

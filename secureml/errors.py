@@ -37,7 +37,10 @@ class InputError(SecuremlError):
 
 
 class ProfileError(SecuremlError):
-    """A TenantProfile is invalid; `problems` lists every `(yaml.path, message)` found."""
+    """A TenantProfile is invalid; `problems` lists every `(yaml.path, message)` found. An input no
+    command can use, so exit 2 everywhere."""
+
+    exit_code = 2
 
     def __init__(
         self,

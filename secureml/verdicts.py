@@ -1,8 +1,8 @@
 """Verdicts on pods, whoever judged them: the offline rule engine or a real API server.
 
-`check-pod` prints the same table and JSON for both: one `PodVerdict` per pod (allowed, or denied
-with `(rule id, message)` violations), aggregated by `summary`, `table` and `json_report` here so
-the offline and the server check cannot drift apart in what they report.
+One `PodVerdict` per pod (allowed, or denied with `(rule id, message)` findings) whichever judged,
+so the offline and the server check cannot drift apart in what they report; `secureml.podcheck`
+aggregates them into `check-pod`'s report.
 """
 
 from __future__ import annotations
@@ -66,34 +66,3 @@ def judge_offline(pods: Iterable[PodObject], rules: Sequence[Rule]) -> list[PodV
         PodVerdict(pod, tuple(Finding(v.rule_id, v.message) for v in evaluate(pod.pod, rules)))
         for pod in pods
     ]
-
-
-def summary(verdicts: Sequence[PodVerdict]) -> dict[str, int]:
-    denied = sum(1 for v in verdicts if v.findings)
-    return {"objects": len(verdicts), "allowed": len(verdicts) - denied, "denied": denied}
-
-
-def json_report(
-    verdicts: Sequence[PodVerdict], policy: dict[str, Any], rules: list[str]
-) -> dict[str, Any]:
-    """`check-pod --format json`: the policy that judged, its rule ids, each object, the counts."""
-    return {
-        "policy": policy,
-        "rules": rules,
-        "objects": [v.as_dict() for v in verdicts],
-        "summary": summary(verdicts),
-    }
-
-
-def table(verdicts: Sequence[PodVerdict]) -> str:
-    """`check-pod`'s table: one line per pod, one indented line per violation, then the counts."""
-    lines = []
-    for v in verdicts:
-        where = f"{v.pod.file}#{v.pod.doc_index}"
-        lines.append(f"{v.verdict.upper():8} {v.pod.kind}/{v.pod.name}  ({where})")
-        lines.extend(f"    {f.rule_id}: {f.message}" for f in v.findings)
-    counts = summary(verdicts)
-    lines.append(
-        f"{counts['objects']} object(s): {counts['allowed']} allowed, {counts['denied']} denied"
-    )
-    return "\n".join(lines)

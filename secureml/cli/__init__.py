@@ -52,7 +52,9 @@ def run_cli(fn: Callable[P, R]) -> Callable[P, R]:
 # isort: off
 from secureml.cli import compile as _compile  # noqa: E402,F401
 from secureml.cli import run as _run  # noqa: E402,F401
-from secureml.cli import check_pod as _check_pod  # noqa: E402,F401
+from secureml.cli import check_pod as _check_pod  # noqa: E402
+
+app.command("check-pod")(_check_pod.check_pod)
 from secureml.cli import verify as _verify  # noqa: E402,F401
 from secureml.cli import profile as _profile  # noqa: E402,F401
 from secureml.cli import bundle as _bundle  # noqa: E402,F401

@@ -17,7 +17,9 @@ import yaml
 from harness.controlplane import ControlPlane
 from typer.testing import CliRunner
 
-from secureml.bundle import BundleOptions, mutation, render_objects
+from secureml.bundle import BundleOptions, render_objects
+from secureml.bundle.mutation import apply as mutation_apply
+from secureml.bundle.mutation.catalogue import SPIFFE_VOLUME
 from secureml.cli import app
 from secureml.cluster import apply_bundle, check_pods_on_server
 from secureml.compiler import compile_pipeline
@@ -58,7 +60,7 @@ def submitted_step_pods(team_a: TenantProfile) -> dict[str, dict[str, Any]]:
     compiled = compile_pipeline(load_pipeline(PIPELINE), team_a)
     docs = list(yaml.safe_load_all(compiled.yaml_text))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(mutation, "apply_mutations", lambda pod, profile: pod)
+        patch.setattr(mutation_apply, "apply_mutations", lambda pod, profile: pod)
         return preview_pods(docs, team_a)
 
 
@@ -110,7 +112,7 @@ def test_compiled_step_and_driver_pods_are_admitted_and_mutated(
     for verdict in steps:
         assert verdict.admitted is not None
         volumes = {v["name"] for v in verdict.admitted["spec"].get("volumes", [])}
-        assert mutation.SPIFFE_VOLUME in volumes, verdict.pod.name
+        assert SPIFFE_VOLUME in volumes, verdict.pod.name
     # Nothing was stored: a dry run.
     listed = admin(k8s_cluster).get(f"/api/v1/namespaces/{team_a.spec.namespace}/pods")
     assert listed["items"] == []
@@ -165,8 +167,9 @@ def test_table_output_matches_the_offline_format(
     )
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("DENIED   Pod/env-ld-preload  (")
-    assert lines[1].startswith('    secureml.forbiddenEnv: container "main" sets LD_PRELOAD')
+    assert lines[0].split() == ["VERDICT", "OBJECT", "SOURCE", "VIOLATIONS"]
+    assert lines[2].split()[:2] == ["DENIED", "Pod/env-ld-preload"]
+    assert 'Pod/env-ld-preload: secureml.forbiddenEnv: container "main" sets LD_PRELOAD' in lines
     assert lines[-1] == "1 object(s): 0 allowed, 1 denied"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,7 @@ def test_allowed_pod_exits_zero() -> None:
         str(ALLOWED / "team-a-timeslice.yaml"), "--profile", str(PROFILES_DIR / "team-a.yaml")
     )
     assert result.exit_code == 0, result.output
-    assert "ALLOWED  Pod/train" in result.output
+    assert re.search(r"^ALLOWED +Pod/train ", result.output, re.M), result.output
 
 
 def test_denied_json_report() -> None:

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
-import re
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -29,8 +27,10 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from secureml import contract
-from secureml.components.audit_report import SIMULATION_MARKER, describe_gpu
+from secureml.components.audit_report import SIMULATION_MARKER
 from secureml.errors import InputError, SecuremlError
+from secureml.gpu_request import MIG, GPURequest, TimeSlice, decode_gpu_request
+from secureml.runlog import ANSI, LOG_FILE, captured_output
 
 if TYPE_CHECKING:
     from secureml.devidentity import DevWorkloadAPI, Workload
@@ -41,7 +41,6 @@ IDENTITY_SUBDIR = "identity"
 PODINFO_SUBDIR = "podinfo"
 ROOT_SUBDIR = "pipeline-root"
 COMPILED_FILE = "pipeline.yaml"
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # kfp.local colours task names in its messages
 
 
 @dataclass
@@ -67,9 +66,23 @@ class LocalStep:
         return command[: len(contract.LAUNCHER_PREFIX)] == list(contract.LAUNCHER_PREFIX)
 
     @property
-    def gpu_request(self) -> dict[str, Any] | None:
+    def lightweight_python(self) -> bool:
+        """Whether kfp.local's SubprocessRunner can run the command after the launcher prefix."""
+        from kfp.dsl import component_factory
+
+        command = [
+            *self.container.get("command", [])[len(contract.LAUNCHER_PREFIX) :],
+            *self.container.get("args", []),
+        ]
+        prefix = component_factory.CONTAINERIZED_PYTHON_COMPONENT_COMMAND
+        if command[: len(prefix)] == prefix:
+            return False
+        return any(component_factory.EXECUTOR_MODULE in part for part in command)
+
+    @property
+    def gpu_request(self) -> GPURequest | None:
         raw = self.env.get(contract.ENV_GPU_REQUEST)
-        return json.loads(raw) if raw else None
+        return decode_gpu_request(raw, where=f"step {self.name}") if raw else None
 
     @property
     def identity_required(self) -> bool:
@@ -152,6 +165,10 @@ class RunLayout:
     def compiled(self) -> Path:
         return self.root / COMPILED_FILE
 
+    @property
+    def log(self) -> Path:
+        return self.root / LOG_FILE
+
     def limits_file(self, executor: str) -> Path:
         return self.root / PODINFO_SUBDIR / contract.label_value(executor) / "limits"
 
@@ -194,7 +211,7 @@ def check_before_running(
             fix="add --dev-identity: a local Workload API with a throwaway CA issues each step "
             "the ID the profile's template gives it",
         )
-    gpu_steps = [f"{s.name} ({describe_gpu(s.gpu_request)})" for s in steps if s.gpu_request]
+    gpu_steps = [f"{s.name} ({s.gpu_request.describe()})" for s in steps if s.gpu_request]
     if gpu_steps and not simulate_gpu and not has_gpu:
         raise SecuremlError(
             f"step(s) {', '.join(gpu_steps)} need a GPU, and this machine has none",
@@ -208,6 +225,17 @@ def check_before_running(
             f"step(s) {', '.join(outside)} do not start under the secureml launcher",
             why="a local run exists to exercise the same runtime checks as the cluster",
             fix="compile the pipeline with `secureml compile` (it adds the launcher to every step)",
+        )
+    containers = [s.name for s in steps if s.under_launcher and not s.lightweight_python]
+    if containers:
+        raise SecuremlError(
+            f"step(s) {', '.join(containers)} are container components, which a local run "
+            "cannot run",
+            why="kfp.local's SubprocessRunner runs only Lightweight Python Components (a Python "
+            "function run by kfp's executor in this environment); a container component or a "
+            "containerized Python component needs its image, which a local run does not pull",
+            fix="run the pipeline in a cluster (`secureml compile`, then submit it), or write the "
+            "step as a @secure_component Python function",
         )
 
 
@@ -272,7 +300,7 @@ SIMULATED_GPU_NAME = "NVIDIA A100-SXM4-80GB"
 SIMULATED_SMALL_MEMORY = 256 * 2**20
 
 
-def fake_machine_for(request: dict[str, Any], directory: Path) -> tuple[Any, list[str]]:
+def fake_machine_for(request: GPURequest, directory: Path) -> tuple[Any, list[str]]:
     """A fake GPU machine that holds what `request` asks for; and the CUDA devices to expose.
 
     The machine is a `secureml.enforcement.simulator.FakeGPU`. MIG instances get their profile's
@@ -281,28 +309,23 @@ def fake_machine_for(request: dict[str, Any], directory: Path) -> tuple[Any, lis
     """
     from secureml.enforcement import simulator
 
-    kind = request["kind"]
-    if kind == "mig":
-        from secureml.enforcement.config import MigRequest
-
-        profile = str(request["profile"])
-        memory = MigRequest(profile=profile).memory_gb * 10**9
+    if isinstance(request, MIG):
+        memory = request.memory_gb * 10**9
         migs = [
-            simulator.FakeMig(profile=profile, memory=memory, gi=i + 1)
-            for i in range(int(request.get("count", 1)))
+            simulator.FakeMig(profile=request.profile, memory=memory, gi=i + 1)
+            for i in range(request.count)
         ]
         device = simulator.FakeDevice(
             name=SIMULATED_GPU_NAME, memory=80 * 2**30, mig_mode=True, migs=migs
         )
         return simulator.FakeGPU(directory, [device]), [mig.uuid for mig in migs]
-    if kind == "timeslice":
-        device = simulator.FakeDevice(name=SIMULATED_GPU_NAME, memory=int(request["memory"]))
+    if isinstance(request, TimeSlice):
+        device = simulator.FakeDevice(name=SIMULATED_GPU_NAME, memory=request.memory)
         return simulator.FakeGPU(directory, [device]), [device.uuid]
-    product = request.get("product")
-    name = " ".join(str(product).split("-")) if product else SIMULATED_GPU_NAME
+    product = request.product
+    name = " ".join(product.split("-")) if product else SIMULATED_GPU_NAME
     devices = [
-        simulator.FakeDevice(name=name, memory=SIMULATED_SMALL_MEMORY)
-        for _ in range(int(request["count"]))
+        simulator.FakeDevice(name=name, memory=SIMULATED_SMALL_MEMORY) for _ in range(request.count)
     ]
     return simulator.FakeGPU(directory, devices), [d.uuid for d in devices]
 
@@ -399,12 +422,18 @@ def run_compiled(
     arguments: Mapping[str, Any] | None = None,
     dev_identity: bool = False,
     simulate_gpu: bool = False,
+    verbose: bool = False,
 ) -> RunResult:
-    """Run a compiled pipeline with kfp.local, the launcher active in every step."""
+    """Run a compiled pipeline with kfp.local, the launcher active in every step.
+
+    kfp.local's output goes to `DIR/run.log`, and to the terminal too when `verbose` (secureml.runlog).
+    """
     from kfp import components, local
 
     from secureml.enforcement.audit import load_audit_records
+    from secureml.pipeline_args import bind_arguments
 
+    bound = bind_arguments(compiled.spec, arguments or {}, pipeline=compiled.name)
     steps = compiled.steps()
     has_gpu = False if simulate_gpu else machine_has_gpu()
     check_before_running(
@@ -451,9 +480,10 @@ def run_compiled(
                 "ignore", message=".*have no effect in the current local runner.*"
             )
             try:
-                pipeline(**dict(arguments or {}))
+                with captured_output(layout.log, verbose=verbose):
+                    pipeline(**bound)
             except RuntimeError as err:
-                failure = _ANSI.sub("", str(err))
+                failure = ANSI.sub("", str(err))
     return RunResult(
         pipeline=compiled.name,
         layout=layout,
@@ -473,6 +503,7 @@ def run_pipeline(
     arguments: Mapping[str, Any] | None = None,
     dev_identity: bool = False,
     simulate_gpu: bool = False,
+    verbose: bool = False,
 ) -> RunResult:
     """Compile `pipeline` (a `@dsl.pipeline`) for `profile` as `secureml compile` does, then run it.
 
@@ -489,6 +520,7 @@ def run_pipeline(
         arguments=arguments,
         dev_identity=dev_identity,
         simulate_gpu=simulate_gpu,
+        verbose=verbose,
     )
 
 
@@ -501,6 +533,7 @@ def run_pipeline_file(
     arguments: Mapping[str, Any] | None = None,
     dev_identity: bool = False,
     simulate_gpu: bool = False,
+    verbose: bool = False,
 ) -> RunResult:
     """`secureml run FILE --profile PROFILE --local`: load, compile and run one pipeline."""
     from secureml.pipeline_loader import load_pipeline
@@ -515,4 +548,5 @@ def run_pipeline_file(
         arguments=arguments,
         dev_identity=dev_identity,
         simulate_gpu=simulate_gpu,
+        verbose=verbose,
     )

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -12,17 +11,14 @@ from secureml.cli import app, run_cli
 from secureml.errors import InputError
 
 
-def _arguments(pairs: list[str]) -> dict[str, Any]:
-    """`NAME=VALUE` pipeline arguments; VALUE is read as JSON when it parses, else as text."""
-    arguments: dict[str, Any] = {}
+def _arguments(pairs: list[str]) -> dict[str, str]:
+    """`NAME=VALUE` pipeline arguments as text; the run reads each as its parameter's declared type."""
+    arguments: dict[str, str] = {}
     for pair in pairs:
         name, sep, raw = pair.partition("=")
         if not sep or not name:
             raise InputError(f"--arg {pair!r} is not NAME=VALUE", fix="write e.g. --arg epochs=3")
-        try:
-            arguments[name] = json.loads(raw)
-        except json.JSONDecodeError:
-            arguments[name] = raw
+        arguments[name] = raw
     return arguments
 
 
@@ -62,6 +58,12 @@ def run(
     args: Annotated[
         list[str], typer.Option("--arg", help="Pipeline argument NAME=VALUE (repeatable).")
     ] = [],  # noqa: B006 (typer reads the default)
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", help="Show kfp.local's task logs as they run (always in DIR/run.log)."
+        ),
+    ] = False,
 ) -> None:
     """Compile the pipeline against the profile and run it locally, every step under the launcher."""
     from secureml.components.audit_report import render_text
@@ -81,6 +83,7 @@ def run(
         arguments=_arguments(args),
         dev_identity=dev_identity,
         simulate_gpu=simulate_gpu,
+        verbose=verbose,
     )
     typer.echo("")
     typer.echo(f"secureml audit summary: pipeline {result.pipeline}")
@@ -92,7 +95,16 @@ def run(
             "no audit record (the step did not run, or its launcher stopped before writing one): "
             + ", ".join(result.steps_without_record)
         )
-    typer.echo(f"\nrun files: {layout.root} (audit records in {layout.audit_dir})")
+    typer.echo(
+        f"\nrun files: {layout.root} (audit records in {layout.audit_dir}, "
+        f"task logs in {layout.log})"
+    )
     if not result.succeeded:
+        if not verbose:
+            from secureml.runlog import tail
+
+            typer.echo(f"last lines of {layout.log}:", err=True)
+            for line in tail(layout.log, 15):
+                typer.echo(f"  {line}", err=True)
         typer.echo(f"error: the pipeline failed: {result.failure}", err=True)
         raise typer.Exit(1)

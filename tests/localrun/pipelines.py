@@ -73,3 +73,25 @@ def from_elsewhere() -> None:
 @dsl.pipeline(name="foreign-image")
 def foreign_image() -> None:
     from_elsewhere()
+
+
+@dsl.container_component
+def echo_container() -> dsl.ContainerSpec:
+    return dsl.ContainerSpec(image=IMAGE, command=["echo"], args=["hello"])
+
+
+@dsl.pipeline(name="with-container")
+def with_container() -> None:
+    """A Python step, then a container component (kfp.local's SubprocessRunner cannot run it)."""
+    made = make_numbers(count=2)
+    echo_container().after(made)
+
+
+@secure_component(image=IMAGE)
+def scaled(lr: float, epochs: int, tags: list, verbose: bool) -> float:
+    return lr * epochs * len(tags) * (2 if verbose else 1)
+
+
+@dsl.pipeline(name="typed-args")
+def typed_args(lr: float, tags: list, epochs: int = 2, verbose: bool = False) -> float:
+    return scaled(lr=lr, epochs=epochs, tags=tags, verbose=verbose).output

@@ -1,0 +1,68 @@
+"""Where kfp.local's own output goes during `secureml run --local`.
+
+kfp.local prints each task's executor input, its streamed logs (the launcher's `secureml-audit:` JSON
+line among them) and its outputs to stdout, with terminal colour codes: hundreds of lines for a
+three-step pipeline, in which the per-step summary gets lost. A run therefore writes all of it, colour
+codes removed, to `DIR/run.log`, and shows it on the terminal only when asked (`--verbose`); colour
+codes reach the terminal only when it is one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # kfp.local colours task names and statuses
+LOG_FILE = "run.log"
+
+
+class _Sink(io.TextIOBase):
+    """A text stream writing to the log file and, when given, to a console."""
+
+    def __init__(self, log: TextIO, console: TextIO | None) -> None:
+        self._log = log
+        self._console = console
+        self._colour = console is not None and console.isatty()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        plain = ANSI.sub("", text)
+        self._log.write(plain)
+        if self._console is not None:
+            self._console.write(text if self._colour else plain)
+        return len(text)
+
+    def flush(self) -> None:
+        self._log.flush()
+        if self._console is not None:
+            self._console.flush()
+
+
+@contextlib.contextmanager
+def captured_output(path: Path, *, verbose: bool) -> Iterator[None]:
+    """Send this process's stdout (kfp.local's logs and its tasks' output) to `path`, and to the
+    terminal too when `verbose`."""
+    with path.open("w", encoding="utf-8") as log:
+        sink = _Sink(log, sys.stdout if verbose else None)
+        with contextlib.redirect_stdout(sink):
+            yield
+        sink.flush()
+
+
+def tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a run log, without the launcher's one-line audit JSON."""
+    if not path.exists():
+        return []
+    kept = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.lstrip().startswith("secureml-audit:")
+    ]
+    return kept[-lines:]

@@ -3,7 +3,7 @@
 `preview_pods(docs, profile)` reads the compiled YAML (the pipelineSpec and the kubernetes
 platformSpec) and builds, per task, the executor Pod that KFP 2.17.0's backend and Argo Workflows
 v4.0.5 create, then applies the tenant bundle's MutatingAdmissionPolicy
-(`secureml.bundle.mutation.apply_mutations`). `preview_driver_pods(docs, profile)`
+(`secureml.bundle.mutation.apply.apply_mutations`). `preview_driver_pods(docs, profile)`
 builds KFP's driver pods (the root DAG's and each task's). The admission rules (`secureml.rules`)
 are evaluated on exactly these pods, offline and on a real API server.
 
@@ -123,7 +123,7 @@ def preview_pods(
     """Executor pods by task path (`task`, or `parent/child` inside nested pipelines), in order."""
     pipeline_spec, k8s_executors = _split(pipeline_yaml_docs)
     executors = pipeline_spec.get("deploymentSpec", {}).get("executors", {})
-    from secureml.bundle.mutation import apply_mutations
+    from secureml.bundle.mutation.apply import apply_mutations
 
     workflow = _workflow(pipeline_spec, profile)
     pods: dict[str, dict[str, Any]] = {}

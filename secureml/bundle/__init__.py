@@ -7,7 +7,7 @@ MutatingAdmissionPolicy, used to preview the pod the cluster would admit.
 
 from secureml.bundle.common import K8S_VERSIONS, BundleOptions
 from secureml.bundle.diff import bundle_diff
-from secureml.bundle.mutation import apply_mutations
+from secureml.bundle.mutation.apply import apply_mutations
 from secureml.bundle.render import render_bundle, render_objects, write_bundle
 
 __all__ = [

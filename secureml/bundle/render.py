@@ -19,7 +19,6 @@ from secureml.bundle import (
     kfpconfig,
     kubeflow,
     monitoring,
-    mutation,
     namespace,
     networkpolicy,
     rbac,
@@ -27,6 +26,7 @@ from secureml.bundle import (
     validating,
 )
 from secureml.bundle.common import BundleOptions, Manifest
+from secureml.bundle.mutation import policy as mutation_policy
 from secureml.errors import InputError
 from secureml.profile import TenantProfile
 
@@ -47,8 +47,8 @@ def _renderers(options: BundleOptions) -> list[Renderer]:
         rbac.render_role,
         rbac.render_role_binding,
         networkpolicy.render,
-        mutation.render_policy,
-        mutation.render_binding,
+        mutation_policy.render_policy,
+        mutation_policy.render_binding,
         validating.render_policy,
         validating.render_binding,
         kfpconfig.render_policy,

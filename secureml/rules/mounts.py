@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from secureml import contract
-from secureml.bundle.mutation import mutations_for_profile
+from secureml.bundle.mutation.catalogue import mutations_for_profile
 from secureml.preview import BACKEND_SCRATCH, KFP_LAUNCHER_VOLUME
 from secureml.profile import TenantProfile
 from secureml.rules._cel import SPEC, container_rule_message, every_container, quote, string_list

@@ -18,7 +18,7 @@ Both hold for every pod: volumes are not part of what makes a pod a KFP system p
 
 from __future__ import annotations
 
-from secureml.bundle.mutation import SPIFFE_CSI_DRIVER, SPIFFE_VOLUME
+from secureml.bundle.mutation.catalogue import SPIFFE_CSI_DRIVER, SPIFFE_VOLUME
 from secureml.profile import TenantProfile
 from secureml.rules._cel import SPEC, quote, spec_bound, spec_bound_message
 from secureml.rules.imagerefs import pinned, registry_prefixes, tenant_registry

@@ -23,12 +23,8 @@ from hypothesis import strategies as st
 
 from secureml import contract
 from secureml.bundle import BundleOptions, apply_mutations
-from secureml.bundle.mutation import (
-    CLAIM_NAME,
-    PODINFO_VOLUME,
-    SPIFFE_VOLUME,
-    render_policy,
-)
+from secureml.bundle.mutation.catalogue import CLAIM_NAME, PODINFO_VOLUME, SPIFFE_VOLUME
+from secureml.bundle.mutation.policy import render_policy
 from secureml.profile import TenantProfile
 from secureml.rules.engine import admission_view
 from tests.bundle.conftest import load

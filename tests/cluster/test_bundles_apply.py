@@ -30,7 +30,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from secureml.bundle import BundleOptions, render_objects
-from secureml.bundle.mutation import policy_api_version
+from secureml.bundle.mutation.policy import policy_api_version
 from secureml.k8s_versions import K8sVersion
 from secureml.profile import load_profile
 

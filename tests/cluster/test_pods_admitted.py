@@ -40,8 +40,8 @@ from test_compile_output import kfp_step, outer, plain_step, whole_container  # 
 
 # kube-apiserver 1.36.3 panics in the mutating policy's JSON patch when a `value` is a list literal
 # of typed objects (`[Object.spec.resourceClaims{...}]`, cel-go baseList.ConvertToNative); the
-# request gets no answer. secureml/bundle/mutation.py therefore appends item by item (`add .../-`)
-# after creating a missing list: the DRA cases below are the regression test for that.
+# request gets no answer. secureml/bundle/mutation/jsonpatch_cel.py therefore appends item by item
+# (`add .../-`) after creating a missing list: the DRA cases below are the regression test for that.
 # examples/rule_breaker.py shows what `secureml compile` refuses: no tenant compiles it, no pods.
 REFUSED_BY_DESIGN = ("rule_breaker",)
 EXAMPLE_TENANTS = sorted((REPO / "profiles").glob("*.yaml"))
@@ -118,7 +118,7 @@ def _pods(
 ) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(name, the pod KFP and Argo create, the pod the preview says the cluster admits)."""
     docs = list(yaml.safe_load_all(compiled_yaml))
-    with mock.patch("secureml.bundle.mutation.apply_mutations", lambda pod, _profile: pod):
+    with mock.patch("secureml.bundle.mutation.apply.apply_mutations", lambda pod, _profile: pod):
         created_by_kfp = preview_pods(docs, profile)  # the preview without the mutating policy
     previewed = preview_pods(docs, profile)
     pods = []

@@ -1,0 +1,87 @@
+"""`apply_mutations`: the tenant's mutations applied in Python, the twin of the admission policy."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from secureml import contract
+from secureml.bundle.common import Manifest
+from secureml.bundle.mutation.catalogue import mutations_for_profile
+from secureml.bundle.mutation.groups import Group, group_operations
+from secureml.bundle.mutation.model import FromLabel
+from secureml.profile import TenantProfile
+
+
+def _labels(pod: Manifest) -> dict[str, str]:
+    return dict((pod.get("metadata") or {}).get("labels") or {})
+
+
+def is_tenant_step(pod: Manifest, profile: TenantProfile) -> bool:
+    """The policy matches pods in the tenant's namespace (a pod without one is taken to be there)
+    whose tenant label names this tenant."""
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    if namespace not in (None, profile.spec.namespace):
+        return False
+    return _labels(pod).get(contract.LABEL_TENANT) == profile.metadata.name
+
+
+def _resolve(value: Any, labels: dict[str, str]) -> Any:
+    if isinstance(value, FromLabel):
+        return labels[value.key]
+    if isinstance(value, dict):
+        return {key: _resolve(item, labels) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_resolve(item, labels) for item in value]
+    return value
+
+
+def _group_value(group: Group, labels: dict[str, str]) -> tuple[bool, Any]:
+    """Whether the group applies to a pod with `labels`, and the value or items it writes."""
+    live = [(when, value) for when, value in group.parts if when is None or when.holds(labels)]
+    if not live:
+        return False, None
+    if group.kind == "set":
+        return True, _resolve(live[0][1], labels)
+    items: list[Any] = []
+    for _, value in live:
+        items.extend(_resolve(value, labels))
+    return True, items
+
+
+def _write(node: dict[str, Any], path: tuple[str, ...], kind: str, value: Any) -> None:
+    *parents, leaf = path
+    for name in parents:  # (a pod always has metadata and spec; setdefault keeps them)
+        node = node.setdefault(name, {})
+    if kind == "set":
+        node[leaf] = copy.deepcopy(value)
+    else:
+        node[leaf] = list(node.get(leaf) or []) + copy.deepcopy(value)
+
+
+def apply_mutations(pod: Manifest, profile: TenantProfile) -> Manifest:
+    """The pod as the tenant's MutatingAdmissionPolicy would admit it (a new dict).
+
+    Pods that are not this tenant's secure steps (tenant label) come back unchanged.
+    """
+    result = copy.deepcopy(pod)
+    if not is_tenant_step(pod, profile):
+        return result
+    labels = _labels(pod)
+    spec = result.setdefault("spec", {})
+    for group in group_operations(mutations_for_profile(profile)):
+        applies, value = _group_value(group, labels)
+        if not applies:
+            continue
+        if group.target == "pod":
+            _write(result, group.path, group.kind, value)
+            continue
+        for field_name in ("containers", "initContainers"):
+            for container in spec.get(field_name) or []:
+                if group.target == "main" and (
+                    field_name != "containers"
+                    or container.get("name") != contract.KFP_MAIN_CONTAINER
+                ):
+                    continue
+                _write(container, group.path, group.kind, value)
+    return result

@@ -4,23 +4,27 @@
 Security level (optionally narrowed to some rule ids) through the CEL engine; `check_on_server(files,
 ServerTarget(...))` asks a real API server by dry-run creates. Both return a `PodCheckReport`: the
 policy that judged, its rule ids, one `PodVerdict` per pod, the counts and the JSON form documented
-in docs/cli.md. The CLI only parses options and prints it; the compiler's preview and the benchmarks
+in docs/cli.md. Offline, each pod is judged as the cluster's validating admission would see it
+(`secureml.admitted_pod`): the Pod API's defaults, then on CREATE the profile's mutating policy
+(`mutated=True` for pods that already went through it), the Pod API's refusal of what the mutation
+made invalid; with `before` files the pods are UPDATEs of the pods of the same name there. The CLI only parses options and prints it; the compiler's preview and the benchmarks
 call the same functions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from secureml.errors import InputError
 from secureml.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
-from secureml.verdicts import PodVerdict, judge_offline
-from secureml.workloads import read_pods
+from secureml.verdicts import Finding, PodVerdict, judge_offline
+from secureml.workloads import PodObject, read_pods
 
 if TYPE_CHECKING:
+    from secureml.profile import TenantProfile
     from secureml.rules import Rule
 
 SCHEMA = "secureml.dev/check-pod/v1"
@@ -34,6 +38,8 @@ class OfflinePolicy:
     level: str | None = None  # "baseline" | "restricted"
     k8s_version: K8sVersion = DEFAULT_K8S_VERSION
     only: tuple[str, ...] = ()
+    mutated: bool = False  # the pods already went through the tenant's mutating policy
+    before: tuple[str, ...] = ()  # files of the pods before an UPDATE: the pods are UPDATEs
 
 
 @dataclass(frozen=True)
@@ -83,12 +89,62 @@ class PodCheckReport:
 
 def check_offline(files: Sequence[str], policy: OfflinePolicy) -> PodCheckReport:
     """Judge the pods in `files` (`-` is stdin) by the CEL rules `policy` selects."""
-    rules, described = offline_rules(policy)
-    return PodCheckReport(
-        policy=described,
-        rules=[rule.id for rule in rules],
-        verdicts=judge_offline(read_pods(files), rules),
-    )
+    rules, described, profile = _offline(policy)
+    pods = read_pods(files)
+    if policy.before:
+        verdicts = judge_updates(pods, _by_name(read_pods(policy.before)), rules)
+    else:
+        verdicts = judge_creates(pods, rules, profile, mutated=policy.mutated)
+    if policy.before or policy.mutated:
+        described = {**described, "request": "UPDATE" if policy.before else "CREATE (mutated)"}
+    return PodCheckReport(policy=described, rules=[rule.id for rule in rules], verdicts=verdicts)
+
+
+def judge_creates(
+    pods: Sequence[PodObject],
+    rules: Sequence[Rule],
+    profile: TenantProfile | None,
+    *,
+    mutated: bool = False,
+) -> list[PodVerdict]:
+    """Each pod as a CREATE: defaults, the tenant's mutations, the Pod API's validity, the rules."""
+    from secureml.admitted_pod import VALIDATION_RULE_ID, as_created, invalid_after_mutation
+
+    verdicts = []
+    for pod in pods:
+        admitted = as_created(pod.pod, profile, mutated=mutated)
+        invalid = invalid_after_mutation(admitted)
+        if invalid is not None:
+            verdicts.append(PodVerdict(pod, (Finding(VALIDATION_RULE_ID, invalid),)))
+        else:
+            verdicts.extend(judge_offline([replace(pod, pod=admitted)], rules))
+    return verdicts
+
+
+def judge_updates(
+    pods: Sequence[PodObject],
+    before: dict[tuple[str | None, str], PodObject],
+    rules: Sequence[Rule],
+) -> list[PodVerdict]:
+    """Each pod as an UPDATE of the pod of its namespace and name in `before` (`oldObject`)."""
+    from secureml.admitted_pod import api_defaults
+    from secureml.rules import evaluate
+
+    verdicts = []
+    for pod in pods:
+        old = before.get((pod.namespace, pod.name))
+        if old is None:
+            raise InputError(
+                f"{pod.file}: {pod.kind}/{pod.name} has no pod of that name before the update",
+                fix="give the pod as it was before the update in the --before file",
+            )
+        found = evaluate(api_defaults(pod.pod), rules, old_obj=api_defaults(old.pod))
+        verdicts.append(PodVerdict(pod, tuple(Finding(v.rule_id, v.message) for v in found)))
+    return verdicts
+
+
+def _by_name(pods: Sequence[PodObject]) -> dict[tuple[str | None, str], PodObject]:
+    return {(pod.namespace, pod.name): pod for pod in pods}
 
 
 def check_on_server(files: Sequence[str], target: ServerTarget) -> PodCheckReport:
@@ -109,6 +165,11 @@ def check_on_server(files: Sequence[str], target: ServerTarget) -> PodCheckRepor
 
 def offline_rules(policy: OfflinePolicy) -> tuple[list[Rule], dict[str, Any]]:
     """The rules of the profile or level (narrowed by `only`) and the report's `policy` entry."""
+    rules, described, _ = _offline(policy)
+    return rules, described
+
+
+def _offline(policy: OfflinePolicy) -> tuple[list[Rule], dict[str, Any], TenantProfile | None]:
     from secureml.rules import rules_for_level, rules_for_profile
 
     if (policy.profile is None) == (policy.level is None):
@@ -117,6 +178,7 @@ def offline_rules(policy: OfflinePolicy) -> tuple[list[Rule], dict[str, Any]]:
             fix="e.g. --profile profiles/team-a.yaml or --level restricted",
         )
     described: dict[str, Any]
+    tenant: TenantProfile | None = None
     if policy.profile is not None:
         from secureml.profile import load_profile
 
@@ -136,4 +198,4 @@ def offline_rules(policy: OfflinePolicy) -> tuple[list[Rule], dict[str, Any]]:
                 fix=f"choose among: {', '.join(sorted(known))}",
             )
         rules = [rule for rule in rules if rule.id in policy.only]
-    return rules, described
+    return rules, described, tenant

@@ -52,6 +52,23 @@ def check_pod(
             help="Apply only this rule id (repeatable), e.g. pss.hostPorts.",
         ),
     ] = None,
+    mutated: Annotated[
+        bool,
+        typer.Option(
+            "--mutated",
+            help="The pods already went through the tenant's mutating policy (read back from a "
+            "cluster): do not apply it again.",
+        ),
+    ] = False,
+    before: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--before",
+            metavar="FILE",
+            help="Judge the pods as UPDATEs of the pods of the same name in FILE (repeatable): "
+            "the rules that compare with oldObject, e.g. secureml.platformMetadataImmutable.",
+        ),
+    ] = None,
     server: Annotated[
         bool,
         typer.Option(
@@ -76,15 +93,15 @@ def check_pod(
 ) -> None:
     """Judge pods against a tenant profile or a Pod Security level, or by a real API server.
 
-    Offline (--profile or --level) the rules are evaluated here by the same CEL the tenant bundle's ValidatingAdmissionPolicies run. With --server each pod goes through the cluster's whole admission chain as a dry-run create (dryRun=All) in the tenant namespace: the bundle's MutatingAdmissionPolicy, Pod Security, the ValidatingAdmissionPolicies, LimitRanger, ResourceQuota; a denial is reported with the rule id its message carries (k8s.* where the server's own checks refused).
+    Offline (--profile or --level) the rules are evaluated here by the same CEL the tenant bundle's ValidatingAdmissionPolicies run, on the pod those policies would see: the Pod API's defaults (a volume without a source is an emptyDir, schedulerName default-scheduler), then on a CREATE the profile's mutating policy (not with --mutated); a pod that the mutation makes invalid (a platform volume, mount or container name it already uses) is denied as k8s.validation, as the server does. With --server each pod goes through the cluster's whole admission chain as a dry-run create (dryRun=All) in the tenant namespace: the bundle's MutatingAdmissionPolicy, Pod Security, the ValidatingAdmissionPolicies, LimitRanger, ResourceQuota; a denial is reported with the rule id its message carries (k8s.* where the server's own checks refused).
 
     Exit 0: every pod is allowed. 1: a pod is denied. 2: unusable input (files, flags, profile) or a cluster that cannot be reached.
     """
     if server:
-        if profile is not None or level is not None or only:
+        if profile is not None or level is not None or only or mutated or before:
             raise InputError(
-                "--server judges pods by the cluster's own policies: --profile, --level and "
-                "--rule do not apply",
+                "--server judges pods by the cluster's own policies: --profile, --level, "
+                "--rule, --mutated and --before do not apply",
                 fix="give --namespace for the tenant namespace, or drop --server",
             )
         from secureml.podcheck import ServerTarget, check_on_server
@@ -98,7 +115,9 @@ def check_pod(
             )
         from secureml.podcheck import OfflinePolicy, check_offline
 
-        policy = OfflinePolicy(profile, level, k8s_version, tuple(only or ()))
+        policy = OfflinePolicy(
+            profile, level, k8s_version, tuple(only or ()), mutated, tuple(before or ())
+        )
         report = check_offline(files, policy)
     _print(report, output)
     raise typer.Exit(report.exit_code)

@@ -18,6 +18,7 @@ import contextlib
 import datetime as dt
 import os
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from secureml import contract
 from secureml.components.audit_report import SIMULATION_MARKER
 from secureml.errors import InputError, SecuremlError
 from secureml.gpu_request import MIG, GPURequest, TimeSlice, decode_gpu_request
+from secureml.localtasks import TaskHook, per_task_env
 from secureml.runlog import ANSI, LOG_FILE, captured_output
 
 if TYPE_CHECKING:
@@ -185,6 +187,21 @@ class RunResult:
     simulated_gpu: bool
     steps: list[LocalStep]
 
+    def summary_records(self) -> list[dict[str, Any]]:
+        """The records as the summary names them: a step that ran in a `dsl.ParallelFor`
+        iteration (its record under `DIR/audit/<loop>-iteration-<i>/`) as `step [<loop>-iteration-<i>]`."""
+        audit = self.layout.audit_dir.resolve()
+        named = []
+        for record in self.records:
+            try:
+                where = Path(str(record.get("audit_file", ""))).resolve().parent.relative_to(audit)
+            except ValueError:
+                where = Path()
+            if where.parts:
+                record = {**record, "step": f"{record.get('step')} [{where.as_posix()}]"}
+            named.append(record)
+        return named
+
     @property
     def steps_without_record(self) -> list[str]:
         """Secure steps that left no audit record: not run, or the launcher died before writing."""
@@ -263,7 +280,6 @@ def apply_local_overlay(
     layout: RunLayout,
     *,
     spiffe_endpoint: str | None,
-    gpu_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> None:
     """Give each step, through its env, what a cluster would mount for it (see module docstring)."""
     for step in steps:
@@ -282,18 +298,31 @@ def apply_local_overlay(
             path.write_text(limits)
             path.chmod(0o444)  # read-only, like the downward-API volume
             values[contract.ENV_SHIM_LIMITS_FILE] = str(path.resolve())
-        if gpu_env is not None:
-            values.update(gpu_env.get(step.executor, {}))
         step.set_env(values)
 
 
 @dataclass
 class GpuSimulation:
-    """The fake GPU machines of a run: one per GPU step, and the environment that selects them."""
+    """The fake GPU machines of a run: a fresh one for each run of a GPU task, so that the
+    iterations of a `dsl.ParallelFor`, which kfp.local runs two at a time, never share a device."""
 
+    folder: Path
     process_env: dict[str, str]
-    step_env: dict[str, dict[str, str]]
-    machines: dict[str, Any]
+    machines: list[Any] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def task_env(self, request: GPURequest, task: str) -> dict[str, str]:
+        """Build the fake machine for one run of a GPU task; the env that selects it."""
+        from secureml.enforcement import simulator
+
+        with self._lock:
+            directory = self.folder / f"{len(self.machines):03d}-{contract.label_value(task)}"
+            machine, visible = fake_machine_for(request, directory)
+            self.machines.append(machine)
+        return {
+            simulator.CONFIG_ENV: str(machine.config_path.resolve()),
+            "CUDA_VISIBLE_DEVICES": ",".join(visible),
+        }
 
 
 SIMULATED_GPU_NAME = "NVIDIA A100-SXM4-80GB"
@@ -331,41 +360,51 @@ def fake_machine_for(request: GPURequest, directory: Path) -> tuple[Any, list[st
 
 
 @contextlib.contextmanager
-def simulated_gpus(steps: list[LocalStep], folder: Path) -> Iterator[GpuSimulation]:
-    """Fake GPU machines for the GPU steps; their device memory files are removed afterwards."""
+def simulated_gpus(folder: Path) -> Iterator[GpuSimulation]:
+    """The fake driver built, and a `GpuSimulation` making machines under `folder`; their device
+    memory files are removed afterwards."""
     from secureml.enforcement import simulator
 
-    machines: dict[str, Any] = {}
-    step_env: dict[str, dict[str, str]] = {}
-    for step in steps:
-        request = step.gpu_request
-        if not request:
-            continue
-        try:
-            machine, visible = fake_machine_for(
-                request, folder / contract.label_value(step.executor)
-            )
-        except (RuntimeError, OSError) as err:
-            raise SecuremlError(
-                "the simulated GPU could not be built",
-                why=str(err),
-                fix="install a C compiler (cc, gcc or clang) for --simulate-gpu, or run on a machine with a GPU",
-                where=f"step {step.name}",
-            ) from None
-        machines[step.executor] = machine
-        step_env[step.executor] = {
-            simulator.CONFIG_ENV: str(machine.config_path.resolve()),
-            "CUDA_VISIBLE_DEVICES": ",".join(visible),
-        }
-    lib_dir = next(iter(machines.values())).lib_dir
+    try:
+        lib_dir = simulator.build_fake_libs()
+    except (RuntimeError, OSError) as err:
+        raise SecuremlError(
+            "the simulated GPU could not be built",
+            why=str(err),
+            fix="install a C compiler (cc, gcc or clang) for --simulate-gpu, or run on a machine with a GPU",
+        ) from None
     previous = os.environ.get("LD_LIBRARY_PATH")
     process_env = {"LD_LIBRARY_PATH": f"{lib_dir}:{previous}" if previous else str(lib_dir)}
+    simulation = GpuSimulation(folder=folder, process_env=process_env)
     try:
-        yield GpuSimulation(process_env=process_env, step_env=step_env, machines=machines)
+        yield simulation
     finally:
-        for machine in machines.values():
+        for machine in simulation.machines:
             for leftover in machine.config_path.parent.glob(machine.config_path.name + ".*"):
                 leftover.unlink(missing_ok=True)
+
+
+def _task_hook(layout: RunLayout, simulation: GpuSimulation | None) -> TaskHook:
+    """What one run of a task gets beyond its executor's env: steps inside a `dsl.ParallelFor`
+    iteration write their audit record under `DIR/audit/<loop>-iteration-<i>/` (so the summary
+    can name the iteration), and each run of a GPU task gets its own simulated machine."""
+    root = layout.pipeline_root.resolve()
+
+    def hook(folder: Path, env: dict[str, str]) -> None:
+        try:
+            parts = folder.resolve().relative_to(root).parts[1:]  # below the run's own folder
+        except ValueError:
+            parts = ()
+        if len(parts) > 1:
+            audit = layout.audit_dir.joinpath(*parts[:-1])
+            audit.mkdir(parents=True, exist_ok=True)
+            env[contract.ENV_AUDIT_DIR] = str(audit.resolve())
+        raw = env.get(contract.ENV_GPU_REQUEST)
+        if simulation is not None and raw:
+            task = "/".join(parts) or folder.name
+            env.update(simulation.task_env(decode_gpu_request(raw, where=task), task))
+
+    return hook
 
 
 def identity_by_step(profile: TenantProfile) -> Callable[[Workload], str | None]:
@@ -439,7 +478,7 @@ def run_compiled(
     check_before_running(
         steps, dev_identity=dev_identity, simulate_gpu=simulate_gpu, has_gpu=has_gpu
     )
-    if any(layout.audit_dir.glob("*.audit.json")):
+    if any(layout.audit_dir.rglob("*.audit.json")):
         raise InputError(
             f"{layout.root} already holds the files of a run",
             why="the summary is made from every audit record in its audit folder",
@@ -451,20 +490,18 @@ def run_compiled(
     with contextlib.ExitStack() as stack:
         api = stack.enter_context(dev_workload_api(profile, dev_identity))
         process_env: dict[str, str] = {}
-        gpu_env = None
+        simulation = None
         if simulate_gpu and any(s.gpu_request for s in steps):
             (layout.audit_dir / SIMULATION_MARKER).write_text(
                 "The GPU stages of this run ran against the fake CUDA driver and fake NVML "
                 "(secureml run --simulate-gpu), not a real GPU.\n"
             )
-            simulation = stack.enter_context(simulated_gpus(steps, layout.root / "fakegpu"))
+            simulation = stack.enter_context(simulated_gpus(layout.root / "fakegpu"))
             process_env.update(simulation.process_env)
-            gpu_env = simulation.step_env
-        apply_local_overlay(
-            steps, layout, spiffe_endpoint=api.endpoint if api else None, gpu_env=gpu_env
-        )
+        apply_local_overlay(steps, layout, spiffe_endpoint=api.endpoint if api else None)
         layout.compiled.write_text(compiled.to_yaml())
         stack.enter_context(_environment(process_env))
+        stack.enter_context(per_task_env(_task_hook(layout, simulation)))
         local.init(
             runner=local.SubprocessRunner(use_venv=False),
             pipeline_root=str(layout.pipeline_root.resolve()),

@@ -89,7 +89,7 @@ def run(
     typer.echo(f"secureml audit summary: pipeline {result.pipeline}")
     if result.simulated_gpu:
         typer.echo("GPU: SIMULATED (fake libcuda.so.1 / libnvidia-ml.so.1, no real device)")
-    typer.echo(render_text(result.records, simulated_gpu=result.simulated_gpu))
+    typer.echo(render_text(result.summary_records(), simulated_gpu=result.simulated_gpu))
     if result.steps_without_record:
         typer.echo(
             "no audit record (the step did not run, or its launcher stopped before writing one): "

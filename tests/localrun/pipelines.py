@@ -95,3 +95,10 @@ def scaled(lr: float, epochs: int, tags: list, verbose: bool) -> float:
 @dsl.pipeline(name="typed-args")
 def typed_args(lr: float, tags: list, epochs: int = 2, verbose: bool = False) -> float:
     return scaled(lr=lr, epochs=epochs, tags=tags, verbose=verbose).output
+
+
+@dsl.pipeline(name="sweep")
+def sweep() -> None:
+    """Three iterations of a MIG step; kfp.local runs two of them at a time."""
+    with dsl.ParallelFor([1, 2, 3]) as value:
+        on_mig(value=value)

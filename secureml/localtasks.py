@@ -1,0 +1,64 @@
+"""Per-invocation settings for kfp.local's tasks: the one seam `secureml run --local` needs in kfp.
+
+kfp.local gives every run of an executor the same container `env`, but a `dsl.ParallelFor` runs one
+executor several times, two at a time: iterations that share a simulated GPU scrub each other's
+memory, and their audit records cannot be told apart. kfp.local 2.17 builds one
+`subprocess_task_handler.SubprocessTaskHandler` per task invocation, looked up on its module at
+each call, with the task's full command (whose executor input names the task's own output folder,
+`<pipeline-root>/<run>/<loop>-iteration-<i>/<task>/`) and its env. `per_task_env` substitutes a
+subclass for the duration of a run that lets a hook adjust that env from the task's folder.
+tests/localrun/test_parallel_for.py fails if kfp changes this seam.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+# (the task's output folder, its env to update in place)
+TaskHook = Callable[[Path, dict[str, str]], None]
+
+
+def task_folder(full_command: list[str]) -> Path | None:
+    """The task's output folder, from the executor input in its command; None if there is none."""
+    for index, part in enumerate(full_command[:-1]):
+        if part == "--executor_input":
+            try:
+                executor_input = json.loads(full_command[index + 1])
+            except json.JSONDecodeError:
+                return None
+            output_file = executor_input.get("outputs", {}).get("outputFile")
+            return Path(output_file).parent if output_file else None
+    return None
+
+
+@contextlib.contextmanager
+def per_task_env(hook: TaskHook) -> Iterator[None]:
+    """While active, `hook(folder, env)` runs before each kfp.local subprocess task starts."""
+    from kfp.local import subprocess_task_handler as module
+
+    original = module.SubprocessTaskHandler
+
+    class _Handler(original):  # type: ignore[misc, valid-type]
+        def __init__(
+            self,
+            image: str,
+            full_command: list[str],
+            pipeline_root: str,
+            runner: Any,
+            env_vars: dict[str, str] | None = None,
+        ) -> None:
+            env = dict(env_vars or {})
+            folder = task_folder(full_command)
+            if folder is not None:
+                hook(folder, env)
+            super().__init__(image, full_command, pipeline_root, runner, env)
+
+    module.SubprocessTaskHandler = _Handler
+    try:
+        yield
+    finally:
+        module.SubprocessTaskHandler = original

@@ -14,6 +14,7 @@ imported only by the stage that needs them.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import signal
@@ -286,6 +287,10 @@ def collect_shim_counters(run: StepRun) -> None:
                 "step's processes were refused"
             )
     shim.remove_region(limits_file)
+    # the counters file lives in a private folder of its own (shim_stage's mkdtemp): both go
+    with contextlib.suppress(OSError):
+        counters.unlink(missing_ok=True)
+        counters.parent.rmdir()
 
 
 def run_child(run: StepRun, config: LauncherConfig) -> None:

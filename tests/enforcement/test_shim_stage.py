@@ -301,3 +301,19 @@ def test_a_second_launcher_is_refused_its_role(
     error = result.stage("shim-claim")["error"]
     assert f"process {squatter_pid} already holds the launcher role of this step" in error
     assert result.stage("preflight")["status"] == "skipped"
+
+
+def test_the_shim_leaves_no_folder_in_tmp(
+    launch: Launch, make_fake_gpu: MakeGPU, shim_library: Path, tmp_path: Path
+) -> None:
+    """The counters file's private folder (`$TMPDIR/secureml-shim-*`) goes with the step."""
+    gpu = make_fake_gpu(devices=[FakeDevice(memory=128 * MiB)])
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = _env(shim_library, _limits_file(tmp_path), TMPDIR=str(tmp))
+    result = launch([sys.executable, CUDA_STEP, "--alloc", str(1 * MiB)], env, gpu=gpu)
+    assert result.returncode == 0, result.stderr
+    counters = Path(result.stage("shim")["detail"]["counters_file"])
+    assert counters.parent.parent == tmp and counters.parent.name.startswith("secureml-shim-")
+    assert result.record["shim_counters"] is not None, "the counters were read before removal"
+    assert list(tmp.glob("secureml-shim-*")) == []

@@ -17,6 +17,9 @@ missing it skips saying so, except under CI=true, where it fails: CI must test a
 trust domain `acme.example`, the example profiles'), ready in under a second once built; its tests
 are marked `spire` (`-m "not cluster and not spire"`: the fast tests only), and it skips or fails
 like `k8s_cluster`.
+
+`docker_registry` (session-scoped) is a real OCI registry, Debian's docker-registry, on loopback
+(tests/registry.py; plain HTTP); it skips where the package is not installed.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fakegpu import FakeGPU, RealGPU, compiler, real_gpu_available
 from harness.controlplane import ControlPlane, HarnessError, binaries
 from harness.spire import Spire, SpireError, build_spire, running_spire
+from registry import INSTALL_HINT, REGISTRY_BIN, running_registry
 
 
 def _require_compiler() -> None:
@@ -98,6 +102,15 @@ def spire() -> Iterator[Spire]:
         pytest.skip(reason)
     with running_spire(bin_dir) as running:  # a start failure is a failure everywhere
         yield running
+
+
+@pytest.fixture(scope="session")
+def docker_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real registry (Debian's docker-registry, tests/registry.py): its `host:port`."""
+    if REGISTRY_BIN is None:
+        pytest.skip(INSTALL_HINT)
+    with running_registry(tmp_path_factory.mktemp("registry")) as host:
+        yield host
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

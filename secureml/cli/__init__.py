@@ -59,4 +59,5 @@ from secureml.cli import verify as _verify  # noqa: E402,F401
 from secureml.cli import profile as _profile  # noqa: E402,F401
 from secureml.cli import bundle as _bundle  # noqa: E402,F401
 from secureml.cli import apply as _apply  # noqa: E402,F401
+from secureml.cli import image as _image  # noqa: E402,F401
 # isort: on

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from secureml.errors import SecuremlError
+from secureml.errors import InputError
 from secureml.images import ImageRef
 
 BUILDERS = ("buildah", "podman", "docker")
@@ -78,7 +78,7 @@ class Builder:
             for line in out.splitlines():
                 if line.startswith(destination.name + "@"):
                     return line.split("@", 1)[1].strip()
-            raise SecuremlError(f"docker did not report the digest of {target}", why=out.strip())
+            raise InputError(f"docker did not report the digest of {target}", why=out.strip())
         with tempfile.TemporaryDirectory(prefix="secureml-push-") as work:
             digest_file = Path(work) / "digest"
             command = [self.path, "push", "--digestfile", str(digest_file)]
@@ -93,7 +93,7 @@ class Builder:
         result = subprocess.run(list(command), capture_output=True, text=True, env=env)
         if result.returncode != 0:
             tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
-            raise SecuremlError(
+            raise InputError(
                 what,
                 why=tail or f"{self.name} exited {result.returncode}",
                 fix=f"the command was: {' '.join(command)}",
@@ -106,7 +106,7 @@ def find_builder(preferred: str | None = None) -> Builder:
     names = (preferred,) if preferred else BUILDERS
     for name in names:
         if name not in BUILDERS:
-            raise SecuremlError(
+            raise InputError(
                 f"unknown image builder {name!r}",
                 why=f"secureml drives {', '.join(BUILDERS)}",
                 fix="pass --builder buildah, podman or docker",
@@ -114,7 +114,7 @@ def find_builder(preferred: str | None = None) -> Builder:
         path = shutil.which(name)
         if path:
             return Builder(name, path)
-    raise SecuremlError(
+    raise InputError(
         f"no image builder found ({' or '.join(names)} on PATH)",
         why="building an image needs buildah, podman or docker",
         fix=INSTALL_HINT,

@@ -27,7 +27,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import secureml
-from secureml.errors import SecuremlError
+from secureml.errors import InputError
 
 # What the launcher imports beyond the standard library (NVML; the identity stage's SPIFFE client,
 # which brings grpcio, protobuf and cryptography), and kfp's executor for the step base images.
@@ -54,7 +54,7 @@ def cache_dir() -> Path:
 def images_dir() -> Path:
     """The `images/` folder of this checkout (the Containerfiles ship with the source tree)."""
     if not (IMAGES_DIR / "assemble.py").is_file():
-        raise SecuremlError(
+        raise InputError(
             f"the image sources are not at {IMAGES_DIR}",
             why="the Containerfiles and their build scripts ship in secureml's source tree, not in "
             "the installed package",
@@ -70,7 +70,7 @@ def pinned(names: Sequence[str]) -> list[str]:
         try:
             pins.append(f"{name}=={importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:
-            raise SecuremlError(
+            raise InputError(
                 f"{name} is not installed beside secureml",
                 why="the images carry the versions secureml is tested with, read from this "
                 "environment",
@@ -102,7 +102,7 @@ def wheelhouse(requirements: Sequence[str]) -> Path:
     command += ["-c", str(target / "constraints.txt"), *requirements]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
-        raise SecuremlError(
+        raise InputError(
             "the image's Python wheels could not be fetched",
             why=result.stderr.strip()[-2000:] or "pip wheel failed",
             fix="check that pip reaches its index (pip config list), then run the build again",
@@ -142,7 +142,7 @@ def runtime_modules() -> list[Path]:
                 continue
             candidate = PACKAGE_DIR / f"{top}.py"
             if not candidate.is_file():
-                raise SecuremlError(
+                raise InputError(
                     f"the launcher imports {name}, which is not a module file of secureml",
                     why="the runtime carries single modules of the package, not subpackages",
                     fix="keep the launcher's imports to secureml's top-level modules",

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from secureml.errors import SecuremlError
+from secureml.errors import InputError
 from secureml.stepimage.context import cache_dir
 
 SUITE = "bookworm"
@@ -28,7 +28,7 @@ def _run(command: list[str], what: str) -> str:
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-10:])
-        raise SecuremlError(what, why=tail or f"exit {result.returncode}", fix=" ".join(command))
+        raise InputError(what, why=tail or f"exit {result.returncode}", fix=" ".join(command))
     return result.stdout.strip()
 
 
@@ -38,7 +38,7 @@ def rootfs(suite: str = SUITE, mirror: str = MIRROR) -> Path:
     if (target / ".complete").is_file():
         return target
     if shutil.which("debootstrap") is None:
-        raise SecuremlError(
+        raise InputError(
             "debootstrap is not installed",
             why="the Debian base image is built from Debian's mirror with debootstrap",
             fix="apt-get install debootstrap, or build FROM a registry's debian image (--base)",
@@ -65,7 +65,7 @@ def base_image(suite: str = SUITE, mirror: str = MIRROR) -> str:
     tag = base_tag(suite)
     buildah = shutil.which("buildah")
     if buildah is None:
-        raise SecuremlError(
+        raise InputError(
             "buildah is not installed",
             why="the Debian base image is committed into buildah's local storage",
             fix="apt-get install buildah",
@@ -85,7 +85,7 @@ def base_image(suite: str = SUITE, mirror: str = MIRROR) -> str:
         )
         unpack = subprocess.run(["tar", "-C", mount, "-xf", "-"], stdin=pack.stdout)
         if pack.wait() != 0 or unpack.returncode != 0:
-            raise SecuremlError(f"copying {source} into the image failed", why="tar failed")
+            raise InputError(f"copying {source} into the image failed", why="tar failed")
         _run([buildah, "umount", container], "buildah umount failed")
         _run([buildah, "config", "--cmd", "/bin/bash", container], "buildah config failed")
         _run([buildah, "commit", "-q", container, tag], f"committing {tag} failed")

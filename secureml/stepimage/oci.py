@@ -26,7 +26,7 @@ from typing import Any
 
 import requests
 
-from secureml.errors import SecuremlError
+from secureml.errors import InputError
 from secureml.images import ImageRef
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -135,13 +135,13 @@ class _Registry(_Source):
         try:
             response = self.client.do_request(url, headers={"Accept": accept})
         except requests.RequestException as err:
-            raise SecuremlError(
+            raise InputError(
                 f"cannot read {self.ref.name} from its registry",
                 why=f"{type(err).__name__}: {err}".splitlines()[0],
                 fix="check network access and credentials (docker login)",
             ) from None
         if response.status_code != 200:
-            raise SecuremlError(
+            raise InputError(
                 f"cannot read {self.ref.name} from its registry",
                 why=f"GET {url} answered HTTP {response.status_code}",
                 fix="check the reference and the credentials (docker login)",
@@ -158,7 +158,7 @@ class _Registry(_Source):
 class _Layout(_Source):
     def __init__(self, root: Path) -> None:
         if not (root / "index.json").is_file():
-            raise SecuremlError(
+            raise InputError(
                 f"{root} is not an OCI image layout", why="it has no index.json", fix=_FIX
             )
         self.root = root
@@ -167,7 +167,7 @@ class _Layout(_Source):
         algorithm, _, hexdigest = digest.partition(":")
         path = self.root / "blobs" / algorithm / hexdigest
         if not path.is_file():
-            raise SecuremlError(f"blob {digest} is missing from {self.root}", why="", fix=_FIX)
+            raise InputError(f"blob {digest} is missing from {self.root}", why="", fix=_FIX)
         return path.read_bytes()
 
     def index(self) -> dict[str, Any]:
@@ -176,7 +176,7 @@ class _Layout(_Source):
 
 def _checked(content: bytes, digest: str, what: str) -> bytes:
     if _digest(content) != digest:
-        raise SecuremlError(
+        raise InputError(
             f"the {what} does not match its digest {digest}",
             why="the registry or layout returned other content than the digest names",
             fix="do not use this image; rebuild and push it",
@@ -189,7 +189,7 @@ def _pick_platform(index: dict[str, Any], where: str) -> str:
         platform = entry.get("platform") or {}
         if all(platform.get(k) == v for k, v in PLATFORM.items()):
             return str(entry["digest"])
-    raise SecuremlError(
+    raise InputError(
         f"{where} has no linux/amd64 image", why="the image index lists other platforms", fix=_FIX
     )
 
@@ -214,7 +214,7 @@ def open_image(reference: str, wanted: Callable[[str], bool] = lambda path: Fals
     else:
         ref = ImageRef.parse(reference)
         if ref.digest is None:
-            raise SecuremlError(
+            raise InputError(
                 f"image {reference} is not pinned by digest",
                 why="an image is checked by the digest a step will run",
                 fix=_FIX,
@@ -247,7 +247,7 @@ def _layout_reference(text: str) -> tuple[_Layout, str]:
             if (m.get("annotations") or {}).get("org.opencontainers.image.ref.name") == tag
         ]
     if len(manifests) != 1:
-        raise SecuremlError(
+        raise InputError(
             f"the layout {path} holds {len(manifests)} images matching {text!r}",
             why="an image is checked by its digest",
             fix="write oci:DIR@sha256:<digest> or oci:DIR:TAG",
@@ -257,7 +257,7 @@ def _layout_reference(text: str) -> tuple[_Layout, str]:
 
 def _layer_tar(blob: bytes, media_type: str) -> tarfile.TarFile:
     if "zstd" in media_type:
-        raise SecuremlError(
+        raise InputError(
             "zstd-compressed layers cannot be read here",
             why=f"layer media type {media_type}",
             fix="push the image with gzip layers (buildah push --compression-format gzip)",

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import secureml
-from secureml.errors import SecuremlError
+from secureml.errors import InputError
 from secureml.images import ImageRef
 from secureml.stepimage import context
 from secureml.stepimage.builders import Builder
@@ -56,9 +56,7 @@ def requirements(name: str) -> list[str]:
         return context.pinned((*context.RUNTIME_REQUIREMENTS, *context.EXECUTOR_REQUIREMENTS))
     if name == "cuda":
         return context.pinned(context.CUDA_REQUIREMENTS)
-    raise SecuremlError(
-        f"no platform image {name!r}", why=f"images/ holds {', '.join(NAMES)}", fix=""
-    )
+    raise InputError(f"no platform image {name!r}", why=f"images/ holds {', '.join(NAMES)}", fix="")
 
 
 def build(

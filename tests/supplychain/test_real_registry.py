@@ -9,132 +9,21 @@ server in tests/supplychain/ociserver.py.
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
-import socket
-import subprocess
-import time
-from collections.abc import Iterator
 
 import pytest
-import requests
+from registry import attach_like_cosign
 
 from secureml.images import ImageRef
 from secureml.supplychain.identity import TrustedIdentity
-from secureml.supplychain.registry import SIGSTORE_BUNDLE_TYPES, fetch_bundles
+from secureml.supplychain.registry import fetch_bundles
 from secureml.supplychain.verifier import SignatureVerifier
 
 from .conftest import BEACON, CONFORMANCE, GITHUB_ISSUER
 
-REGISTRY_BIN = shutil.which("docker-registry")
-pytestmark = pytest.mark.skipif(
-    REGISTRY_BIN is None,
-    reason="docker-registry not installed (Debian: apt-get install docker-registry)",
-)
-BUNDLE_TYPE = SIGSTORE_BUNDLE_TYPES[0]
-MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
-
-def digest_of(content: bytes) -> str:
-    return "sha256:" + hashlib.sha256(content).hexdigest()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory) -> Iterator[str]:
-    work = tmp_path_factory.mktemp("registry")
-    host = f"127.0.0.1:{free_port()}"
-    config = work / "config.yml"
-    config.write_text(
-        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {work / 'data'}\nhttp:\n  addr: {host}\n"
-    )
-    process = subprocess.Popen(
-        [REGISTRY_BIN, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        for _ in range(100):
-            try:
-                if requests.get(f"http://{host}/v2/", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                time.sleep(0.05)
-        else:
-            pytest.fail("docker-registry did not start")
-        yield host
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def push_blob(base: str, content: bytes) -> None:
-    started = requests.post(f"{base}/blobs/uploads/", timeout=10)
-    started.raise_for_status()
-    location = started.headers["Location"]
-    location = location if location.startswith("http") else base.split("/v2/")[0] + location
-    joiner = "&" if "?" in location else "?"
-    requests.put(
-        f"{location}{joiner}digest={digest_of(content)}",
-        data=content,
-        headers={"Content-Type": "application/octet-stream"},
-        timeout=10,
-    ).raise_for_status()
-
-
-def attach_like_cosign(host: str, repository: str, subject_digest: str, bundle: bytes) -> str:
-    """Push the bundle as an OCI artifact and list it under the referrers fallback tag."""
-    base = f"http://{host}/v2/{repository}"
-    empty = b"{}"
-    push_blob(base, empty)
-    push_blob(base, bundle)
-    manifest = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": MANIFEST,
-            "artifactType": BUNDLE_TYPE,
-            "config": {
-                "mediaType": "application/vnd.oci.empty.v1+json",
-                "digest": digest_of(empty),
-                "size": 2,
-            },
-            "layers": [
-                {"mediaType": BUNDLE_TYPE, "digest": digest_of(bundle), "size": len(bundle)}
-            ],
-            "subject": {"mediaType": MANIFEST, "digest": subject_digest, "size": 512},
-        }
-    ).encode()
-    requests.put(
-        f"{base}/manifests/{digest_of(manifest)}",
-        data=manifest,
-        headers={"Content-Type": MANIFEST},
-        timeout=10,
-    ).raise_for_status()
-    index = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.index.v1+json",
-            "manifests": [
-                {
-                    "mediaType": MANIFEST,
-                    "digest": digest_of(manifest),
-                    "size": len(manifest),
-                    "artifactType": BUNDLE_TYPE,
-                }
-            ],
-        }
-    ).encode()
-    tag = "sha256-" + subject_digest.split(":", 1)[1]
-    requests.put(
-        f"{base}/manifests/{tag}",
-        data=index,
-        headers={"Content-Type": "application/vnd.oci.image.index.v1+json"},
-        timeout=10,
-    ).raise_for_status()
-    return digest_of(manifest)
+@pytest.fixture
+def registry(docker_registry: str) -> str:
+    return docker_registry
 
 
 def test_fetch_through_fallback_tag_and_verify(registry):

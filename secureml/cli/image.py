@@ -1,0 +1,200 @@
+"""`secureml image`: build step images and the platform's images, and check an image.
+
+    secureml image build CONTEXT --from runtime|cuda|IMAGE --tag REG/REPO:TAG [--push]
+    secureml image check IMAGE@sha256:... | oci:DIR[@sha256:...] [--profile P]
+    secureml image build-runtime --tag REG/REPO:TAG [--push] [--base IMAGE|debian]
+    secureml image build-base runtime|cuda --tag REG/REPO:TAG [--push] [--base IMAGE|debian]
+
+The logic is secureml.stepimage (docs/images.md); this module parses options and prints.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from secureml.cli import app, run_cli
+from secureml.errors import InputError
+from secureml.images import ImageRef
+
+if TYPE_CHECKING:
+    from secureml.stepimage.platform import BuiltImage
+
+image_app = typer.Typer(
+    help="Build step images and the platform runtime image; check an image before a step uses it.",
+    no_args_is_help=True,
+)
+app.add_typer(image_app, name="image")
+
+TagOpt = Annotated[
+    str, typer.Option("--tag", "-t", help="REGISTRY/REPOSITORY:TAG to build (and push) as.")
+]
+PushOpt = Annotated[
+    bool, typer.Option("--push", help="Push to the tag's registry and print the digest reference.")
+]
+BuilderOpt = Annotated[
+    str | None,
+    typer.Option("--builder", help="buildah, podman or docker (default: the first found)."),
+]
+BaseOpt = Annotated[
+    str,
+    typer.Option(
+        "--base",
+        help="The Debian image to build FROM, or `debian` for one made here with debootstrap.",
+    ),
+]
+RecordOpt = Annotated[
+    Path | None,
+    typer.Option("--record", help="Write what was built (reference, digest, versions) as JSON."),
+]
+
+
+def _tag(text: str) -> ImageRef:
+    ref = ImageRef.parse(text)
+    if ref.digest is not None:
+        raise InputError(
+            f"--tag {text} carries a digest",
+            why="the registry assigns the digest when the image is pushed",
+            fix="pass REGISTRY/REPOSITORY:TAG",
+        )
+    return ref
+
+
+def _base(base: str) -> str:
+    if base == "debian":
+        from secureml.stepimage.debian import base_image
+
+        return base_image()
+    return base
+
+
+def _report_built(name: str, built: BuiltImage, push: bool, record: Path | None) -> None:
+    print(f"built {name} with {built.builder} in {built.seconds:.0f}s as {built.tag}")
+    if record is not None:
+        built.record(record)
+        print(f"recorded in {record}")
+    if push and built.reference:
+        print(built.reference)
+
+
+def _build_platform(
+    name: str, tag: str, push: bool, builder: str | None, base: str, record: Path | None
+) -> None:
+    from secureml.stepimage import platform
+    from secureml.stepimage.builders import find_builder
+
+    ref = _tag(tag)
+    found = find_builder(builder)
+    print(f"building images/{name} with {found.name} ({found.path})")
+    built = platform.build(name, found, base=_base(base), push_to=ref if push else None)
+    _report_built(name, built, push, record)
+
+
+@image_app.command("build-runtime")
+@run_cli
+def build_runtime(
+    tag: TagOpt,
+    push: PushOpt = False,
+    builder: BuilderOpt = None,
+    base: BaseOpt = "docker.io/library/debian:bookworm-slim",
+    record: RecordOpt = None,
+) -> None:
+    """Build the platform runtime image (images/runtime-injector): the launcher and the shim the
+    profile's `runtime.image` injects into every step. Prints REGISTRY/REPOSITORY@sha256:...
+    for the profile when pushed."""
+    _build_platform("runtime-injector", tag, push, builder, base, record)
+
+
+@image_app.command("build-base")
+@run_cli
+def build_base(
+    name: Annotated[str, typer.Argument(help="runtime or cuda.")],
+    tag: TagOpt,
+    push: PushOpt = False,
+    builder: BuilderOpt = None,
+    base: BaseOpt = "docker.io/library/debian:bookworm-slim",
+    record: RecordOpt = None,
+) -> None:
+    """Build a step base image of images/ (runtime, or cuda on top of the local runtime)."""
+    if name not in ("runtime", "cuda"):
+        raise InputError(
+            f"no base image {name!r}", why="images/ holds runtime and cuda", fix="pass one of them"
+        )
+    _build_platform(name, tag, push, builder, base, record)
+
+
+@image_app.command("build")
+@run_cli
+def build(
+    context: Annotated[Path, typer.Argument(help="The step's folder (requirements.txt, code).")],
+    tag: TagOpt,
+    base: Annotated[
+        str,
+        typer.Option(
+            "--from", help="runtime, cuda (secureml's base images) or an image reference."
+        ),
+    ] = "runtime",
+    push: PushOpt = False,
+    builder: BuilderOpt = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option("--overwrite-containerfile", help="Replace a Containerfile you wrote."),
+    ] = False,
+) -> None:
+    """Write CONTEXT/Containerfile for the step's requirements and build it; with --push, print
+    the digest-pinned reference to use as the component's image."""
+    from secureml.stepimage import userimage
+    from secureml.stepimage.builders import find_builder
+
+    ref = _tag(tag)
+    found = find_builder(builder)
+    print(f"building {context} FROM {userimage.base_reference(base)} with {found.name}")
+    pinned = userimage.build(context, base, ref, found, push=push, overwrite=overwrite)
+    if pinned is None:
+        print(f"built {ref} (not pushed: pass --push for the digest reference a step needs)")
+    else:
+        print(pinned)
+
+
+@image_app.command("check")
+@run_cli
+def check(
+    image: Annotated[str, typer.Argument(help="REGISTRY/REPOSITORY@sha256:... or oci:DIR.")],
+    profile: Annotated[
+        Path | None,
+        typer.Option(
+            "--profile",
+            help="The tenant profile: with a runtime.image, the launcher is injected and the "
+            "step image need not carry it.",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+) -> None:
+    """Say whether the image can run a secure step (or serve as the platform runtime image):
+    exit 0 when it can, 1 with what it lacks."""
+    from secureml.stepimage.check import check as check_image
+    from secureml.stepimage.check import problems
+
+    injected = None
+    if profile is not None:
+        from secureml.profile import load_profile
+
+        injected = load_profile(profile).spec.runtime.image is not None
+    opened, findings = check_image(image, injected=injected)
+    if as_json:
+        rows = [
+            {"check": f.check, "status": f.status, "message": f.message, "fix": f.fix}
+            for f in findings
+        ]
+        print(json.dumps({"image": image, "digest": opened.digest, "findings": rows}, indent=2))
+    else:
+        print(f"{image}")
+        for finding in findings:
+            print(f"  {finding.status:<8} {finding.check:<13} {finding.message}")
+            if finding.status == "problem" and finding.fix:
+                print(f"  {'':<8} {'':<13} fix: {finding.fix}")
+    if problems(findings):
+        raise typer.Exit(1)

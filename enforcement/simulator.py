@@ -236,6 +236,9 @@ class FakeGPU:
         fail_cuinit: int | None = None,
         fail_nvmlinit: int | None = None,
         fail_alloc_after: int | None = None,
+        teardown_ms: int = 0,
+        call_ns: int = 0,
+        nvml_pid_offset: int = 0,
     ) -> None:
         self.directory = Path(directory)
         self.devices = devices if devices is not None else [FakeDevice()]
@@ -248,6 +251,9 @@ class FakeGPU:
         self.fail_cuinit = fail_cuinit
         self.fail_nvmlinit = fail_nvmlinit
         self.fail_alloc_after = fail_alloc_after
+        self.teardown_ms = teardown_ms
+        self.call_ns = call_ns
+        self.nvml_pid_offset = nvml_pid_offset
         self.lib_dir = build_fake_libs()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.config_path = self.directory / "fakegpu.conf"
@@ -256,7 +262,8 @@ class FakeGPU:
     def render(self) -> str:
         """The configuration file's text."""
         lines = [
-            f"driver version={self.driver_version} cuda={self.cuda_version}",
+            f"driver version={self.driver_version} cuda={self.cuda_version}"
+            f" teardown_ms={self.teardown_ms} call_ns={self.call_ns} nvml_pid_offset={self.nvml_pid_offset}",
             f"launch kernel_us={self.kernel_us} queue={self.queue_depth} util_window_ms={self.util_window_ms}",
         ]
         fail = {

@@ -8,7 +8,7 @@
 #include "limits.h"
 
 #define REGION_MAGIC 0x53454d4c53484d31ULL /* "SEMLSHM1" */
-#define REGION_LAYOUT 2
+#define REGION_LAYOUT 3
 #define REGION_DEVICES 16
 #define REGION_PROCS 256
 
@@ -27,13 +27,22 @@ struct region_device {
     uint64_t launches;         /* launches on this device, all processes */
     uint64_t launches_at_update;
     uint64_t cost_ns;          /* estimated device time per launch */
+    uint64_t last_reconcile_ns; /* when gone processes' charges were last checked against the driver */
+    uint64_t reclaimed;         /* bytes of gone processes' charges released once the driver freed them */
 };
 
+/* One process of the step. A process that is gone keeps its entry, and its charges, until the driver
+ * no longer holds its memory (docs/shim.md "Processes that are gone"). */
 struct region_proc {
     int32_t pid; /* 0: free */
     uint32_t pad;
     uint64_t start_time; /* /proc/<pid>/stat starttime: tells a reused pid apart */
+    uint64_t gone_ns;    /* when it was first seen gone; 0: alive */
     uint64_t charged[REGION_DEVICES];
+    /* Charged bytes the driver may not hold yet (an allocation in flight) or any more (a free in
+     * flight). Written by the process itself, read by whoever reconciles with the driver. */
+    uint64_t pending_alloc[REGION_DEVICES];
+    uint64_t pending_free[REGION_DEVICES];
 };
 
 struct region {

@@ -45,9 +45,11 @@
 #define COUNTERS_EVERY_NS 1000000000ULL  /* counters file refresh while running */
 #define COUNTERS_ON_EVENT_NS 10000000ULL /* ... and soon after a refusal */
 #define MAX_ORDINALS 64
+#define RECONCILE_EVERY_NS 5000000ULL /* gone processes vs the driver, while nothing is refused */
+#define RECONCILE_MIN_NS 200000ULL    /* ... and at most this often while allocations are refused */
 
 enum { LOG_OFF, LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
-enum key_class { KEY_POINTER, KEY_ARRAY, KEY_VMM };
+enum key_class { KEY_POINTER, KEY_ARRAY, KEY_VMM, KEY_MIPMAP };
 
 struct entry {
     uint64_t key;    /* 0: empty */
@@ -135,6 +137,8 @@ REAL(nvmlReturn_t, nvmlDeviceGetUtilizationRates, (nvmlDevice_t, nvmlUtilization
 REAL(nvmlReturn_t, nvmlDeviceGetProcessUtilization, (nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned int *, unsigned long long));
 REAL(nvmlReturn_t, nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t *));
 REAL(nvmlReturn_t, nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t, nvmlMemory_v2_t *));
+REAL(nvmlReturn_t, nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *));
+REAL(nvmlReturn_t, nvmlDeviceGetComputeRunningProcesses_v2, (nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *));
 
 /* ------------------------------------------------------------------ dlsym -------------------- */
 
@@ -257,20 +261,27 @@ static void region_lock(void) {
 
 static void region_unlock(void) { pthread_mutex_unlock(&S.region->lock); }
 
-/* Returns the charges of processes that no longer exist. Lock held. */
-static void reclaim_dead(void) {
+static int entry_alive(const struct region_proc *pr) {
+    return pr->start_time ? process_start_time(pr->pid) == pr->start_time : (kill(pr->pid, 0) == 0 || errno == EPERM);
+}
+
+/* Marks processes that no longer exist as gone, and frees the entries of gone processes that hold no
+ * charge. Their charges stay: only the driver can say when their memory is free (reconcile_locked).
+ * Lock held. */
+static void mark_gone(void) {
     struct region *r = S.region;
+    uint64_t t = now_ns();
     for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++) {
         struct region_proc *pr = &r->procs[p];
         if (!pr->pid) continue;
-        int alive = pr->start_time ? process_start_time(pr->pid) == pr->start_time : (kill(pr->pid, 0) == 0 || errno == EPERM);
-        if (alive) continue;
-        for (int d = 0; d < REGION_DEVICES; d++) {
-            r->dev[d].used -= pr->charged[d] <= r->dev[d].used ? pr->charged[d] : r->dev[d].used;
-            pr->charged[d] = 0;
+        if (!pr->gone_ns && entry_alive(pr)) continue;
+        if (!pr->gone_ns) {
+            pr->gone_ns = t;
+            logf_(LOG_INFO, "process %d is gone; its charges wait for the driver to free its memory", pr->pid);
         }
-        logf_(LOG_INFO, "reclaimed the charges of exited process %d", pr->pid);
-        pr->pid = 0;
+        uint64_t held = 0;
+        for (int d = 0; d < REGION_DEVICES; d++) held |= pr->charged[d];
+        if (!held) pr->pid = 0;
     }
 }
 
@@ -288,7 +299,7 @@ static int my_entry(void) {
             if (p + 1 > r->nprocs) r->nprocs = p + 1;
             return S.me = (int)p;
         }
-        reclaim_dead();
+        mark_gone();
     }
     return -1;
 }
@@ -390,6 +401,7 @@ static void resolve_nvml(void) {
 #define RESOLVE(name) r_##name = (__typeof__(r_##name))ds(S.nvml, #name)
     RESOLVE(nvmlInit_v2); RESOLVE(nvmlDeviceGetHandleByUUID); RESOLVE(nvmlDeviceGetUUID);
     RESOLVE(nvmlDeviceGetUtilizationRates); RESOLVE(nvmlDeviceGetProcessUtilization); RESOLVE(nvmlDeviceGetMemoryInfo); RESOLVE(nvmlDeviceGetMemoryInfo_v2);
+    RESOLVE(nvmlDeviceGetComputeRunningProcesses_v3); RESOLVE(nvmlDeviceGetComputeRunningProcesses_v2);
 #undef RESOLVE
 }
 
@@ -454,7 +466,7 @@ static void write_counters_locked(void) {
     if (!S.ok) OUT("error=%s\n", S.error);
     OUT("memory_limit=%llu\ncompute_limit=%u\nscrub_on_free=%u\n", (unsigned long long)S.limits.memory, S.limits.compute,
         S.limits.scrub_on_free);
-    uint64_t refused = 0, peak = 0, throttled = 0, scrub_failures = 0, claims_refused = 0;
+    uint64_t refused = 0, peak = 0, throttled = 0, scrub_failures = 0, claims_refused = 0, reclaimed = 0;
     int devices = 0, launcher = 0;
     if (S.region) {
         struct region *r = S.region;
@@ -470,6 +482,7 @@ static void write_counters_locked(void) {
                 devices, uuid, devices, (unsigned long long)dv->used, devices, (unsigned long long)dv->peak, devices,
                 (unsigned long long)dv->refused, devices, (unsigned long long)__atomic_load_n(&dv->throttled, __ATOMIC_RELAXED));
             refused += dv->refused;
+            reclaimed += dv->reclaimed;
             throttled += __atomic_load_n(&dv->throttled, __ATOMIC_RELAXED);
             if (dv->peak > peak) peak = dv->peak;
             devices++;
@@ -477,6 +490,7 @@ static void write_counters_locked(void) {
     }
     OUT("devices=%d\nrefused=%llu\npeak=%llu\nthrottled=%llu\nscrub_failures=%llu\n", devices, (unsigned long long)refused,
         (unsigned long long)peak, (unsigned long long)throttled, (unsigned long long)scrub_failures);
+    OUT("reclaimed=%llu\n", (unsigned long long)reclaimed);
     OUT("launcher_pid=%d\nlauncher_claims_refused=%llu\n", launcher, (unsigned long long)claims_refused);
 #undef OUT
     if (n >= sizeof buf) n = sizeof buf - 1;
@@ -506,19 +520,16 @@ static void maybe_write_counters(uint64_t every_ns) {
     write_counters();
 }
 
-/* At exit the driver releases this process's memory: so do its charges. */
+/* At exit: the counters. Charges of memory still allocated stay: the driver frees it only after the
+ * process is gone, and then the next reconciliation releases them (reconcile_locked). */
 __attribute__((destructor)) static void shim_fini(void) {
     if (!S.initialised || S.launcher) return; /* the launcher charged nothing; the counters are the step's */
     if (!S.region) return write_counters();
     region_lock();
     if (S.me >= 0 && S.region->procs[S.me].pid == (int32_t)getpid()) {
-        struct region_proc *pr = &S.region->procs[S.me];
-        for (int d = 0; d < REGION_DEVICES; d++) {
-            S.region->dev[d].used -= pr->charged[d] <= S.region->dev[d].used ? pr->charged[d] : S.region->dev[d].used;
-            pr->charged[d] = 0;
-        }
-        pr->pid = 0;
-        S.me = -1;
+        uint64_t held = 0;
+        for (int d = 0; d < REGION_DEVICES; d++) held |= S.region->procs[S.me].charged[d];
+        if (!held) S.region->procs[S.me].pid = 0, S.me = -1;
     }
     write_counters_locked();
     region_unlock();
@@ -617,7 +628,10 @@ static uint64_t charge_of(uint64_t bytes) {
     return (bytes + CHARGE_GRANULE - 1) & ~(CHARGE_GRANULE - 1);
 }
 
-/* Check and charge in one step under the region lock. 0 on success, -1 when over the limit. */
+static void reconcile_locked(int slot, int urgent);
+
+/* Check and charge in one step under the region lock. 0 on success, -1 when over the limit. The
+ * charge counts as in flight (pending_alloc) until charge_done says what the driver did. */
 static int charge(int slot, uint64_t bytes) {
     if (!S.ok || slot < 0) {
         logf_(LOG_INFO, "refused %llu bytes: %s", (unsigned long long)bytes, S.ok ? "unknown device" : S.error);
@@ -630,12 +644,14 @@ static int charge(int slot, uint64_t bytes) {
     int me = my_entry();
     int fits = me >= 0 && bytes <= S.limits.memory && d->used <= S.limits.memory - bytes;
     if (!fits && me >= 0) {
-        reclaim_dead();
+        reconcile_locked(slot, 1);
         fits = bytes <= S.limits.memory && d->used <= S.limits.memory - bytes;
     }
     if (fits) {
+        struct region_proc *pr = &r->procs[me];
         d->used += bytes;
-        r->procs[me].charged[slot] += bytes;
+        pr->charged[slot] += bytes;
+        __atomic_store_n(&pr->pending_alloc[slot], pr->pending_alloc[slot] + bytes, __ATOMIC_RELAXED);
         if (d->used > d->peak) d->peak = d->used;
     } else d->refused++;
     region_unlock();
@@ -647,16 +663,55 @@ static int charge(int slot, uint64_t bytes) {
     return fits ? 0 : -1;
 }
 
-static void uncharge(int slot, uint64_t bytes) {
+/* Takes `bytes` off this process's charge (and off its in-flight counter `pending`, if given). */
+static void uncharge_locked(int slot, uint64_t bytes, uint64_t *pending) {
     struct region *r = S.region;
-    region_lock();
-    int me = S.me;
-    if (me >= 0) {
-        uint64_t *mine = &r->procs[me].charged[slot];
-        uint64_t take = bytes <= *mine ? bytes : *mine;
-        *mine -= take;
-        r->dev[slot].used -= take <= r->dev[slot].used ? take : r->dev[slot].used;
+    if (S.me < 0) return;
+    uint64_t *mine = &r->procs[S.me].charged[slot];
+    uint64_t take = bytes <= *mine ? bytes : *mine;
+    *mine -= take;
+    r->dev[slot].used -= take <= r->dev[slot].used ? take : r->dev[slot].used;
+    if (pending) __atomic_store_n(pending, *pending >= bytes ? *pending - bytes : 0, __ATOMIC_RELEASE);
+}
+
+/* After the driver call of a charge: the driver holds the memory now (ok), or never will (undo). */
+static void charge_done(int slot, uint64_t bytes, int ok) {
+    if (S.me < 0) return;
+    uint64_t *pending = &S.region->procs[S.me].pending_alloc[slot];
+    if (ok) {
+        /* Release order: whoever reads 0 here finds the allocation in the driver's answer. */
+        __atomic_store_n(pending, *pending >= bytes ? *pending - bytes : 0, __ATOMIC_RELEASE);
+        return;
     }
+    region_lock();
+    uncharge_locked(slot, bytes, pending);
+    region_unlock();
+}
+
+/* Before the driver frees charged memory: from now on the driver may no longer hold it. */
+static void free_begin(int slot, uint64_t bytes) {
+    if (S.me < 0) return;
+    uint64_t *pending = &S.region->procs[S.me].pending_free[slot];
+    __atomic_store_n(pending, *pending + bytes, __ATOMIC_SEQ_CST); /* visible before the driver frees */
+}
+
+/* After the driver's free: the charge goes (ok), or the memory is still held (not ok). */
+static void free_done(int slot, uint64_t bytes, int ok) {
+    if (S.me < 0) return;
+    uint64_t *pending = &S.region->procs[S.me].pending_free[slot];
+    if (!ok) {
+        __atomic_store_n(pending, *pending >= bytes ? *pending - bytes : 0, __ATOMIC_RELEASE);
+        return;
+    }
+    region_lock();
+    uncharge_locked(slot, bytes, pending);
+    region_unlock();
+}
+
+/* Lowers a charge to what the driver really holds (the driver holds less than was charged). */
+static void uncharge(int slot, uint64_t bytes) {
+    region_lock();
+    uncharge_locked(slot, bytes, NULL);
     region_unlock();
 }
 
@@ -728,11 +783,24 @@ static int table_take(uint64_t key, struct entry *out) {
     return rc;
 }
 
-/* After a successful driver allocation: remember it, or undo it when memory for that runs out. */
+/* Gives an allocation back to the driver: the release function of its kind. */
+static CUresult driver_release(uint64_t value, int klass) {
+    switch (klass) {
+    case KEY_POINTER: return r_cuMemFree_v2 ? r_cuMemFree_v2((CUdeviceptr)value) : CUDA_ERROR_NOT_INITIALIZED;
+    case KEY_ARRAY: return r_cuArrayDestroy ? r_cuArrayDestroy((CUarray)(uintptr_t)value) : CUDA_ERROR_NOT_INITIALIZED;
+    case KEY_MIPMAP:
+        return r_cuMipmappedArrayDestroy ? r_cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)value) : CUDA_ERROR_NOT_INITIALIZED;
+    default: return r_cuMemRelease ? r_cuMemRelease((CUmemGenericAllocationHandle)value) : CUDA_ERROR_NOT_INITIALIZED;
+    }
+}
+
+/* After a successful driver allocation: remember it, or give it back when memory for that runs out
+ * (the charge stays where the driver could not take the memory back). */
 static CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, uint64_t charged, int scrub) {
     struct entry e = {table_key(value, klass), value, bytes, charged, (uint8_t)klass, (uint8_t)slot, (uint8_t)scrub, 0};
     if (table_put(e) == 0) return CUDA_SUCCESS;
-    uncharge(slot, charged);
+    free_begin(slot, charged);
+    free_done(slot, charged, driver_release(value, klass) == CUDA_SUCCESS);
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
@@ -746,10 +814,8 @@ static CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, ui
         if (slot_ == NO_CONTEXT) return CUDA_ERROR_INVALID_CONTEXT;                                   \
         if (charge(slot_, charged_)) return CUDA_ERROR_OUT_OF_MEMORY;                                  \
         CUresult rc_ = (call);                                                                         \
-        if (rc_ != CUDA_SUCCESS) {                                                                     \
-            uncharge(slot_, charged_);                                                                 \
-            return rc_;                                                                                \
-        }                                                                                              \
+        charge_done(slot_, charged_, rc_ == CUDA_SUCCESS);                                             \
+        if (rc_ != CUDA_SUCCESS) return rc_;                                                           \
         rc_ = remember((out_value), (klass), slot_, bytes_, charged_, (scrub));                        \
         maybe_write_counters(COUNTERS_EVERY_NS);                                                                       \
         return rc_;                                                                                    \
@@ -775,11 +841,14 @@ static CUresult release(uint64_t value, int klass, CUresult (*call)(void *), voi
     if (pass_through()) return call(ctx);
     struct entry e;
     int known = value && table_take(table_key(value, klass), &e) == 0;
-    if (known) scrub(&e, stream, async, ptsz);
+    if (known) {
+        scrub(&e, stream, async, ptsz);
+        free_begin(e.slot, e.charge);
+    }
     CUresult rc = call(ctx);
     if (known) {
-        if (rc == CUDA_SUCCESS) uncharge(e.slot, e.charge);
-        else table_put(e);
+        free_done(e.slot, e.charge, rc == CUDA_SUCCESS);
+        if (rc != CUDA_SUCCESS) table_put(e);
     }
     return rc;
 }
@@ -835,17 +904,18 @@ EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, si
     if (__builtin_mul_overflow(row, (uint64_t)Height, &estimate)) estimate = UINT64_MAX;
     if (charge(slot, estimate)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = r_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    if (rc != CUDA_SUCCESS) {
-        uncharge(slot, estimate);
-        return rc;
-    }
+    charge_done(slot, estimate, rc == CUDA_SUCCESS);
+    if (rc != CUDA_SUCCESS) return rc;
     uint64_t bytes, actual;
     if (__builtin_mul_overflow((uint64_t)*pPitch, (uint64_t)Height, &bytes)) bytes = UINT64_MAX;
     actual = charge_of(bytes);
-    if (actual > estimate && charge(slot, actual - estimate)) {
-        r_cuMemFree_v2(*dptr);
-        uncharge(slot, estimate);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (actual > estimate) {
+        if (charge(slot, actual - estimate)) {
+            free_begin(slot, estimate);
+            free_done(slot, estimate, r_cuMemFree_v2(*dptr) == CUDA_SUCCESS);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        charge_done(slot, actual - estimate, 1);
     }
     if (actual < estimate) uncharge(slot, estimate - actual);
     return remember(*dptr, KEY_POINTER, slot, bytes, actual, 1);
@@ -935,7 +1005,7 @@ EXPORT CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const 
     init();
     if (!r_cuMipmappedArrayCreate) return CUDA_ERROR_NOT_INITIALIZED;
     if (!pHandle || !d) return CUDA_ERROR_INVALID_VALUE;
-    ALLOCATE(current_slot(), mipmapped_bytes(d, numMipmapLevels ? numMipmapLevels : 1), KEY_ARRAY, 0,
+    ALLOCATE(current_slot(), mipmapped_bytes(d, numMipmapLevels ? numMipmapLevels : 1), KEY_MIPMAP, 0,
              r_cuMipmappedArrayCreate(pHandle, d, numMipmapLevels), (uint64_t)(uintptr_t)*pHandle);
 }
 
@@ -951,7 +1021,7 @@ EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray) {
 EXPORT CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
     init();
     if (!r_cuMipmappedArrayDestroy) return CUDA_ERROR_NOT_INITIALIZED;
-    return release((uint64_t)(uintptr_t)hMipmappedArray, KEY_ARRAY, call_mipmapped_destroy, &hMipmappedArray, NULL, 0, 0);
+    return release((uint64_t)(uintptr_t)hMipmappedArray, KEY_MIPMAP, call_mipmapped_destroy, &hMipmappedArray, NULL, 0, 0);
 }
 
 /* Legacy 32-bit entry points would allocate uncounted: refused outright (fail closed). */
@@ -975,13 +1045,13 @@ static uint64_t used_on(int slot) {
     return __atomic_load_n(&S.region->dev[slot].used, __ATOMIC_RELAXED);
 }
 
-/* Sweeps dead processes at most once per period so that reports recover after a crash. */
-static void reclaim_occasionally(void) {
+/* Reconciles gone processes at most once per period, so that reports recover after a crash. */
+static void reclaim_occasionally(int slot) {
     uint64_t t = now_ns();
-    if (!S.region || t - __atomic_load_n(&S.last_reclaim_ns, __ATOMIC_RELAXED) < CONTROL_PERIOD_NS) return;
+    if (!S.region || slot < 0 || t - __atomic_load_n(&S.last_reclaim_ns, __ATOMIC_RELAXED) < CONTROL_PERIOD_NS) return;
     __atomic_store_n(&S.last_reclaim_ns, t, __ATOMIC_RELAXED);
     region_lock();
-    reclaim_dead();
+    reconcile_locked(slot, 0);
     region_unlock();
 }
 
@@ -997,9 +1067,10 @@ EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     if (!r_cuMemGetInfo_v2) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult rc = r_cuMemGetInfo_v2(free_bytes, total);
     if (rc != CUDA_SUCCESS || !free_bytes || !total || pass_through()) return rc;
-    reclaim_occasionally();
+    int slot = current_slot();
+    reclaim_occasionally(slot);
     uint64_t t, f;
-    virtualise(*total, *free_bytes, used_on(current_slot()), &t, &f);
+    virtualise(*total, *free_bytes, used_on(slot), &t, &f);
     *total = (size_t)t, *free_bytes = (size_t)f;
     return rc;
 }
@@ -1056,14 +1127,136 @@ static int slot_of_nvml(nvmlDevice_t h) {
     return slot;
 }
 
+/* NVML's handle of a region device (by UUID, GPU or MIG), cached; NULL without NVML. */
+static nvmlDevice_t nvml_handle(int slot) {
+    if (!nvml_init() || !r_nvmlDeviceGetHandleByUUID) return NULL;
+    nvmlDevice_t h = NULL;
+    pthread_mutex_lock(&S.nvml_lock);
+    for (int i = 0; i < REGION_DEVICES; i++)
+        if (S.nvml_slots[i].handle && S.nvml_slots[i].slot == slot) h = S.nvml_slots[i].handle;
+    if (!h) {
+        char uuid[64];
+        format_uuid(S.region->dev[slot].uuid, uuid, sizeof uuid, "GPU");
+        if (r_nvmlDeviceGetHandleByUUID(uuid, &h) != NVML_SUCCESS) {
+            format_uuid(S.region->dev[slot].uuid, uuid, sizeof uuid, "MIG");
+            if (r_nvmlDeviceGetHandleByUUID(uuid, &h) != NVML_SUCCESS) h = NULL;
+        }
+        for (int i = 0; h && i < REGION_DEVICES; i++)
+            if (!S.nvml_slots[i].handle) {
+                S.nvml_slots[i].handle = h, S.nvml_slots[i].slot = slot;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&S.nvml_lock);
+    return h;
+}
+
+/* ------------------------------------------------------------------ processes that are gone -- */
+
+/* What the driver says about one device: the processes holding memory on it, and its used memory. */
+struct driver_view {
+    int have_pids, have_used;
+    unsigned npids;
+    unsigned pids[256];
+    uint64_t used;
+};
+
+static void driver_view_of(int slot, struct driver_view *v) {
+    memset(v, 0, sizeof *v);
+    nvmlDevice_t h = nvml_handle(slot);
+    if (h) {
+        nvmlProcessInfo_t infos[256];
+        unsigned n = 256;
+        nvmlReturn_t rc = r_nvmlDeviceGetComputeRunningProcesses_v3 ? r_nvmlDeviceGetComputeRunningProcesses_v3(h, &n, infos)
+                          : r_nvmlDeviceGetComputeRunningProcesses_v2 ? r_nvmlDeviceGetComputeRunningProcesses_v2(h, &n, infos)
+                                                                      : NVML_ERROR_FUNCTION_NOT_FOUND;
+        if (rc == NVML_SUCCESS && n <= 256) {
+            v->have_pids = 1, v->npids = n;
+            for (unsigned i = 0; i < n; i++) v->pids[i] = infos[i].pid;
+        }
+        nvmlMemory_t m;
+        if (r_nvmlDeviceGetMemoryInfo && r_nvmlDeviceGetMemoryInfo(h, &m) == NVML_SUCCESS) v->have_used = 1, v->used = m.used;
+    }
+    CUdevice dev;
+    int current = r_cuCtxGetDevice && r_cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev >= 0 && dev < MAX_ORDINALS
+                      ? __atomic_load_n(&S.dev_slot[dev], __ATOMIC_ACQUIRE)
+                      : -1; /* the cached slot only: the region lock is held */
+    if (!v->have_used && r_cuMemGetInfo_v2 && current == slot) {
+        size_t f, t;
+        if (r_cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS && f <= t) v->have_used = 1, v->used = t - f;
+    }
+}
+
+static int listed(const struct driver_view *v, int32_t pid) {
+    for (unsigned i = 0; i < v->npids; i++)
+        if (v->pids[i] == (unsigned)pid) return 1;
+    return 0;
+}
+
+/* Releases the charges of gone processes on one device as far as the driver shows their memory free.
+ * - NVML's process list, where it shows the step's pids (same pid namespace: a live process of the
+ *   step holding memory is listed): a gone process's charge is released once its pid is not listed.
+ * - Otherwise the device's used memory bounds what gone processes can still hold: used minus what
+ *   the step's live processes surely hold (their charges less allocations and frees in flight).
+ *   Gone charges above that bound are released; other tenants' memory only delays this.
+ * - No driver information: nothing is released (fail closed).
+ * Lock held; at most every RECONCILE_EVERY_NS per device unless `urgent`. */
+static void reconcile_locked(int slot, int urgent) {
+    struct region *r = S.region;
+    struct region_device *dv = &r->dev[slot];
+    mark_gone();
+    uint64_t dead = 0;
+    for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++)
+        if (r->procs[p].pid && r->procs[p].gone_ns) dead += r->procs[p].charged[slot];
+    uint64_t t = now_ns();
+    if (!dead || t - dv->last_reconcile_ns < (urgent ? RECONCILE_MIN_NS : RECONCILE_EVERY_NS)) return;
+    dv->last_reconcile_ns = t;
+    /* Allocations in flight are read before the driver is asked (one that completes in between is
+     * in its answer), frees in flight after it (one that completes in between is counted). */
+    uint64_t pending_alloc[REGION_PROCS];
+    for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++)
+        pending_alloc[p] = __atomic_load_n(&r->procs[p].pending_alloc[slot], __ATOMIC_ACQUIRE);
+    struct driver_view v;
+    driver_view_of(slot, &v);
+    uint64_t sure = 0;
+    int comparable = 0;
+    for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++) {
+        struct region_proc *pr = &r->procs[p];
+        if (!pr->pid || pr->gone_ns) continue;
+        uint64_t unsure = pending_alloc[p] + __atomic_load_n(&pr->pending_free[slot], __ATOMIC_ACQUIRE);
+        sure += pr->charged[slot] > unsure ? pr->charged[slot] - unsure : 0;
+        if (pr->charged[slot] && v.have_pids && listed(&v, pr->pid)) comparable = 1;
+    }
+    if (!comparable && !v.have_used) {
+        logf_(LOG_WARN, "device %d: no driver information; gone processes keep their charges", slot);
+        return;
+    }
+    uint64_t bound = v.have_used && v.used > sure ? v.used - sure : 0;
+    for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++) {
+        struct region_proc *pr = &r->procs[p];
+        uint64_t c = pr->charged[slot];
+        if (!pr->pid || !pr->gone_ns || !c) continue;
+        uint64_t take = comparable ? (listed(&v, pr->pid) ? 0 : c) : dead > bound ? (dead - bound < c ? dead - bound : c) : 0;
+        if (!take) continue;
+        pr->charged[slot] -= take;
+        dv->used -= take <= dv->used ? take : dv->used;
+        dv->reclaimed += take;
+        dead -= take;
+        logf_(LOG_INFO, "released %llu bytes of gone process %d on device %d: the driver freed them", (unsigned long long)take,
+              pr->pid, slot);
+    }
+    mark_gone(); /* frees the entries left without charges */
+}
+
 EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     init();
     pthread_once(&nvml_once, resolve_nvml);
     if (!r_nvmlDeviceGetMemoryInfo) return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlReturn_t rc = r_nvmlDeviceGetMemoryInfo(device, memory);
     if (rc != NVML_SUCCESS || !memory || pass_through()) return rc;
-    reclaim_occasionally();
-    uint64_t used = used_on(slot_of_nvml(device)), t, f;
+    int slot = slot_of_nvml(device);
+    reclaim_occasionally(slot);
+    uint64_t used = used_on(slot), t, f;
     virtualise(memory->total, memory->free, used, &t, &f);
     memory->total = t, memory->free = f, memory->used = used < t ? used : t;
     return rc;
@@ -1075,8 +1268,9 @@ EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvml
     if (!r_nvmlDeviceGetMemoryInfo_v2) return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlReturn_t rc = r_nvmlDeviceGetMemoryInfo_v2(device, memory);
     if (rc != NVML_SUCCESS || !memory || pass_through()) return rc;
-    reclaim_occasionally();
-    uint64_t used = used_on(slot_of_nvml(device)), t, f;
+    int slot = slot_of_nvml(device);
+    reclaim_occasionally(slot);
+    uint64_t used = used_on(slot), t, f;
     virtualise(memory->total, memory->free, used, &t, &f);
     memory->total = t, memory->free = f, memory->used = used < t ? used : t, memory->reserved = 0;
     return rc;
@@ -1086,7 +1280,7 @@ EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvml
 
 static int step_pid(unsigned pid) {
     for (uint32_t p = 0; p < S.region->nprocs && p < REGION_PROCS; p++)
-        if (__atomic_load_n(&S.region->procs[p].pid, __ATOMIC_RELAXED) == (int32_t)pid) return 1;
+        if (__atomic_load_n(&S.region->procs[p].pid, __ATOMIC_RELAXED) == (int32_t)pid && !S.region->procs[p].gone_ns) return 1;
     return 0;
 }
 
@@ -1121,25 +1315,8 @@ static void control_update(struct region_device *d, int slot, uint64_t t) {
     uint64_t n = launches - d->launches_at_update;
     d->launches_at_update = launches;
     d->last_update_ns = t;
-    if (!last || !nvml_init() || !r_nvmlDeviceGetHandleByUUID || !r_nvmlDeviceGetUtilizationRates) return;
-    nvmlDevice_t h = NULL;
-    pthread_mutex_lock(&S.nvml_lock);
-    for (int i = 0; i < REGION_DEVICES; i++)
-        if (S.nvml_slots[i].handle && S.nvml_slots[i].slot == slot) h = S.nvml_slots[i].handle;
-    if (!h) {
-        char uuid[64];
-        format_uuid(d->uuid, uuid, sizeof uuid, "GPU");
-        if (r_nvmlDeviceGetHandleByUUID(uuid, &h) != NVML_SUCCESS) {
-            format_uuid(d->uuid, uuid, sizeof uuid, "MIG");
-            if (r_nvmlDeviceGetHandleByUUID(uuid, &h) != NVML_SUCCESS) h = NULL;
-        }
-        for (int i = 0; h && i < REGION_DEVICES; i++)
-            if (!S.nvml_slots[i].handle) {
-                S.nvml_slots[i].handle = h, S.nvml_slots[i].slot = slot;
-                break;
-            }
-    }
-    pthread_mutex_unlock(&S.nvml_lock);
+    if (!last || !r_nvmlDeviceGetUtilizationRates) return;
+    nvmlDevice_t h = nvml_handle(slot);
     if (!h) return;
     if (n == 0) return;
     unsigned busy;

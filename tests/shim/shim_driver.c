@@ -1,7 +1,7 @@
 /* Test and benchmark driver for the quota shim: an ordinary CUDA driver API program, linked
  * against libcuda.so.1 (the fake in tests), run with or without the shim preloaded.
  *
- *   shim_driver stress ITERATIONS SEED MAX_BYTES     random alloc/free; prints ok/refused counts
+ *   shim_driver stress ITERATIONS SEED MAX_BYTES [PAUSE_US]  random alloc/free; prints ok/refused counts
  *   shim_driver hold BYTES                           allocate, print "ready", wait for stdin EOF
  *   shim_driver fill CHUNK                           allocate CHUNK until refused; print the total
  *   shim_driver launch SECONDS                       launch kernels back to back for SECONDS
@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 CUresult cuInit(unsigned int);
 CUresult cuDeviceGet(CUdevice *, int);
@@ -70,12 +71,13 @@ static uint64_t rng(void) {
     return rng_state;
 }
 
-static int stress(long iterations, uint64_t seed, size_t max_bytes) {
+static int stress(long iterations, uint64_t seed, size_t max_bytes, long pause_us) {
     enum { LIVE = 64 };
     CUdeviceptr live[LIVE] = {0};
     long ok = 0, refused = 0;
     rng_state = seed * 2654435761u + 1;
     for (long i = 0; i < iterations; i++) {
+        if (pause_us > 0) usleep((useconds_t)pause_us);
         int slot = (int)(rng() % LIVE);
         if (live[slot]) {
             CHECK(cuMemFree_v2(live[slot]));
@@ -211,7 +213,8 @@ int main(int argc, char **argv) {
     CHECK(cuInit(0));
     CHECK(cuDeviceGet(&dev, 0));
     CHECK(cuCtxCreate_v2(&ctx, 0, dev));
-    if (!strcmp(argv[1], "stress") && argc == 5) return stress(atol(argv[2]), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
+    if (!strcmp(argv[1], "stress") && (argc == 5 || argc == 6))
+        return stress(atol(argv[2]), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10), argc == 6 ? atol(argv[5]) : 0);
     if (!strcmp(argv[1], "hold") && argc == 3) return hold(strtoull(argv[2], NULL, 10));
     if (!strcmp(argv[1], "fill") && argc == 3) return fill(strtoull(argv[2], NULL, 10));
     if (!strcmp(argv[1], "launch") && argc == 3) return launch(atof(argv[2]));

@@ -6,7 +6,8 @@ from __future__ import annotations
 import signal
 import time
 
-from fakegpu import MiB
+import pytest
+from fakegpu import GiB, MiB
 
 
 def test_eight_processes_never_exceed_the_quota_together(make_step) -> None:
@@ -87,3 +88,49 @@ def test_a_process_dying_inside_the_lock_does_not_wedge_the_step(make_step) -> N
         holder.wait()
     # The lock is recovered and the torn total rebuilt from the per-process charges.
     assert step.run("fill", str(MiB), timeout=20) == {"total": 8 * MiB}
+
+
+@pytest.mark.parametrize(
+    ("kills", "pid_offset"),
+    [(0, 0), (1, 0), (3, 0), (3, 1_000_000)],
+    ids=["0", "1", "3", "3-hostpids"],
+)
+def test_no_overcommit_at_1_gib_when_processes_are_killed(
+    make_step, kills: int, pid_offset: int
+) -> None:
+    """8 processes x 2,000 random alloc/free of up to 96 MiB under a 1 GiB quota, `kills` of them
+    SIGKILLed mid-run. The fake driver frees a killed process's memory only 300 ms after the process
+    is gone (a real driver tears the context down after the process): the shim must keep the dead
+    process's charge until then. The driver's own high-water mark never passes the quota, and a fresh
+    process gets the whole quota afterwards. With `pid_offset` NVML lists other pids than the
+    step's (host pids seen from a container): the shim then bounds what the dead can still hold
+    by the device's used memory."""
+    quota = GiB
+    options = {"teardown_ms": 300, "nvml_pid_offset": pid_offset}
+    step = make_step(memory=quota, device_memory=4 * GiB, scrub=False, gpu_options=options)
+    workers = [
+        step.popen("stress", "2000", str(seed), str(96 * MiB), "150") for seed in range(1, 9)
+    ]
+    time.sleep(0.2)
+    for victim in workers[:kills]:
+        victim.send_signal(signal.SIGKILL)
+    for victim in workers[:kills]:
+        victim.wait(timeout=10)
+    for worker in workers[kills:]:
+        out, err = worker.communicate(timeout=120)
+        assert worker.returncode == 0, err
+        assert '"refused"' in out
+    stats = step.gpu.stats()
+    assert 0 < stats["peak"] <= quota, (
+        stats
+    )  # the driver's own truth, dead processes' memory included
+    counters = step.counters()
+    assert counters["peak"] <= quota and counters["refused"] > 0
+    deadline = time.monotonic() + 10
+    while (total := step.run("fill", str(64 * MiB), timeout=20)["total"]) < quota:
+        assert time.monotonic() < deadline, f"quota lost for good: a fresh process got {total}"
+        time.sleep(0.1)
+    assert total == quota
+    assert step.gpu.stats()["peak"] <= quota
+    if kills:
+        assert step.counters()["reclaimed"] > 0  # released by reconciliation with the driver

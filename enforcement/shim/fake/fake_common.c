@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #define FAKE_MAGIC 0x5345434d4c464b47ULL /* "SECMLFKG" */
-#define FAKE_LAYOUT 5
+#define FAKE_LAYOUT 6
 
 /* ---------------------------------------------------------------- configuration parser ---- */
 
@@ -166,6 +166,9 @@ static int parse_kv_line(struct fake_config *c, const char *kind, char **w, int 
         int bad = 0;
         if (!strcmp(kind, "driver") && !strcmp(k, "version")) snprintf(c->driver_version, sizeof c->driver_version, "%s", v);
         else if (!strcmp(kind, "driver") && !strcmp(k, "cuda")) bad = parse_uint(v, (unsigned *)&c->cuda_version);
+        else if (!strcmp(kind, "driver") && !strcmp(k, "teardown_ms")) bad = parse_u64(v, &x), c->teardown_ns = x * 1000000;
+        else if (!strcmp(kind, "driver") && !strcmp(k, "call_ns")) bad = parse_u64(v, &c->call_ns);
+        else if (!strcmp(kind, "driver") && !strcmp(k, "nvml_pid_offset")) bad = parse_uint(v, &c->nvml_pid_offset);
         else if (!strcmp(kind, "launch") && !strcmp(k, "kernel_us")) bad = parse_u64(v, &x), c->kernel_ns = x * 1000;
         else if (!strcmp(kind, "launch") && !strcmp(k, "queue")) bad = parse_u64(v, &c->queue_depth) || !c->queue_depth;
         else if (!strcmp(kind, "launch") && !strcmp(k, "util_window_ms")) bad = parse_u64(v, &x) || !x, c->util_window_ns = x * 1000000;
@@ -416,21 +419,31 @@ static uint64_t my_start_time(void) {
 void fake_sweep_dead(struct fake_gpu *g, int slot) {
     struct fake_slot_state *ss = &g->st->slots[slot];
     uint32_t n = 0;
+    uint64_t now = fake_now_ns();
     /* Blocks of one process tend to sit together: remember the last verdict. */
     int32_t last_pid = 0;
     uint64_t last_start = 0;
     int last_alive = 0;
     for (uint32_t i = 0; i < ss->nblocks; i++) {
         struct fake_block *b = &ss->blocks[i];
-        if (b->pid != last_pid || b->start_time != last_start) {
-            last_pid = b->pid, last_start = b->start_time;
-            last_alive = start_time_of(b->pid) == b->start_time;
+        if (!b->gone_ns) {
+            if (b->pid != last_pid || b->start_time != last_start) {
+                last_pid = b->pid, last_start = b->start_time;
+                last_alive = start_time_of(b->pid) == b->start_time;
+            }
+            if (!last_alive) b->gone_ns = now;
         }
-        int alive = last_alive;
-        if (alive) ss->blocks[n++] = *b;
+        /* The owner is gone: the driver still holds the block until its context is torn down. */
+        if (!b->gone_ns || now - b->gone_ns < g->cfg.teardown_ns) ss->blocks[n++] = *b;
         else ss->used -= b->size, ss->frees++;
     }
     ss->nblocks = n;
+}
+
+void fake_call_cost(const struct fake_gpu *g) {
+    if (!g->cfg.call_ns) return;
+    uint64_t until = fake_now_ns() + g->cfg.call_ns;
+    while (fake_now_ns() < until) {}
 }
 
 static int try_place(struct fake_gpu *g, int slot, uint64_t size, uint32_t kind, uint64_t *off) {
@@ -449,7 +462,7 @@ static int try_place(struct fake_gpu *g, int slot, uint64_t size, uint32_t kind,
     }
     if (i == ss->nblocks && cap - cursor < size) return -1;
     memmove(&ss->blocks[i + 1], &ss->blocks[i], (ss->nblocks - i) * sizeof(struct fake_block));
-    ss->blocks[i] = (struct fake_block){cursor, size, my_pid(), kind, my_start_time()};
+    ss->blocks[i] = (struct fake_block){cursor, size, my_pid(), kind, my_start_time(), 0};
     ss->nblocks++;
     ss->used += size;
     if (ss->used > ss->peak) ss->peak = ss->used;

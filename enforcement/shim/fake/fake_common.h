@@ -55,6 +55,9 @@ struct fake_config {
     uint64_t kernel_ns;
     uint64_t queue_depth;
     uint64_t util_window_ns;
+    uint64_t teardown_ns; /* a dead process's memory is freed this long after it is seen gone */
+    uint64_t call_ns;     /* busy work per allocation and per free: a driver call that costs time */
+    unsigned nvml_pid_offset; /* NVML's process list shows pid + this (host pids seen from a container) */
     int fail_cuinit, fail_nvmlinit; /* 0: no failure */
     long long fail_alloc_after;     /* -1: never */
     struct fake_device_cfg devices[FAKE_MAX_DEVICES];
@@ -74,6 +77,7 @@ struct fake_block {
     int32_t pid;
     uint32_t kind;
     uint64_t start_time; /* the owner's /proc/<pid>/stat starttime: a reused pid is another process */
+    uint64_t gone_ns;    /* when the owner was first seen gone (0: alive); freed teardown_ns later */
 };
 
 struct fake_interval {
@@ -128,6 +132,9 @@ void fake_unlock(struct fake_gpu *g);
 uint64_t fake_now_ns(void);
 void fake_sleep_ns(uint64_t ns);
 
+/* The configured cost of one driver call (call_ns): a busy wait. */
+void fake_call_cost(const struct fake_gpu *g);
+
 /* Allocation (kind: enum fake_kind). Returns 0 and the offset, or -1 when it does not fit. */
 int fake_alloc(struct fake_gpu *g, int slot, uint64_t size, uint32_t kind, uint64_t *off);
 /* Releases the block starting at off. Returns 0, or -1 when there is none. */
@@ -138,7 +145,8 @@ unsigned char *fake_slot_map(struct fake_gpu *g, int slot);
 /* Zeroes n bytes of mapped device memory; whole pages become holes in the sparse memory file. */
 void fake_zero(unsigned char *h, uint64_t n);
 
-/* Drops blocks of processes that no longer exist (the real driver frees them at exit). Lock held. */
+/* Drops blocks of processes that no longer exist, teardown_ns after they were first seen gone (the
+ * real driver tears a dead process's context down after the process is gone). Lock held. */
 void fake_sweep_dead(struct fake_gpu *g, int slot);
 
 /* Simulated execution: one kernel launch on a slot; blocks while the queue is full. */

@@ -101,6 +101,7 @@ static CUresult do_alloc(int slot, uint64_t size, uint32_t kind, CUdeviceptr *ou
     if (!out) return CUDA_ERROR_INVALID_VALUE;
     if (slot < 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+    fake_call_cost(&G);
     uint64_t off;
     if (fake_alloc(&G, slot, size, kind, &off)) return CUDA_ERROR_OUT_OF_MEMORY;
     *out = encode(slot, off);
@@ -111,6 +112,7 @@ static CUresult do_free(CUdeviceptr p) {
     CUresult rc = ready();
     if (rc) return rc;
     if (p == 0) return CUDA_SUCCESS;
+    fake_call_cost(&G);
     int slot;
     uint64_t off;
     if (decode(p, &slot, &off) || fake_free(&G, slot, off)) return CUDA_ERROR_INVALID_VALUE;

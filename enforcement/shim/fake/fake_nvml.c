@@ -277,7 +277,7 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *count, 
         fake_sweep_dead(&G, s);
         struct fake_slot_state *ss = &G.st->slots[s];
         for (uint32_t i = 0; i < ss->nblocks; i++) {
-            unsigned pid = (unsigned)ss->blocks[i].pid, j = 0;
+            unsigned pid = (unsigned)ss->blocks[i].pid + G.cfg.nvml_pid_offset, j = 0;
             while (j < n && !(found[j].pid == pid && found[j].gpuInstanceId == gi)) j++;
             if (j == n) {
                 if (n == 256) continue;

@@ -285,7 +285,10 @@ def _secure_graph(component: GraphComponent, ctx: _Context, step_prefix: str) ->
 
 
 def _secure_task(name: str, task: PipelineTask, ctx: _Context, step_prefix: str) -> None:
-    step = contract.label_value(f"{step_prefix}{name}")
+    # The qualified name (`inner.score` for a nested pipeline's `score`) names the task in the
+    # table, the violations and the report, as the step label and the audit records do.
+    name = f"{step_prefix}{name}"
+    step = contract.label_value(name)
     if task.pipeline_spec is not None:
         secured = ctx.secured_graphs.get(id(task.component_spec))
         if id(task.component_spec) in ctx.failed_graphs:
@@ -310,11 +313,33 @@ def _secure_task(name: str, task: PipelineTask, ctx: _Context, step_prefix: str)
     view = _view(name, task)
     found = check_task(view, ctx.profile)
     if found:
-        ctx.violations.extend(found)
+        ctx.violations.extend(_explain_default_image(view, found))
         return
     report = _apply(task, view, step, ctx)
     ctx.images.append((name, report.image))
     ctx.steps.append(report)
+
+
+def _explain_default_image(view: TaskView, found: list[Violation]) -> list[Violation]:
+    """Image violations of a component that set no image name the default it fell back to (kfp's
+    `python:3.11`), not an image the user never wrote, and say how to set one."""
+    from kfp.dsl import component_factory
+
+    default = component_factory._DEFAULT_BASE_IMAGE  # kfp 2.17: what base_image= defaults to
+    if view.image != default:
+        return found
+    return [
+        dataclasses.replace(
+            v,
+            what=f"{v.what}: it is kfp's default base image, used because the component sets no "
+            "image",
+            fix="set image='REGISTRY/REPOSITORY@sha256:<digest>' on @secure_component "
+            "(base_image= on @dsl.component) to an image under an allowed registry",
+        )
+        if v.rule.startswith("image.")
+        else v
+        for v in found
+    ]
 
 
 def _view(name: str, task: PipelineTask) -> TaskView:
@@ -586,10 +611,14 @@ def _check_admission(
 
     pods = preview_pods(documents, profile)  # the documents as written, without a YAML round trip
     rules = rules_for_profile(profile)
-    reports = {step.task: step for step in ctx.steps}
-    for task, pod in pods.items():
-        if task in reports:
-            reports[task].mounts = _mounts_of_main(pod)
+    reports = {step.step: step for step in ctx.steps}
+    for path, pod in pods.items():
+        # a preview is keyed by its DAG path (`inner/score`); its step label names the task
+        label = pod.get("metadata", {}).get("labels", {}).get(contract.LABEL_STEP)
+        report = reports.get(label) if label else None
+        task = report.task if report is not None else path
+        if report is not None:
+            report.mounts = _mounts_of_main(pod)
         for violation in evaluate(pod, rules):
             ctx.violations.append(
                 Violation(

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from secureml.decorator_errors import did_you_mean, recorded_or_raised
 from secureml.errors import SecuremlError
 from secureml.gpu import MIG, GPURequest, TimeSlice, WholeGPU
 
@@ -66,6 +67,13 @@ def _absolute_paths(value: object) -> TypeGuard[Iterable[str]]:
     )
 
 
+def _component_keywords() -> list[str]:
+    """The keywords of `kfp.dsl.component` (besides the function)."""
+    from kfp import dsl
+
+    return [name for name in inspect.signature(dsl.component).parameters if name != "func"]
+
+
 def _returns_container_spec(func: Callable[..., Any]) -> bool:
     from kfp import dsl
 
@@ -96,10 +104,27 @@ def secure_component(
     """
 
     def wrap(target: Any) -> Any:
+        try:
+            return build(target)
+        except SecuremlError as err:  # while a pipeline file is loaded: every bad component
+            return recorded_or_raised(err, target)
+
+    def build(target: Any) -> Any:
         from kfp import dsl
         from kfp.dsl import base_component
 
         where = f"@secure_component on {getattr(target, '__name__', None) or getattr(target, 'name', target)!r}"
+        known = ["image", "gpu", "timeout", "scratch", *_component_keywords()]
+        unknown = sorted(set(component_kwargs) - set(known))
+        if unknown:
+            raise SecuremlError(
+                "unknown keyword(s) "
+                + ", ".join(f"{name}={did_you_mean(name, known)}" for name in unknown),
+                why="@secure_component takes image=, gpu=, timeout=, scratch= and the keywords of "
+                "kfp.dsl.component",
+                fix="use image=, gpu=, timeout=, scratch= or a keyword of kfp.dsl.component",
+                where=where,
+            )
         settings = _check_settings(gpu, timeout, scratch, where)
         if isinstance(target, base_component.BaseComponent):
             if image is not None or component_kwargs:

@@ -203,6 +203,11 @@ class RunResult:
         return named
 
     @property
+    def failed_steps(self) -> list[str]:
+        """The qualified names (as the summary gives them) of the steps whose record says failed."""
+        return [str(r.get("step")) for r in self.summary_records() if r.get("exit_code") != 0]
+
+    @property
     def steps_without_record(self) -> list[str]:
         """Secure steps that left no audit record: not run, or the launcher died before writing."""
         recorded = {record.get("step") for record in self.records}

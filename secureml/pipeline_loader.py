@@ -9,7 +9,8 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from secureml.errors import InputError
+from secureml.decorator_errors import ComponentNotBuiltError, collecting
+from secureml.errors import InputError, SecuremlError
 
 if TYPE_CHECKING:
     from kfp.dsl.base_component import BaseComponent
@@ -68,21 +69,31 @@ def pipelines_in(path: str | Path) -> dict[str, GraphComponent]:
     folder = str(file.resolve().parent)
     sys.path.insert(0, folder)
     sys.modules[module_name] = module  # kept: kfp and dataclasses look a function's module up
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:  # noqa: BLE001 - the user's code may raise anything: report where it failed, without our frames
-        frames = [
-            f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(file.resolve())
-        ]
-        line = f":{frames[-1].lineno}" if frames else ""
-        raise InputError(
-            f"importing the pipeline failed: {type(err).__name__}: {err}",
-            why="the file raised while it was imported (kfp traces pipelines at import time)",
-            fix="run `python " + str(file) + "` to see the full error, and fix it",
-            where=f"{file}{line}",
-        ) from None
-    finally:
-        sys.path.remove(folder)
+    with collecting() as bad_components:
+        try:
+            spec.loader.exec_module(module)
+        except ComponentNotBuiltError:
+            pass  # a pipeline used a bad component: that component's error is reported below
+        except Exception as err:  # noqa: BLE001 - the user's code may raise anything: report where it failed, without our frames
+            frames = [
+                f
+                for f in traceback.extract_tb(err.__traceback__)
+                if f.filename == str(file.resolve())
+            ]
+            line = f":{frames[-1].lineno}" if frames else ""
+            failed = InputError(
+                f"importing the pipeline failed: {type(err).__name__}: {err}",
+                why="the file raised while it was imported (kfp traces pipelines at import time)",
+                fix="run `python " + str(file) + "` to see the full error, and fix it",
+                where=f"{file}{line}",
+            )
+            if not bad_components:
+                raise failed from None
+            bad_components.append(failed)
+        finally:
+            sys.path.remove(folder)
+    if bad_components:
+        raise _bad_components(file, bad_components)
 
     found = {
         attr: value for attr, value in vars(module).items() if isinstance(value, GraphComponent)
@@ -111,6 +122,15 @@ def pipelines_in(path: str | Path) -> dict[str, GraphComponent]:
             where=str(file),
         )
     return found
+
+
+def _bad_components(file: Path, errors: list[SecuremlError]) -> InputError:
+    """One error naming every component of `file` that could not be made, each with its line."""
+    listing = "\n".join("  " + "\n    ".join(err.diagnostics().splitlines()) for err in errors)
+    return InputError(
+        f"{file}: {len(errors)} problem(s) while importing the pipeline file\n{listing}",
+        fix="correct each one as shown",
+    )
 
 
 def as_pipeline(component: BaseComponent) -> GraphComponent:

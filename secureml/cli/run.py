@@ -106,5 +106,7 @@ def run(
             typer.echo(f"last lines of {layout.log}:", err=True)
             for line in tail(layout.log, 15):
                 typer.echo(f"  {line}", err=True)
-        typer.echo(f"error: the pipeline failed: {result.failure}", err=True)
+        failed = result.failed_steps or result.steps_without_record
+        at = f" at step(s) {', '.join(failed)}" if failed else ""
+        typer.echo(f"error: the pipeline failed{at} (kfp.local: {result.failure})", err=True)
         raise typer.Exit(1)

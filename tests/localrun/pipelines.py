@@ -102,3 +102,15 @@ def sweep() -> None:
     """Three iterations of a MIG step; kfp.local runs two of them at a time."""
     with dsl.ParallelFor([1, 2, 3]) as value:
         on_mig(value=value)
+
+
+@dsl.pipeline(name="inner-breaks")
+def inner_breaks(code: int = 4) -> None:
+    fail_on_purpose(value=code)
+
+
+@dsl.pipeline(name="nested-breaks")
+def nested_breaks() -> None:
+    """The same component at the top (exits 0) and in a nested pipeline (exits 4)."""
+    top = fail_on_purpose(value=0)
+    inner_breaks(code=4).after(top)

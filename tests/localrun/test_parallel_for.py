@@ -55,3 +55,28 @@ def test_the_task_folder_comes_from_the_executor_input() -> None:
     command = ["sh", "-c", "x", "--executor_input", json.dumps(executor_input), "--f", "t"]
     assert task_folder(command) == Path("/root/run-1/for-loop-2-iteration-0/t")
     assert task_folder(["sh", "-c", "x"]) is None
+
+
+def test_a_failed_nested_step_is_named_by_its_qualified_name(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(PIPELINES),
+            "--pipeline",
+            "nested-breaks",
+            "--profile",
+            str(ROOT / "profiles" / "team-a.yaml"),
+            "--local",
+            "--dev-identity",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    rows = [line.split()[:4] for line in result.output.splitlines() if "fail-on-purpose  " in line]
+    assert ["fail-on-purpose", "passed", "0", "none"] in rows
+    assert ["inner-breaks.fail-on-purpose", "FAILED", "at", "run"] in rows
+    assert "the pipeline failed at step(s) inner-breaks.fail-on-purpose (kfp.local: " in (
+        result.output
+    )

@@ -29,12 +29,12 @@ name.
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from secureml import contract
+from secureml.jsontree import copy_json
 
 ARGO_VERSION = "v4.0.5"
 ARGOEXEC_IMAGE = f"{contract.ARGOEXEC_REPOSITORY}:{ARGO_VERSION}"
@@ -107,7 +107,7 @@ def pod_name(workflow: Workflow, node_name: str, template: str) -> str:
 def argo_pod(workflow: Workflow, node_name: str, template: Template) -> dict[str, Any]:
     """The Pod Argo creates for `template` at node `node_name` (a new dict)."""
     nid = node_id(workflow, node_name)
-    main = copy.deepcopy(template.main)
+    main = copy_json(template.main)
     main["name"] = contract.KFP_MAIN_CONTAINER
     wait = _executor_container(contract.ARGO_WAIT_CONTAINER, workflow)
     # Output artifacts are read from main's mounts, mirrored into `wait` (before the patch).
@@ -119,12 +119,12 @@ def argo_pod(workflow: Workflow, node_name: str, template: Template) -> dict[str
         for m in main.get("volumeMounts", [])
     ]
     init = _executor_container(contract.ARGO_INIT_CONTAINER, workflow)
-    init_containers = [init, *copy.deepcopy(list(template.init_containers))]
+    init_containers = [init, *copy_json(list(template.init_containers))]
     containers = [wait, main]
     volumes = [
         {"name": VAR_RUN_ARGO, "emptyDir": {}},
         {"name": TMP_DIR_ARGO, "emptyDir": {}},
-        *copy.deepcopy(list(template.volumes)),
+        *copy_json(list(template.volumes)),
     ]
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -134,7 +134,7 @@ def argo_pod(workflow: Workflow, node_name: str, template: Template) -> dict[str
         "volumes": volumes,
     }
     if template.security_context is not None:
-        spec["securityContext"] = copy.deepcopy(template.security_context)
+        spec["securityContext"] = copy_json(template.security_context)
     for container in init_containers:
         container.setdefault("volumeMounts", []).append(_var_run_argo_mount())
     for container in init_containers:
@@ -208,7 +208,7 @@ def _executor_container(name: str, workflow: Workflow) -> dict[str, Any]:
             {"name": "ARGO_WORKFLOW_UID", "value": workflow.uid},
         ],
         "resources": {},
-        "securityContext": copy.deepcopy(EXECUTOR_SECURITY_CONTEXT),
+        "securityContext": copy_json(EXECUTOR_SECURITY_CONTEXT),
     }
 
 
@@ -240,7 +240,7 @@ def _merge_patch(spec: dict[str, Any], patch: dict[str, Any]) -> None:
             for item in value:
                 target = next((c for c in spec["containers"] if c["name"] == item["name"]), None)
                 if target is None:
-                    spec["containers"].append(copy.deepcopy(item))
+                    spec["containers"].append(copy_json(item))
                 else:
                     _merge_container(target, item)
         elif key in ("volumes", "imagePullSecrets"):
@@ -248,7 +248,7 @@ def _merge_patch(spec: dict[str, Any], patch: dict[str, Any]) -> None:
         elif key == "nodeSelector":
             spec.setdefault(key, {}).update(value)
         else:
-            spec[key] = copy.deepcopy(value)
+            spec[key] = copy_json(value)
 
 
 def _merge_container(target: dict[str, Any], patch: dict[str, Any]) -> None:
@@ -261,15 +261,15 @@ def _merge_container(target: dict[str, Any], patch: dict[str, Any]) -> None:
             for kind, amounts in value.items():
                 target.setdefault(key, {}).setdefault(kind, {}).update(amounts)
         elif key == "securityContext":
-            target.setdefault(key, {}).update(copy.deepcopy(value))
+            target.setdefault(key, {}).update(copy_json(value))
         else:
-            target[key] = copy.deepcopy(value)
+            target[key] = copy_json(value)
 
 
 def _merge_list(target: list[dict[str, Any]], items: list[dict[str, Any]], key: str) -> None:
     for item in items:
         index = next((i for i, t in enumerate(target) if t.get(key) == item.get(key)), None)
         if index is None:
-            target.append(copy.deepcopy(item))
+            target.append(copy_json(item))
         else:
-            target[index] = {**target[index], **copy.deepcopy(item)}
+            target[index] = {**target[index], **copy_json(item)}

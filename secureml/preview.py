@@ -39,7 +39,6 @@ defaults, retry attempt suffixes in node names.
 
 from __future__ import annotations
 
-import copy
 import re
 import uuid
 from collections.abc import Iterator, Sequence
@@ -47,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from secureml import contract
 from secureml.argo_pod import Template, Workflow, argo_pod
+from secureml.jsontree import copy_json
 
 if TYPE_CHECKING:
     from secureml.profile import TenantProfile
@@ -224,8 +224,8 @@ def _executor_template(
         "command": ["should-be-overridden-during-runtime"],
         "volumeMounts": [{"name": name, "mountPath": path} for name, path in system],
         "envFrom": [{"configMapRef": {"name": METADATA_CONFIGMAP, "optional": True}}],
-        "env": copy.deepcopy(list(KFP_POD_ENV)),
-        "securityContext": copy.deepcopy(BACKEND_SECURITY_CONTEXT),
+        "env": copy_json(list(KFP_POD_ENV)),
+        "securityContext": copy_json(BACKEND_SECURITY_CONTEXT),
     }
     init = {
         "name": contract.KFP_LAUNCHER_CONTAINER,
@@ -233,8 +233,8 @@ def _executor_template(
         "command": [contract.KFP_LAUNCHER_COPY_COMMAND],
         "args": ["--copy", KFP_LAUNCHER_BINARY, *LOG_FLAGS],
         "volumeMounts": [{"name": KFP_LAUNCHER_VOLUME, "mountPath": KFP_LAUNCHER_DIR}],
-        "resources": copy.deepcopy(LAUNCHER_RESOURCES),
-        "securityContext": copy.deepcopy(BACKEND_INIT_SECURITY_CONTEXT),
+        "resources": copy_json(LAUNCHER_RESOURCES),
+        "securityContext": copy_json(BACKEND_INIT_SECURITY_CONTEXT),
     }
     metadata = k8s.get("podMetadata", {})
     labels = dict(metadata.get("labels", {}))
@@ -251,7 +251,7 @@ def _executor_template(
         main=main,
         init_containers=(init,),
         volumes=tuple({"name": name, "emptyDir": {}} for name, _ in system),
-        security_context=copy.deepcopy(BACKEND_POD_SECURITY_CONTEXT),
+        security_context=copy_json(BACKEND_POD_SECURITY_CONTEXT),
         labels=labels,
         annotations=annotations,
         patch=_pod_spec_patch(pipeline, container, k8s),
@@ -348,14 +348,14 @@ def _driver(kind: str, pipeline: str) -> Template:
         "image": KFP_DRIVER_IMAGE,
         "command": [contract.KFP_DRIVER_COMMAND],
         "args": [*args, *LOG_FLAGS],
-        "resources": copy.deepcopy(DRIVER_RESOURCES),
-        "env": copy.deepcopy(list(KFP_POD_ENV)) if kind == "CONTAINER" else [],
-        "securityContext": copy.deepcopy(BACKEND_INIT_SECURITY_CONTEXT),
+        "resources": copy_json(DRIVER_RESOURCES),
+        "env": copy_json(list(KFP_POD_ENV)) if kind == "CONTAINER" else [],
+        "securityContext": copy_json(BACKEND_INIT_SECURITY_CONTEXT),
     }
     return Template(
         name="system-dag-driver" if kind == "DAG" else "system-container-driver",
         main=main,
-        security_context=copy.deepcopy(DRIVER_POD_SECURITY_CONTEXT),
+        security_context=copy_json(DRIVER_POD_SECURITY_CONTEXT),
         annotations={RUNTIME_ROLE: "driver", "sidecar.istio.io/inject": "false"},
     )
 

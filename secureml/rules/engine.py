@@ -1,17 +1,27 @@
-"""Offline evaluation of rules through the real CEL engine (`common-expression-language`).
+"""Offline evaluation of rules, failing closed, with the verdicts the API server gives.
 
-Each expression is compiled once per process and cached. The pod is given to CEL the way the API
-server gives it to a ValidatingAdmissionPolicy: as `object`, with fields that are null left out
-(the API server drops them when it decodes the pod). A rule that cannot be evaluated, or whose
-expression is not a boolean, denies the pod, as a policy with `failurePolicy: Fail` does. A rule
-whose `scope` (its policy's matchCondition) is false for the pod is not in force and is skipped;
-each distinct scope is evaluated once per pod.
+The pod is given to CEL the way the API server gives it to a ValidatingAdmissionPolicy: as
+`object`, with fields that are null left out (the API server drops them when it decodes the pod).
+A rule that cannot be evaluated, or whose expression is not a boolean, denies the pod, as a policy
+with `failurePolicy: Fail` does. A rule whose `scope` (its policy's matchCondition) is false for
+the pod is not in force and is skipped; each distinct scope is evaluated once per pod.
 
-Speed: the engine copies the value of `object` on every access, so its cost grows with the size
-of the pod (KFP inlines a lightweight component's whole source in `args`). `evaluate` therefore
-hands CEL a projection: at the pod, metadata, spec, container and volume levels it keeps only the
-fields that some rule of the list names in its text. A rule cannot read a field its text does not
-name, so no verdict or message changes; deeper levels (maps of labels, limits, ...) are kept whole.
+Two engines, one verdict:
+
+- the fast path (`secureml.rules.cel_cpp`, Google's C++ CEL) reads the pod's dicts in place and
+  judges every rule it compiles. Whenever it gives anything but a boolean (an error, another type),
+  and for a rule it cannot compile, the rule is judged again by
+- the plain path (`common-expression-language`, the Rust engine; `evaluate_plain`), whose result
+  and message stand. So a violation's text for an error is always the plain engine's, and both
+  paths agree wherever the fast one answers: tests/rules/test_engine_paths.py compares them on
+  every corpus pod, attack pod and previewed pod.
+
+The plain engine copies the value of `object` on every access, so its cost grows with the size of
+the pod (KFP inlines a lightweight component's whole source in `args`): it is handed a projection
+that keeps, at the pod, metadata, spec, container and volume levels, only the fields some rule of
+the list names in its text. A rule cannot read a field its text does not name, so no verdict or
+message changes; deeper levels (maps of labels, limits, ...) are kept whole. The plain engine is
+imported on first use (its package also loads an interactive shell, about a second).
 """
 
 from __future__ import annotations
@@ -19,19 +29,24 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import cel
-
+from secureml.rules import cel_cpp
 from secureml.rules.model import Rule, Violation
+
+if TYPE_CHECKING:
+    import cel
 
 _FIELD_NAME = re.compile(r"\.\s*([A-Za-z_][A-Za-z0-9_]*)")
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+_SCALARS = (str, int, bool, float)
 
 
 @functools.cache
 def compiled(expression: str) -> cel.Program:
-    """The compiled program for `expression`, compiled on first use."""
+    """The plain engine's compiled program for `expression`, compiled on first use."""
+    import cel
+
     return cel.compile(expression)
 
 
@@ -50,6 +65,26 @@ def _view(value: Any) -> Any:
     if kind is str or kind is int or kind is bool or kind is float:
         return value
     return admission_view(value)
+
+
+def _as_admitted(obj: Mapping[str, Any]) -> Any:
+    """`admission_view(obj)`, without the copy when `obj` is already that: plain dicts and lists
+    with no null field (what YAML and the preview give)."""
+    if type(obj) is not dict:
+        return admission_view(obj)
+    stack: list[Any] = [obj]
+    while stack:
+        node = stack.pop()
+        is_map = type(node) is dict
+        for value in node.values() if is_map else node:
+            kind = type(value)
+            if kind is dict or kind is list:
+                stack.append(value)
+            elif (value is None and is_map) or (
+                value is not None and kind not in _SCALARS and isinstance(value, Mapping)
+            ):
+                return admission_view(obj)
+    return obj
 
 
 @functools.cache
@@ -86,6 +121,37 @@ def projection(pod: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]
     return view
 
 
+# --- the fast path --------------------------------------------------------------------------------
+
+
+@functools.cache
+def _fast_programs(rules: tuple[Rule, ...]) -> tuple[tuple[Any, Any] | None, ...]:
+    """Per rule, the fast engine's (expression, message) programs, or None: plain path only."""
+    plans: list[tuple[Any, Any] | None] = []
+    for rule in rules:
+        expression = cel_cpp.program(rule.expression)
+        message = cel_cpp.program(rule.message_expression)
+        both = expression is not None and message is not None
+        plans.append((expression, message) if both else None)
+    return tuple(plans)
+
+
+class _Plain:
+    """The plain engine's context for one pod, built when a rule first needs it."""
+
+    def __init__(
+        self, obj: Mapping[str, Any], old_obj: Mapping[str, Any] | None, rules: tuple[Rule, ...]
+    ) -> None:
+        self._obj, self._old, self._rules = obj, old_obj, rules
+        self._context: cel.Context | None = None
+
+    @property
+    def context(self) -> cel.Context:
+        if self._context is None:
+            self._context = _plain_context(self._obj, self._old, fields_named(self._rules))
+        return self._context
+
+
 def evaluate(
     obj: Mapping[str, Any], rules: Iterable[Rule], old_obj: Mapping[str, Any] | None = None
 ) -> list[Violation]:
@@ -95,40 +161,98 @@ def evaluate(
     `oldObject` null, exactly as the API server binds it for a CREATE request.
     """
     rules = tuple(rules)
-    fields = fields_named(rules)
-    old = None if old_obj is None else projection(old_obj, fields)
-    context = cel.Context({"object": projection(obj, fields), "oldObject": old})
+    fast = _fast_programs(rules)
+    bound = cel_cpp.activation(
+        _as_admitted(obj), None if old_obj is None else _as_admitted(old_obj)
+    )
+    plain = _Plain(obj, old_obj, rules)
     in_force = {"": True}  # by scope; each scope is evaluated once per pod
+    violations: list[Violation] = []
+    for rule, programs in zip(rules, fast, strict=True):
+        if rule.scope not in in_force:
+            in_force[rule.scope] = _in_scope_fast(rule.scope, bound, plain)
+        if not in_force[rule.scope]:
+            continue
+        verdict = None if programs is None else programs[0].eval(bound).value()
+        if verdict is True:
+            continue
+        if verdict is False:
+            violations.append(Violation(rule.id, _message_fast(rule, programs[1], bound, plain)))
+            continue
+        found = _judge(rule, plain.context)  # an error, a non-boolean, or no fast program
+        if found is not None:
+            violations.append(found)
+    return violations
+
+
+def _in_scope_fast(scope: str, bound: Any, plain: _Plain) -> bool:
+    program = cel_cpp.program(scope)
+    verdict = None if program is None else program.eval(bound).value()
+    if verdict is True or verdict is False:
+        return verdict
+    return _in_scope(scope, plain.context)
+
+
+def _message_fast(rule: Rule, program: Any, bound: Any, plain: _Plain) -> str:
+    value = program.eval(bound)
+    kind = value.type()
+    if kind == cel_cpp.ERROR:
+        return _message(rule, plain.context)
+    text = value.value()
+    return text if kind == cel_cpp.STRING and text else rule.message
+
+
+# --- the plain path -------------------------------------------------------------------------------
+
+
+def evaluate_plain(
+    obj: Mapping[str, Any], rules: Iterable[Rule], old_obj: Mapping[str, Any] | None = None
+) -> list[Violation]:
+    """`evaluate` by the plain engine alone: the reference the fast path is tested against."""
+    rules = tuple(rules)
+    context = _plain_context(obj, old_obj, fields_named(rules))
+    in_force = {"": True}
     violations: list[Violation] = []
     for rule in rules:
         if rule.scope not in in_force:
             in_force[rule.scope] = _in_scope(rule.scope, context)
         if not in_force[rule.scope]:
             continue
-        try:
-            verdict = compiled(rule.expression).execute(context)
-        except Exception as err:  # noqa: BLE001 - the CEL engine raises several types; any of them denies
-            violations.append(
-                Violation(rule.id, f"{rule.message} (rule could not be evaluated: {err})")
-            )
-            continue
-        if verdict is True:
-            continue
-        if verdict is not False:
-            violations.append(
-                Violation(rule.id, f"{rule.message} (rule returned {verdict!r}, not a boolean)")
-            )
-            continue
-        violations.append(Violation(rule.id, _message(rule, context)))
+        found = _judge(rule, context)
+        if found is not None:
+            violations.append(found)
     return violations
+
+
+def _plain_context(
+    obj: Mapping[str, Any], old_obj: Mapping[str, Any] | None, fields: frozenset[str]
+) -> cel.Context:
+    import cel
+
+    old = None if old_obj is None else projection(old_obj, fields)
+    return cel.Context({"object": projection(obj, fields), "oldObject": old})
+
+
+def _judge(rule: Rule, context: cel.Context) -> Violation | None:
+    """The plain engine's violation of `rule`, None when the rule holds."""
+    try:
+        verdict = compiled(rule.expression).execute(context)
+    except Exception as err:  # noqa: BLE001 - the CEL engine raises several types; any of them denies
+        return Violation(rule.id, f"{rule.message} (rule could not be evaluated: {err})")
+    if verdict is True:
+        return None
+    if verdict is not False:
+        return Violation(rule.id, f"{rule.message} (rule returned {verdict!r}, not a boolean)")
+    return Violation(rule.id, _message(rule, context))
 
 
 def in_scope(obj: Mapping[str, Any], scope: str) -> bool:
     """Whether rules of `scope` are in force for the pod `obj` (see `_in_scope`)."""
     if not scope:
         return True
-    fields = fields_named((Rule("", "", "true", "''", (), scope),))
-    return _in_scope(scope, cel.Context({"object": projection(obj, fields), "oldObject": None}))
+    rules = (Rule("", "", "true", "''", (), scope),)
+    plain = _Plain(obj, None, rules)
+    return _in_scope_fast(scope, cel_cpp.activation(_as_admitted(obj), None), plain)
 
 
 def _in_scope(scope: str, context: cel.Context) -> bool:

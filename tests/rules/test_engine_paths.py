@@ -1,0 +1,61 @@
+"""The fast path (C++ CEL) and the plain path (Rust CEL) give the same violations and messages.
+
+Over every pod of the corpus (the attack and allowed pods of tests/rules, Kyverno's Pod Security
+suite) and every pod the compiler previews for the example pipelines, for Pod Security baseline
+and restricted and each example profile: `evaluate` must equal `evaluate_plain` exactly.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from secureml.rules import rules_for_level, rules_for_profile
+from secureml.rules.engine import _fast_programs, evaluate, evaluate_plain
+from tests.rules.conftest import EXAMPLE_PROFILES, example_profile
+from tests.rules.test_engine import _pods
+
+
+@pytest.mark.parametrize("level", ["baseline", "restricted"])
+def test_pod_security_paths_agree_on_every_corpus_pod(level: str) -> None:
+    rules = rules_for_level(level)
+    pods = _pods(kyverno=True)
+    assert len(pods) > 500
+    assert all(_fast_programs(tuple(rules))), "every Pod Security rule has a fast program"
+    for pod in pods:
+        assert evaluate(pod, rules) == evaluate_plain(pod, rules), pod["metadata"].get("name")
+
+
+@pytest.mark.parametrize("name", EXAMPLE_PROFILES)
+def test_profile_paths_agree_on_every_corpus_pod(name: str) -> None:
+    rules = rules_for_profile(example_profile(name))
+    fast = _fast_programs(tuple(rules))
+    assert sum(p is not None for p in fast) >= len(rules) - 2, "nearly every rule runs fast"
+    for pod in _pods(kyverno=True):
+        assert evaluate(pod, rules) == evaluate_plain(pod, rules), pod["metadata"].get("name")
+
+
+def test_paths_agree_on_previewed_pods() -> None:
+    """The compiler's previewed executor and driver pods, for every example profile that compiles
+    the reference pipelines, judged by each profile's rules (allowed or not)."""
+    from secureml.compiler import CompileError, _documents, compile_pipeline
+    from secureml.pipeline_loader import load_pipeline
+    from secureml.preview import preview_driver_pods, preview_pods
+    from tests.rules.test_preview_allowed import REFERENCE_PIPELINES
+
+    profiles = [example_profile(name) for name in EXAMPLE_PROFILES]
+    judged = 0
+    for path in REFERENCE_PIPELINES:
+        for profile in profiles:
+            try:
+                compiled = compile_pipeline(load_pipeline(path), profile, check_admission=False)
+            except CompileError:
+                continue
+            assert compiled.component is not None
+            documents = _documents(compiled.component)
+            pods = {**preview_pods(documents, profile), **preview_driver_pods(documents, profile)}
+            for pod in pods.values():
+                for other in profiles:
+                    rules = rules_for_profile(other)
+                    assert evaluate(pod, rules) == evaluate_plain(pod, rules)
+                    judged += 1
+    assert judged > 50

@@ -654,6 +654,10 @@ def _contradictions(
     scrub_ok = ok("spec.scrub.before", "spec.scrub.after")
     if strict and scrub_ok and not (spec.scrub.before and spec.scrub.after):
         problems.append(("spec.scrub", f"tier {tier} requires scrubbing before and after a step"))
+    if strict and ok("spec.network.egress"):
+        from secureml.profile_network import egress_problems
+
+        problems += egress_problems(spec.network.egress, tier)
     return problems
 
 

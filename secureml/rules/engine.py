@@ -18,9 +18,10 @@ Two engines, one verdict:
 
 The plain engine copies the value of `object` on every access, so its cost grows with the size of
 the pod (KFP inlines a lightweight component's whole source in `args`): it is handed a projection
-that keeps, at the pod, metadata, spec, container and volume levels, only the fields some rule of
-the list names in its text. A rule cannot read a field its text does not name, so no verdict or
-message changes; deeper levels (maps of labels, limits, ...) are kept whole. The plain engine is
+that keeps, at the pod, metadata, spec, container and volume levels, only the fields the rules
+name in their text (`evaluate_plain`: those of the whole list; a fast-path fallback: the one
+rule's). A rule cannot read a field its text does not name, so no verdict or message changes;
+deeper levels (maps of labels, limits, ...) are kept whole. The plain engine is
 imported on first use (its package also loads an interactive shell, about a second).
 """
 
@@ -137,19 +138,18 @@ def _fast_programs(rules: tuple[Rule, ...]) -> tuple[tuple[Any, Any] | None, ...
 
 
 class _Plain:
-    """The plain engine's context for one pod, built when a rule first needs it."""
+    """The plain engine's contexts for one pod, each built when a rule first needs it: a rule that
+    falls back reads a projection to the fields it names itself (see the module docstring)."""
 
-    def __init__(
-        self, obj: Mapping[str, Any], old_obj: Mapping[str, Any] | None, rules: tuple[Rule, ...]
-    ) -> None:
-        self._obj, self._old, self._rules = obj, old_obj, rules
-        self._context: cel.Context | None = None
+    def __init__(self, obj: Mapping[str, Any], old_obj: Mapping[str, Any] | None) -> None:
+        self._obj, self._old = obj, old_obj
+        self._contexts: dict[frozenset[str], cel.Context] = {}
 
-    @property
-    def context(self) -> cel.Context:
-        if self._context is None:
-            self._context = _plain_context(self._obj, self._old, fields_named(self._rules))
-        return self._context
+    def context(self, rule: Rule) -> cel.Context:
+        fields = fields_named((rule,))
+        if fields not in self._contexts:
+            self._contexts[fields] = _plain_context(self._obj, self._old, fields)
+        return self._contexts[fields]
 
 
 def evaluate(
@@ -165,7 +165,7 @@ def evaluate(
     bound = cel_cpp.activation(
         _as_admitted(obj), None if old_obj is None else _as_admitted(old_obj)
     )
-    plain = _Plain(obj, old_obj, rules)
+    plain = _Plain(obj, old_obj)
     in_force = {"": True}  # by scope; each scope is evaluated once per pod
     violations: list[Violation] = []
     for rule, programs in zip(rules, fast, strict=True):
@@ -179,7 +179,7 @@ def evaluate(
         if verdict is False:
             violations.append(Violation(rule.id, _message_fast(rule, programs[1], bound, plain)))
             continue
-        found = _judge(rule, plain.context)  # an error, a non-boolean, or no fast program
+        found = _judge(rule, plain.context(rule))  # an error, a non-boolean, or no fast program
         if found is not None:
             violations.append(found)
     return violations
@@ -190,14 +190,20 @@ def _in_scope_fast(scope: str, bound: Any, plain: _Plain) -> bool:
     verdict = None if program is None else program.eval(bound).value()
     if verdict is True or verdict is False:
         return verdict
-    return _in_scope(scope, plain.context)
+    return _in_scope(scope, plain.context(_scope_rule(scope)))
+
+
+@functools.cache
+def _scope_rule(scope: str) -> Rule:
+    """A rule naming exactly the fields of `scope` (for its plain context)."""
+    return Rule("", "", "true", "''", (), scope)
 
 
 def _message_fast(rule: Rule, program: Any, bound: Any, plain: _Plain) -> str:
     value = program.eval(bound)
     kind = value.type()
     if kind == cel_cpp.ERROR:
-        return _message(rule, plain.context)
+        return _message(rule, plain.context(rule))
     text = value.value()
     return text if kind == cel_cpp.STRING and text else rule.message
 
@@ -250,9 +256,7 @@ def in_scope(obj: Mapping[str, Any], scope: str) -> bool:
     """Whether rules of `scope` are in force for the pod `obj` (see `_in_scope`)."""
     if not scope:
         return True
-    rules = (Rule("", "", "true", "''", (), scope),)
-    plain = _Plain(obj, None, rules)
-    return _in_scope_fast(scope, cel_cpp.activation(_as_admitted(obj), None), plain)
+    return _in_scope_fast(scope, cel_cpp.activation(_as_admitted(obj), None), _Plain(obj, None))
 
 
 def _in_scope(scope: str, context: cel.Context) -> bool:

@@ -40,7 +40,7 @@ from typing import Any
 
 LIBRARY_NAME = "libsecureml_shim.so"
 SOURCE_DIR = Path(__file__).resolve().parent / "shim"
-SOURCES = ("shim.c", "limits.c")
+SOURCES = ("shim.c", "limits.c", "libc_syms.c")
 CFLAGS = (
     "-std=c11",
     "-O2",

@@ -73,8 +73,10 @@ def run_python(
 def build_shim(*, flags: tuple[str, ...] = (), name: str = "libsecureml_shim.so") -> Path:
     """Build the quota shim from the current sources (cached like the fakes). `flags` may add,
     e.g., sanitizers or `-DSHIM_DEFAULT_LIMITS="..."` for a test of the compiled-in path."""
-    sources = [SHIM_DIR / "shim.c", SHIM_DIR / "limits.c"]
-    headers = tuple(SHIM_DIR / h for h in ("cuda_api.h", "nvml_api.h", "limits.h", "region.h"))
+    sources = [SHIM_DIR / "shim.c", SHIM_DIR / "limits.c", SHIM_DIR / "libc_syms.c"]
+    headers = tuple(
+        SHIM_DIR / h for h in ("cuda_api.h", "nvml_api.h", "limits.h", "region.h", "libc_syms.h")
+    )
     return build_native(
         name,
         sources,

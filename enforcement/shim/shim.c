@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "cuda_api.h"
+#include "libc_syms.h"
 #include "limits.h"
 #include "nvml_api.h"
 #include "region.h"
@@ -18,6 +19,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -156,13 +158,21 @@ static dlsym_fn g_real_dlsym;
 #define EARLY
 #endif
 
-/* libc's own dlsym, found with dlvsym so that our dlsym is never involved. */
+/* libc's own dlsym, read from libc's symbol table so that neither our dlsym nor our dlvsym (nor a
+ * sanitizer's interceptor) is involved (libc_syms.c). */
 static EARLY dlsym_fn real_dlsym(void) {
     dlsym_fn f = __atomic_load_n(&g_real_dlsym, __ATOMIC_ACQUIRE);
     if (f) return f;
-    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
-    for (size_t i = 0; !f && i < sizeof versions / sizeof versions[0]; i++) f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    f = (dlsym_fn)libc_symbol("dlsym");
     __atomic_store_n(&g_real_dlsym, f, __ATOMIC_RELEASE);
+    return f;
+}
+
+typedef void *(*dlvsym_fn)(void *, const char *, const char *);
+static EARLY dlvsym_fn real_dlvsym(void) {
+    static dlvsym_fn g;
+    dlvsym_fn f = __atomic_load_n(&g, __ATOMIC_ACQUIRE);
+    if (!f) __atomic_store_n(&g, f = (dlvsym_fn)libc_symbol("dlvsym"), __ATOMIC_RELEASE);
     return f;
 }
 
@@ -1471,6 +1481,10 @@ static const struct hook {
     H(nvmlDeviceGetMemoryInfo, "nvmlDeviceGetMemoryInfo", 0),
     H(nvmlDeviceGetMemoryInfo_v2, "nvmlDeviceGetMemoryInfo_v2", 0),
 #undef H
+    /* The look-ups themselves: asking dlsym or dlvsym for dlsym, dlvsym or dlmopen gets the shim's. */
+    {"dlsym", "dlsym", (void *)dlsym, NULL, 0},
+    {"dlvsym", "dlvsym", (void *)dlvsym, NULL, 0},
+    {"dlmopen", "dlmopen", (void *)dlmopen, NULL, 0},
     /* Legacy forms: refused (see above); they have no real counterpart worth reaching. */
     {"cuMemAlloc", "cuMemAlloc", (void *)cuMemAlloc, NULL, 0},
     {"cuMemAllocPitch", "cuMemAllocPitch", (void *)cuMemAllocPitch, NULL, 0},
@@ -1485,7 +1499,7 @@ static EARLY int same_name(const char *a, const char *b) {
 }
 
 static EARLY void *hook_by_name(const char *symbol) {
-    if (!symbol || (symbol[0] != 'c' && symbol[0] != 'n')) return NULL;
+    if (!symbol || (symbol[0] != 'c' && symbol[0] != 'n' && symbol[0] != 'd')) return NULL;
     for (size_t i = 0; i < NHOOKS; i++)
         if (same_name(HOOKS[i].name, symbol)) return HOOKS[i].hook;
     return NULL;
@@ -1532,8 +1546,9 @@ EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int 
     return rc;
 }
 
-/* Look-ups by name return the hooks, whatever library handle they name. Everything else goes to
- * libc's dlsym as a tail call, so that RTLD_NEXT keeps meaning "after the caller". */
+/* Look-ups by name return the hooks, whatever library handle they name and whatever version they
+ * ask for. Everything else goes to libc's dlsym / dlvsym as a tail call, so that RTLD_NEXT keeps
+ * meaning "after the caller". */
 #if defined(__clang__) && __has_attribute(musttail)
 #define TAIL_CALL __attribute__((musttail))
 #define TAIL_CALL_FN
@@ -1550,4 +1565,36 @@ EXPORT EARLY TAIL_CALL_FN void *dlsym(void *handle, const char *symbol) {
     if (hook) return hook;
     dlsym_fn next = real_dlsym();
     TAIL_CALL return next(handle, symbol);
+}
+
+EXPORT EARLY TAIL_CALL_FN void *dlvsym(void *handle, const char *symbol, const char *version) {
+    void *hook = hook_by_name(symbol);
+    if (hook) return hook;
+    dlvsym_fn next = real_dlvsym();
+    TAIL_CALL return next(handle, symbol, version);
+}
+
+static int basename_starts(const char *path, const char *prefix) {
+    const char *base = path ? strrchr(path, '/') : NULL;
+    base = base ? base + 1 : path ? path : "";
+    return strncmp(base, prefix, strlen(prefix)) == 0;
+}
+
+/* Another link-map namespace has no preloaded shim: a driver (or NVML) loaded into one would be a
+ * private, unlimited copy. Where dlmopen shows it, the load is undone and refused (NULL). */
+EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode) {
+    void *(*real)(Lmid_t, const char *, int) = (void *(*)(Lmid_t, const char *, int))libc_symbol("dlmopen");
+    if (!real) return NULL;
+    void *h = real(lmid, file, mode);
+    if (!h || lmid == LM_ID_BASE) return h;
+    struct link_map *m = NULL;
+    int driver = dlinfo(h, RTLD_DI_LINKMAP, &m) != 0 || !m; /* cannot tell: fail closed */
+    while (m && m->l_prev) m = m->l_prev;
+    for (; m && !driver; m = m->l_next)
+        driver = basename_starts(m->l_name, "libcuda.so") || basename_starts(m->l_name, "libnvidia-ml.so");
+    if (!driver) return h;
+    dlclose(h);
+    init();
+    logf_(LOG_WARN, "refused dlmopen(%s) into another namespace: the GPU driver there would bypass the shim", file ? file : "(null)");
+    return NULL;
 }

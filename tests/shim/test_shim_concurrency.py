@@ -111,7 +111,9 @@ def test_no_overcommit_at_1_gib_when_processes_are_killed(
     workers = [
         step.popen("stress", "2000", str(seed), str(96 * MiB), "150") for seed in range(1, 9)
     ]
-    time.sleep(0.2)
+    started = time.monotonic()
+    while step.gpu.stats()["allocs"] < 400 and time.monotonic() - started < 30:
+        time.sleep(0.01)  # mid-run: every worker is busy allocating
     for victim in workers[:kills]:
         victim.send_signal(signal.SIGKILL)
     for victim in workers[:kills]:

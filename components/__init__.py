@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from secureml.gpu import GPURequest
+from secureml.gpu_request import GPURequest
 
 
 def _build(function: Any, image: str, gpu: GPURequest | None) -> Any:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from secureml.gpu_request import GPURequestError, gpu_request_from_dict
+
 # A file a simulated local run leaves in its audit folder: reports made from that folder later
 # still label the GPU columns SIMULATED (the records themselves come from an unchanged launcher).
 SIMULATION_MARKER = "SIMULATED-GPU.txt"
@@ -59,20 +61,15 @@ class StepSummary:
         )
 
 
-def describe_gpu(request: dict[str, Any] | None) -> str:
-    """`MIG 1g.10gb x1`, `time-slice 16Gi/50%`, `whole x2 (H100)` or `-`."""
+def describe_gpu(request: object) -> str:
+    """A record's `gpu_request` as `MIG 1g.10gb x1`, `time-slice 16Gi/50%`, `whole x2 (H100)`;
+    `-` for none, `invalid request` for one the launcher would not have accepted."""
     if not request:
         return "-"
-    kind = request.get("kind")
-    if kind == "mig":
-        return f"MIG {request.get('profile')} x{request.get('count', 1)}"
-    if kind == "timeslice":
-        memory = int(request.get("memory", 0))
-        return f"time-slice {memory / 2**30:g}Gi/{request.get('compute')}%"
-    if kind == "whole":
-        product = request.get("product")
-        return f"whole x{request.get('count')}" + (f" ({product})" if product else "")
-    return str(kind)
+    try:
+        return gpu_request_from_dict(request, where="gpu_request").describe()
+    except GPURequestError:
+        return "invalid request"
 
 
 def summarize(record: dict[str, Any], *, simulated_gpu: bool = False) -> StepSummary:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -37,6 +36,8 @@ def audit_file_name(record: dict[str, Any]) -> str:
 
 def write_audit_record(record: dict[str, Any], audit_dir: Path) -> Path:
     """Write `record` into `audit_dir` (created if needed) atomically; return the file's path."""
+    import tempfile  # here, not at start: it pulls in shutil, bz2, lzma and random (~8 ms)
+
     try:
         audit_dir.mkdir(parents=True, exist_ok=True)
         target = audit_dir / audit_file_name(record)

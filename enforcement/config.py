@@ -11,9 +11,7 @@ Every name lives in `secureml.contract`; docs/launcher.md lists them with their 
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,13 @@ from typing import Any, Literal
 
 from secureml import contract
 from secureml.errors import SecuremlError
+from secureml.gpu_request import (
+    ISOLATION_TIMESLICE_SHIM,
+    GPURequest,
+    GPURequestError,
+    TimeSlice,
+    decode_gpu_request,
+)
 
 from .podinfo import PodInfo, PodInfoError, read_podinfo
 
@@ -29,8 +34,6 @@ ShimMode = Literal["off", "enforce"]
 SCRUB_VERIFY_MODES: tuple[ScrubVerify, ...] = ("off", "sample", "full")
 SHIM_MODES: tuple[ShimMode, ...] = ("off", "enforce")
 
-# the SDK's MIG profile names (secureml.gpu.MIG): `<compute>g.<memory>gb`, `+me` for media engines
-MIG_PROFILE = re.compile(r"[1-9]g\.(?P<memory>[0-9]+)gb(\+me)?")
 DEFAULT_IDENTITY_TIMEOUT_S = 10.0
 DEFAULT_WATCHDOG_INTERVAL_S = 0.5
 DEFAULT_WATCHDOG_GRACE_S = 10.0
@@ -38,112 +41,6 @@ DEFAULT_WATCHDOG_GRACE_S = 10.0
 
 class ConfigError(SecuremlError):
     """A `SECUREML_*` variable is missing, malformed or contradicts another."""
-
-
-# --- the GPU request (SECUREML_GPU_REQUEST, same JSON as the secureml.dev/gpu-request annotation) ---
-
-
-@dataclass(frozen=True)
-class MigRequest:
-    """`{"kind":"mig","profile":"1g.10gb","count":1}`: MIG instances of one profile."""
-
-    profile: str
-    count: int = 1
-
-    @property
-    def memory_gb(self) -> int:
-        """The memory a profile name promises, in GB: `1g.10gb` -> 10."""
-        match = MIG_PROFILE.fullmatch(self.profile)
-        assert match is not None, self.profile  # parse_gpu_request checked it
-        return int(match.group("memory"))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "mig", "profile": self.profile, "count": self.count}
-
-
-@dataclass(frozen=True)
-class TimeSliceRequest:
-    """`{"kind":"timeslice","memory":<bytes>,"compute":<percent>}`: a share of one GPU."""
-
-    memory: int
-    compute: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "timeslice", "memory": self.memory, "compute": self.compute}
-
-
-@dataclass(frozen=True)
-class WholeRequest:
-    """`{"kind":"whole","count":N,"product":"NVIDIA-H100-80GB-HBM3"|null}`: dedicated GPUs."""
-
-    count: int
-    product: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "whole", "count": self.count, "product": self.product}
-
-
-GpuRequest = MigRequest | TimeSliceRequest | WholeRequest
-
-
-def _positive_int(
-    data: Mapping[str, Any], key: str, where: str, *, upper: int | None = None
-) -> int:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(
-            f"GPU request field {key!r} must be a positive integer, got {value!r}",
-            where=where,
-            fix="recompile the pipeline with `secureml compile`; do not edit the request by hand",
-        )
-    if upper is not None and value > upper:
-        raise ConfigError(
-            f"GPU request field {key!r} must be at most {upper}, got {value}", where=where
-        )
-    return value
-
-
-def parse_gpu_request(text: str, *, where: str = contract.ENV_GPU_REQUEST) -> GpuRequest:
-    """Parse the compiler's GPU request JSON; raise `ConfigError` naming the field that is wrong."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"GPU request is not JSON: {err}", where=where) from None
-    if not isinstance(data, dict):
-        raise ConfigError("GPU request must be a JSON object", where=where)
-    kind = data.get("kind")
-    allowed: dict[str, set[str]] = {
-        "mig": {"kind", "profile", "count"},
-        "timeslice": {"kind", "memory", "compute"},
-        "whole": {"kind", "count", "product"},
-    }
-    if kind not in allowed:
-        raise ConfigError(
-            f"GPU request kind must be one of {sorted(allowed)}, got {kind!r}", where=where
-        )
-    unknown = sorted(set(data) - allowed[kind])
-    if unknown:
-        raise ConfigError(
-            f"GPU request of kind {kind!r} has unknown field(s) {unknown}", where=where
-        )
-    if kind == "mig":
-        profile = data.get("profile")
-        if not isinstance(profile, str) or not MIG_PROFILE.fullmatch(profile):
-            raise ConfigError(f"MIG profile must look like '1g.10gb', got {profile!r}", where=where)
-        return MigRequest(
-            profile=profile, count=_positive_int(data, "count", where) if "count" in data else 1
-        )
-    if kind == "timeslice":
-        return TimeSliceRequest(
-            memory=_positive_int(data, "memory", where),
-            compute=_positive_int(data, "compute", where, upper=100),
-        )
-    product = data.get("product")
-    if product is not None and (not isinstance(product, str) or not product):
-        raise ConfigError(
-            f"GPU product must be a non-empty string or null, got {product!r}", where=where
-        )
-    return WholeRequest(count=_positive_int(data, "count", where), product=product)
 
 
 # --- the launcher configuration -------------------------------------------------------------------
@@ -159,7 +56,7 @@ class LauncherConfig:
     step: str
     image: str
     isolation: str
-    gpu_request: GpuRequest | None
+    gpu_request: GPURequest | None
     expected_spiffe_id: str
     identity_required: bool
     spiffe_socket: str
@@ -182,8 +79,8 @@ class LauncherConfig:
     @property
     def shim_required(self) -> bool:
         """The shim is required on a time-sliced GPU when the profile enforces it."""
-        return isinstance(self.gpu_request, TimeSliceRequest) and (
-            self.shim_mode == "enforce" or self.isolation == "timeslice-shim"
+        return isinstance(self.gpu_request, TimeSlice) and (
+            self.shim_mode == "enforce" or self.isolation == ISOLATION_TIMESLICE_SHIM
         )
 
     @property
@@ -270,6 +167,14 @@ def settle_with_podinfo(env: Mapping[str, str], podinfo: PodInfo) -> dict[str, s
     return settled
 
 
+def _gpu_request(text: str) -> GPURequest:
+    """The compiler's GPU request (`secureml.gpu_request`'s JSON), or `ConfigError`."""
+    try:
+        return decode_gpu_request(text, where=contract.ENV_GPU_REQUEST)
+    except GPURequestError as err:
+        raise ConfigError(err.what, why=err.why, fix=err.fix, where=err.where) from None
+
+
 def load_config(
     env: Mapping[str, str] | None = None, podinfo_dir: Path = Path(contract.PODINFO_DIR)
 ) -> LauncherConfig:
@@ -292,7 +197,7 @@ def load_config(
             f"{contract.ENV_ISOLATION} must be one of {', '.join(known)}, got {isolation!r}",
             where=contract.ENV_ISOLATION,
         )
-    gpu_request = parse_gpu_request(raw_request) if raw_request else None
+    gpu_request = _gpu_request(raw_request) if raw_request else None
     if not isolation:
         isolation = contract.ISOLATION_NONE if gpu_request is None else ""
     if not isolation:

@@ -28,9 +28,10 @@ from typing import Any
 
 from secureml import contract
 from secureml.errors import SecuremlError
+from secureml.gpu_request import TimeSlice
 
 from .audit import AUDIT_SCHEMA, AuditError, audit_file_name, emit_audit_line, write_audit_record
-from .config import LauncherConfig, TimeSliceRequest, load_config, read_shim_limits
+from .config import LauncherConfig, load_config, read_shim_limits
 
 LOG_PREFIX = "secureml-launch: "
 FORWARDED_SIGNALS = (
@@ -227,7 +228,7 @@ def shim_stage(run: StepRun, config: LauncherConfig) -> None:
         from . import shim_control as shim
 
         request = config.gpu_request
-        assert isinstance(request, TimeSliceRequest)
+        assert isinstance(request, TimeSlice)
         limits_file = effective_limits_file(config)
         limits = read_shim_limits(limits_file)
         if (limits.memory, limits.compute) != (request.memory, request.compute):
@@ -311,11 +312,7 @@ def run_child(run: StepRun, config: LauncherConfig) -> None:
         if config.uses_gpu:
             from .watchdog import Watchdog
 
-            limit = (
-                config.gpu_request.memory
-                if isinstance(config.gpu_request, TimeSliceRequest)
-                else None
-            )
+            limit = config.gpu_request.memory if isinstance(config.gpu_request, TimeSlice) else None
             watchdog = Watchdog(
                 run.child,
                 limit_bytes=limit,
@@ -378,14 +375,14 @@ def _base_record(run: StepRun, config: LauncherConfig | None) -> dict[str, Any]:
             image_digest=config.image_digest,
             isolation=config.isolation,
             expected_spiffe_id=config.expected_spiffe_id,
-            gpu_request=config.gpu_request.to_json() if config.gpu_request else None,
+            gpu_request=config.gpu_request.to_dict() if config.gpu_request else None,
             limits=(
                 {
                     "memory": config.gpu_request.memory,
                     "compute": config.gpu_request.compute,
                     "source": contract.ENV_GPU_REQUEST,
                 }
-                if isinstance(config.gpu_request, TimeSliceRequest)
+                if isinstance(config.gpu_request, TimeSlice)
                 else None
             ),
             controls={
@@ -446,7 +443,7 @@ def _stages(run: StepRun, config: LauncherConfig) -> None:
             if not config.uses_gpu
             else (
                 "off in the profile"
-                if isinstance(config.gpu_request, TimeSliceRequest)
+                if isinstance(config.gpu_request, TimeSlice)
                 else "not a shared GPU"
             ),
         ),

@@ -25,8 +25,7 @@ from typing import Any
 
 from secureml import contract
 from secureml.errors import SecuremlError
-
-from .config import GpuRequest, MigRequest, TimeSliceRequest, WholeRequest
+from secureml.gpu_request import MIG, GPURequest, TimeSlice, WholeGPU
 
 # A MIG instance's memory may differ from the GB its profile name promises (GiB vs GB, reserved
 # pages): on A100/H100/H200 the reported size is within this fraction of the nominal size.
@@ -161,12 +160,12 @@ def _product_label(name: str) -> str:
 
 
 def check_request(
-    request: GpuRequest,
+    request: GPURequest,
     gpus: list[VisibleDevice],
     migs: list[VisibleDevice],
 ) -> list[VisibleDevice]:
     """The devices this step uses, after checking they match `request`; `PreflightError` if not."""
-    if isinstance(request, MigRequest):
+    if isinstance(request, MIG):
         if len(migs) != request.count:
             raise _fail(
                 f"{len(migs)} MIG instance(s) visible, the step requested {request.count} "
@@ -193,7 +192,7 @@ def check_request(
                     device=mig,
                 )
         return migs
-    if isinstance(request, WholeRequest):
+    if isinstance(request, WholeGPU):
         if len(gpus) != request.count:
             raise _fail(
                 f"{len(gpus)} GPU(s) visible, the step requested {request.count} whole GPU(s)",
@@ -216,7 +215,7 @@ def check_request(
                     device=gpu,
                 )
         return gpus
-    assert isinstance(request, TimeSliceRequest)
+    assert isinstance(request, TimeSlice)
     shared = migs or gpus
     if len(shared) != 1:
         raise _fail(
@@ -325,7 +324,7 @@ def _cuda_version(nvml: Any) -> str:
     return f"{version // 1000}.{version % 1000 // 10}"
 
 
-def run_preflight(request: GpuRequest, *, isolation: str) -> dict[str, Any]:
+def run_preflight(request: GPURequest, *, isolation: str) -> dict[str, Any]:
     """Check the visible GPUs against `request`; the audit record's `gpu` section on success."""
     with nvml_session() as nvml:
         driver = _text(nvml.nvmlSystemGetDriverVersion())
@@ -344,7 +343,7 @@ def run_preflight(request: GpuRequest, *, isolation: str) -> dict[str, Any]:
             if gpu.uuid not in used_parents:
                 continue
             health[gpu.uuid] = _health(nvml, handle, gpu)
-            if isolation == "dedicated" or isinstance(request, WholeRequest):
+            if isolation == "dedicated" or isinstance(request, WholeGPU):
                 foreign = _foreign_processes(nvml, handle)
                 if foreign:
                     raise _fail(

@@ -12,15 +12,15 @@ __version__ = "0.1.0"
 __all__ = ["MIG", "TimeSlice", "WholeGPU", "secure_component"]
 
 _LAZY = {
-    "MIG": "secureml.gpu",
-    "TimeSlice": "secureml.gpu",
-    "WholeGPU": "secureml.gpu",
+    "MIG": "secureml.gpu_request",
+    "TimeSlice": "secureml.gpu_request",
+    "WholeGPU": "secureml.gpu_request",
     "secure_component": "secureml.decorator",
 }
 
 if TYPE_CHECKING:
     from secureml.decorator import secure_component
-    from secureml.gpu import MIG, TimeSlice, WholeGPU
+    from secureml.gpu_request import MIG, TimeSlice, WholeGPU
 
 
 def __getattr__(name: str) -> Any:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from secureml import contract, gpu, gpu_catalogue
 from secureml.decorator import SecureSettings
 from secureml.errors import SecuremlError
+from secureml.gpu_request import MIG, GPURequest, TimeSlice
 from secureml.images import ImageRef, registry_allowed
 from secureml.quantity import format_bytes
 
@@ -251,11 +252,11 @@ def _check_accelerator(view: TaskView, profile: TenantProfile, add: AddViolation
         )
 
 
-def _check_gpu(request: gpu.GPURequest, profile: TenantProfile, add: AddViolation) -> None:
+def _check_gpu(request: GPURequest, profile: TenantProfile, add: AddViolation) -> None:
     settings = profile.spec.gpu
-    if isinstance(request, gpu.MIG):
+    if isinstance(request, MIG):
         _check_mig(request, profile, add)
-    elif isinstance(request, gpu.TimeSlice):
+    elif isinstance(request, TimeSlice):
         time_slice = settings.time_slice
         if time_slice is None:
             add(
@@ -309,7 +310,7 @@ def _check_gpu(request: gpu.GPURequest, profile: TenantProfile, add: AddViolatio
     _check_quota(request, profile, add)
 
 
-def _check_mig(request: gpu.MIG, profile: TenantProfile, add: AddViolation) -> None:
+def _check_mig(request: MIG, profile: TenantProfile, add: AddViolation) -> None:
     settings = profile.spec.gpu
     if settings.mig is None or not settings.mig.allowed_profiles:
         add(
@@ -354,7 +355,7 @@ def _check_mig(request: gpu.MIG, profile: TenantProfile, add: AddViolation) -> N
         )
 
 
-def _check_quota(request: gpu.GPURequest, profile: TenantProfile, add: AddViolation) -> None:
+def _check_quota(request: GPURequest, profile: TenantProfile, add: AddViolation) -> None:
     settings = profile.spec.gpu
     if settings.backend == "dra":
         return

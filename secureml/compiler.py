@@ -36,6 +36,7 @@ from secureml import contract, gpu
 from secureml.compile_rules import TaskView, Violation, check_task
 from secureml.decorator import settings_of
 from secureml.errors import SecuremlError
+from secureml.gpu_request import ISOLATION_TIMESLICE_SHIM, TimeSlice
 
 if TYPE_CHECKING:
     from kfp.dsl.graph_component import GraphComponent
@@ -476,8 +477,8 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
     annotations = {contract.ANNOTATION_SPIFFE_ID: spiffe_id}
     if ref.digest:
         annotations[contract.ANNOTATION_IMAGE_DIGEST] = ref.digest
-    time_slice = request if isinstance(request, gpu.TimeSlice) else None
-    shim_on = time_slice is not None and spec.runtime.shim == "enforce"
+    time_slice = request if isinstance(request, TimeSlice) else None
+    shim_on = placed.isolation == ISOLATION_TIMESLICE_SHIM
     if request is not None:
         annotations[contract.ANNOTATION_GPU_REQUEST] = request.to_json()
         report.gpu_request = json.loads(request.to_json())

@@ -17,7 +17,7 @@ from typing import Any, TypeGuard
 
 from secureml.decorator_errors import did_you_mean, recorded_or_raised
 from secureml.errors import SecuremlError
-from secureml.gpu import MIG, GPURequest, TimeSlice, WholeGPU
+from secureml.gpu_request import MIG, GPURequest, TimeSlice, WholeGPU
 
 _SETTINGS_ATTR = "_secureml_settings"
 

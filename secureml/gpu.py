@@ -1,9 +1,6 @@
-"""GPU requests, and how a request becomes Kubernetes scheduling terms.
+"""How a GPU request (`secureml.gpu_request`) becomes Kubernetes scheduling terms.
 
-A step asks for one of three things: `MIG(profile, count)`, a MIG instance; `TimeSlice(memory,
-compute)`, a share of a time-sliced GPU limited by the quota shim; `WholeGPU(count, product)`,
-whole GPUs on the tenant's dedicated pool. `placement(request, profile)` maps a request onto what
-the tenant's cluster offers:
+`placement(request, profile)` maps a request onto what the tenant's cluster offers:
 
 | backend / strategy      | MIG                                   | TimeSlice                   | WholeGPU              |
 |-------------------------|---------------------------------------|-----------------------------|-----------------------|
@@ -13,18 +10,17 @@ the tenant's cluster offers:
 | dra                     | pod label `secureml.dev/gpu-claim` naming a ResourceClaimTemplate (`claim_template_name`)   |
 
 Whether a request is *allowed* is decided by `secureml.compile_rules`; what exists (the MIG
-catalogue) and the resource and label names are `secureml.gpu_catalogue`'s; this module maps.
+catalogue) and the resource and label names are `secureml.gpu_catalogue`'s; the request values
+and their JSON are `secureml.gpu_request`'s; this module maps.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from secureml import contract
-from secureml.errors import SecuremlError
 from secureml.gpu_catalogue import (
     LABEL_GPU_PRODUCT,
     LABEL_SHARING_STRATEGY,
@@ -33,137 +29,10 @@ from secureml.gpu_catalogue import (
     mig_product_names,
     mig_resource_name,
 )
-from secureml.quantity import parse_bytes
+from secureml.gpu_request import MIG, GPURequest, TimeSlice
 
 if TYPE_CHECKING:
     from secureml.profile import TenantProfile
-
-# --- requests ----------------------------------------------------------------------------------
-
-
-def memory_bytes(value: int | str, *, where: str) -> int:
-    """Bytes from an int or a Kubernetes quantity string ("16Gi", "500M")."""
-    try:
-        return parse_bytes(value)
-    except ValueError as err:
-        raise SecuremlError(
-            f"memory {value!r} is not a size",
-            why=str(err),
-            fix="write e.g. memory='8Gi' or memory=8589934592",
-            where=where,
-        ) from None
-
-
-def _positive_int(value: object, what: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SecuremlError(
-            f"{what} {value!r} must be a whole number >= 1",
-            fix=f"set {what}=1 or more",
-            where=where,
-        )
-    return value
-
-
-def _compact_json(data: dict[str, object]) -> str:
-    return json.dumps(data, separators=(",", ":"))
-
-
-@dataclass(frozen=True, slots=True)
-class MIG:
-    """`count` MIG instances of `profile` (e.g. "1g.10gb"); isolation level `mig`."""
-
-    profile: str
-    count: int = 1
-    kind: Literal["mig"] = field(default="mig", init=False)
-
-    def __post_init__(self) -> None:
-        where = f"MIG({self.profile!r})"
-        if not isinstance(self.profile, str) or not re.fullmatch(
-            r"[1-9]g\.[0-9]+gb(\+me)?", self.profile
-        ):
-            raise SecuremlError(
-                f"{self.profile!r} is not a MIG profile name",
-                why="MIG profiles are named <compute>g.<memory>gb, e.g. 1g.10gb or 3g.40gb",
-                fix="pick one of the profiles your TenantProfile allows (spec.gpu.mig.allowedProfiles)",
-                where=where,
-            )
-        _positive_int(self.count, "count", where)
-
-    def isolation(self, profile: TenantProfile) -> str:
-        return "mig"
-
-    def to_json(self) -> str:
-        return _compact_json({"kind": "mig", "profile": self.profile, "count": self.count})
-
-
-@dataclass(frozen=True, slots=True)
-class TimeSlice:
-    """A share of a time-sliced GPU: at most `memory` (bytes or "8Gi") and `compute` percent of
-    the SMs. Isolation `timeslice-shim` when the profile arms the shim, else `timeslice`."""
-
-    memory: int | str
-    compute: int
-    kind: Literal["timeslice"] = field(default="timeslice", init=False)
-
-    def __post_init__(self) -> None:
-        where = "TimeSlice(...)"
-        object.__setattr__(self, "memory", memory_bytes(self.memory, where=where))
-        if (
-            isinstance(self.compute, bool)
-            or not isinstance(self.compute, int)
-            or not 1 <= self.compute <= 100
-        ):
-            raise SecuremlError(
-                f"compute {self.compute!r} is not a percentage",
-                why="compute is the share of the GPU's SMs, a whole number from 1 to 100",
-                fix="write e.g. compute=25",
-                where=where,
-            )
-
-    @property
-    def memory_bytes(self) -> int:
-        return int(self.memory)
-
-    def isolation(self, profile: TenantProfile) -> str:
-        return "timeslice-shim" if profile.spec.runtime.shim == "enforce" else "timeslice"
-
-    def to_json(self) -> str:
-        return _compact_json(
-            {"kind": "timeslice", "memory": self.memory_bytes, "compute": self.compute}
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class WholeGPU:
-    """`count` whole GPUs on the tenant's dedicated pool, optionally of one GFD `product`."""
-
-    count: int = 1
-    product: str | None = None
-    kind: Literal["whole"] = field(default="whole", init=False)
-
-    def __post_init__(self) -> None:
-        where = "WholeGPU(...)"
-        _positive_int(self.count, "count", where)
-        if self.product is not None and (
-            not isinstance(self.product, str)
-            or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.product)
-        ):
-            raise SecuremlError(
-                f"product {self.product!r} is not a GPU product name",
-                why="the product is matched against the node label nvidia.com/gpu.product",
-                fix="use the label value, e.g. product='NVIDIA-H100-80GB-HBM3', or leave it out",
-                where=where,
-            )
-
-    def isolation(self, profile: TenantProfile) -> str:
-        return "dedicated"
-
-    def to_json(self) -> str:
-        return _compact_json({"kind": "whole", "count": self.count, "product": self.product})
-
-
-GPURequest = MIG | TimeSlice | WholeGPU
-
 
 # --- mapping -----------------------------------------------------------------------------------
 

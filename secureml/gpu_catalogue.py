@@ -8,8 +8,9 @@ and placement in secureml.gpu, profile validation, the admission rules, the bund
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
+
+from secureml.gpu_request import mig_memory_gb
 
 NVIDIA_RESOURCE_PREFIX = "nvidia.com/"  # every extended resource of NVIDIA's device plugin
 RESOURCE_GPU = "nvidia.com/gpu"
@@ -47,8 +48,7 @@ class GPUModel:
 
 
 def _profile(name: str, compute: int, memory: int, max_instances: int) -> MigProfile:
-    memory_gb = int(re.fullmatch(r"\d+g\.(\d+)gb(?:\+me)?", name).group(1))  # type: ignore[union-attr]
-    return MigProfile(name, compute, memory, memory_gb, max_instances)
+    return MigProfile(name, compute, memory, mig_memory_gb(name), max_instances)
 
 
 def _seven_slice_family(eighth: int, quarter: int, half: int, full: int) -> dict[str, MigProfile]:

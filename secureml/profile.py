@@ -41,6 +41,7 @@ from secureml.gpu_catalogue import (
     SHARING_TIME_SLICING,
     models_offering,
 )
+from secureml.gpu_request import timeslice_isolation
 from secureml.images import ImageRef
 from secureml.profile_partial import did_you_mean, parsed_part
 from secureml.profile_yaml import LoadedYaml, load_yaml
@@ -427,6 +428,10 @@ class TenantProfile(_Model):
         order = contract.ISOLATION_LEVELS
         return order.index(level) >= order.index(self.min_isolation())
 
+    def timeslice_isolation(self) -> str:
+        """The isolation of this tenant's time slices: `timeslice-shim` where the shim is enforced."""
+        return timeslice_isolation(self.spec.runtime.shim == "enforce")
+
     def spiffe_id(self, pipeline: str, step: str) -> str:
         """The SPIFFE ID a step must hold; pipeline and step as the pod labels spell them."""
         return self.spec.identity.spiffe_id_template.format(
@@ -507,7 +512,7 @@ def _contradictions(
     tier = spec.tier
 
     if ok(_TIER, "spec.gpu.timeSlice", "spec.runtime.shim") and gpu.time_slice is not None:
-        level = "timeslice-shim" if spec.runtime.shim == "enforce" else "timeslice"
+        level = profile.timeslice_isolation()
         if not allows(level):
             why = (
                 "runtime.shim is off, so time-sliced steps would have no limits"

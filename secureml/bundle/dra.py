@@ -11,8 +11,9 @@ put two pods on one GPU (that takes a shared ResourceClaim, which this bundle do
 from __future__ import annotations
 
 from secureml.bundle.common import BundleOptions, Manifest, metadata
-from secureml.gpu import MIG, TimeSlice, WholeGPU, claim_template_name
+from secureml.gpu import claim_template_name
 from secureml.gpu_catalogue import models_offering
+from secureml.gpu_request import MIG, TimeSlice, WholeGPU
 from secureml.profile import TenantProfile
 
 MIG_DEVICE_CLASS = "mig.nvidia.com"

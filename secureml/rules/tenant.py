@@ -15,6 +15,7 @@ from secureml.gpu_catalogue import (
     NVIDIA_RESOURCE_PREFIX,
     RESOURCE_GPU,
 )
+from secureml.gpu_request import ISOLATION_TIMESLICE_SHIM, wire_pattern
 from secureml.profile import TenantProfile
 from secureml.rules._cel import (
     CONTAINER_LISTS,
@@ -140,7 +141,7 @@ class _Catalogue:
     def gpu_matches_label(self) -> list[Rule]:
         """The isolation label tells the truth about the GPU the pod asks for."""
         checks: list[str] = []
-        timeslice_level = "timeslice-shim" if self.spec.runtime.shim == "enforce" else "timeslice"
+        timeslice_level = self.profile.timeslice_isolation()
         if self.gpu.time_slice is not None and self.gpu.backend == "device-plugin":
             shared = quote(self.gpu.time_slice.resource_name)
             checks.append(
@@ -362,7 +363,8 @@ class _Catalogue:
 
     def _claim_kinds(self, template: str) -> list[str]:
         """CEL conditions, one per GPU kind the profile allows: template name and isolation label."""
-        from secureml.gpu import MIG, TimeSlice, claim_template_name
+        from secureml.gpu import claim_template_name
+        from secureml.gpu_request import MIG, TimeSlice
 
         gpu = self.gpu
         kinds: list[str] = []
@@ -374,8 +376,8 @@ class _Catalogue:
             )
             kinds.append(f"(({match}) && {_label_is('mig')})")
         if gpu.time_slice is not None:
-            level = "timeslice-shim" if self.spec.runtime.shim == "enforce" else "timeslice"
-            name = claim_template_name(TimeSlice(memory=1, compute=1))
+            level = self.profile.timeslice_isolation()
+            name = claim_template_name(TimeSlice(memory="1Mi", compute=1))
             kinds.append(f"({template} == {quote(name)} && {_label_is(level)})")
         if gpu.whole_gpu is not None:
             counts = int_range_regex(1, gpu.whole_gpu.max_per_step)
@@ -393,10 +395,10 @@ class _Catalogue:
         scrub = "1" if self.spec.runtime.scrub_on_free else "[01]"
         limits_re = f"^version=1\\nmemory={memory}\\ncompute={compute}\\nscrub_on_free={scrub}\\n$"
         # The request is JSON, which CEL cannot parse: it must be exactly the compact form the
-        # compiler writes (gpu.TimeSlice.to_json), with the bounds as number patterns. One fixed
+        # compiler writes (TimeSlice.to_json), with the bounds as number patterns. One fixed
         # shape leaves no room for a repeated or nested member that a JSON reader would prefer.
-        request_re = f'^\\{{"kind":"timeslice","memory":{memory},"compute":{compute}\\}}$'
-        time_sliced = _label_is("timeslice-shim")
+        request_re = wire_pattern("timeslice", memory=memory, compute=compute)
+        time_sliced = _label_is(ISOLATION_TIMESLICE_SHIM)
         if self.gpu.backend == "device-plugin":
             shared = quote(ts.resource_name)
             time_sliced = f"({time_sliced} || {_any_container_requests(f'k == {shared}')})"

@@ -7,7 +7,8 @@ import csv
 from secureml import contract
 from secureml.bundle import BundleOptions, render_objects
 from secureml.bundle.dra import render
-from secureml.gpu import MIG, TimeSlice, claim_template_name, placement
+from secureml.gpu import claim_template_name, placement
+from secureml.gpu_request import MIG, TimeSlice
 from tests.bundle.conftest import fixtures_dir, load
 
 

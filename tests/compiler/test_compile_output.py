@@ -326,7 +326,7 @@ def test_the_launcher_accepts_what_the_compiler_writes(reference_yaml: str, tmp_
         config = load_config(env)
         assert (config.isolation, config.step, config.identity_required) == (isolation, task, True)
         if isolation != "none":
-            assert config.gpu_request.to_json() == json.loads(env["SECUREML_GPU_REQUEST"])
+            assert config.gpu_request.to_json() == env["SECUREML_GPU_REQUEST"]
         limits = k8s["podMetadata"]["annotations"].get("secureml.dev/limits")
         if limits:
             path = tmp_path / f"{task}.limits"

@@ -7,37 +7,38 @@ from pathlib import Path
 import pytest
 
 from secureml import contract
-from secureml.enforcement.config import (
-    ConfigError,
-    MigRequest,
-    TimeSliceRequest,
-    WholeRequest,
-    load_config,
-    parse_gpu_request,
-)
-from secureml.gpu import MIG, TimeSlice, WholeGPU
+from secureml.enforcement.config import ConfigError, load_config
+from secureml.errors import SecuremlError
+from secureml.gpu_request import MIG, TimeSlice, WholeGPU, decode_gpu_request
 
 
 @pytest.mark.parametrize(
-    ("sdk_request", "expected"),
+    "sdk_request",
     [
-        (MIG("1g.10gb"), MigRequest("1g.10gb", 1)),
-        (MIG("3g.40gb", count=2), MigRequest("3g.40gb", 2)),
-        (TimeSlice(memory=8 * 2**30, compute=25), TimeSliceRequest(8 * 2**30, 25)),
-        (WholeGPU(2, product="NVIDIA-H100-80GB-HBM3"), WholeRequest(2, "NVIDIA-H100-80GB-HBM3")),
-        (WholeGPU(1), WholeRequest(1, None)),
+        MIG("1g.10gb"),
+        MIG("3g.40gb", count=2),
+        TimeSlice(memory="8Gi", compute=25),
+        WholeGPU(2, product="NVIDIA-H100-80GB-HBM3"),
+        WholeGPU(1),
     ],
 )
-def test_parses_what_the_sdk_writes(sdk_request: object, expected: object) -> None:
-    parsed = parse_gpu_request(sdk_request.to_json())  # type: ignore[attr-defined]
-    assert parsed == expected
-    assert parsed.to_json() == expected.to_json()  # type: ignore[attr-defined]
+def test_the_launcher_reads_the_value_the_sdk_writes(
+    sdk_request: MIG | TimeSlice | WholeGPU,
+) -> None:
+    config = load_config(
+        {
+            contract.ENV_ISOLATION: "mig",
+            contract.ENV_GPU_REQUEST: sdk_request.to_json(),
+        }
+    )
+    assert config.gpu_request == sdk_request
+    assert config.gpu_request is not None and config.gpu_request.to_json() == sdk_request.to_json()
 
 
 def test_mig_profile_memory() -> None:
-    assert MigRequest("1g.10gb").memory_gb == 10
-    assert MigRequest("7g.141gb").memory_gb == 141
-    assert MigRequest("1g.10gb+me").memory_gb == 10
+    assert MIG("1g.10gb").memory_gb == 10
+    assert MIG("7g.141gb").memory_gb == 141
+    assert MIG("1g.10gb+me").memory_gb == 10
 
 
 @pytest.mark.parametrize(
@@ -47,19 +48,23 @@ def test_mig_profile_memory() -> None:
         ("[1]", "JSON object"),
         ('{"kind":"vgpu"}', "kind must be one of"),
         ('{"kind":"mig","profile":"big","count":1}', "MIG profile"),
-        ('{"kind":"mig","profile":"1g.10gb","count":0}', "'count'"),
+        ('{"kind":"mig","profile":"1g.10gb","count":0}', "count 0"),
         ('{"kind":"mig","profile":"1g.10gb","memory":5}', "unknown field"),
-        ('{"kind":"timeslice","memory":1024,"compute":101}', "at most 100"),
-        ('{"kind":"timeslice","memory":"8Gi","compute":10}', "'memory'"),
-        ('{"kind":"whole","count":true}', "'count'"),
+        ('{"kind":"timeslice","memory":1073741824,"compute":101}', "from 1 to 100"),
+        ('{"kind":"timeslice","memory":"8Gi","compute":10}', "memory must be a number of bytes"),
+        ('{"kind":"timeslice","memory":1024,"compute":10}', "less than 1Mi"),
+        ('{"kind":"timeslice","compute":10}', "no field(s) ['memory']"),
+        ('{"kind":"whole","count":true}', "count True"),
         ('{"kind":"whole","count":1,"product":""}', "product"),
     ],
 )
 def test_rejects_malformed_requests(text: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        parse_gpu_request(text)
+        load_config({contract.ENV_ISOLATION: "mig", contract.ENV_GPU_REQUEST: text})
     assert fragment in caught.value.diagnostics()
     assert contract.ENV_GPU_REQUEST in caught.value.diagnostics()
+    with pytest.raises(SecuremlError):  # the reports and the local runner read it the same way
+        decode_gpu_request(text, where="test")
 
 
 def test_defaults_for_an_empty_environment() -> None:
@@ -86,7 +91,7 @@ def test_full_environment() -> None:
         }
     )
     assert config.uses_gpu and config.shim_required  # timeslice-shim requires the shim
-    assert config.gpu_request == TimeSliceRequest(2**30, 20)
+    assert config.gpu_request == TimeSlice(memory="1Gi", compute=20)
     assert config.scrub_before and config.scrub_after and config.scrub_verify == "full"
     assert config.image_digest == "sha256:" + "0" * 64
     assert config.watchdog_interval_s == 0.1

@@ -238,4 +238,30 @@ def test_launcher_start_does_not_import_heavy_libraries(tmp_path: Path) -> None:
         if line.startswith("import time:") and "|" in line
     }
     assert "secureml" in imported  # the probe sees the launcher's own imports
-    assert not imported & {"kfp", "grpc", "sigstore", "spiffe", "pynvml", "pydantic", "yaml", "cel"}
+    assert not imported & set(HEAVY)
+
+
+HEAVY = ("kfp", "grpc", "sigstore", "spiffe", "pynvml", "pydantic", "yaml", "cel")
+
+
+def test_reading_a_gpu_request_imports_nothing_heavy() -> None:
+    """The launcher decodes each kind of GPU request with the SDK's own value type
+    (secureml.gpu_request) without pulling in kfp, pydantic or grpc, nor the MIG catalogue."""
+    code = (
+        "import sys\n"
+        "from secureml.enforcement import launch\n"
+        "from secureml.enforcement.config import load_config\n"
+        "for isolation, request in [\n"
+        '    (\'mig\', \'{"kind":"mig","profile":"1g.10gb","count":1}\'),\n'
+        '    (\'timeslice-shim\', \'{"kind":"timeslice","memory":8589934592,"compute":25}\'),\n'
+        '    (\'dedicated\', \'{"kind":"whole","count":2,"product":null}\'),\n'
+        "]:\n"
+        "    config = load_config({'SECUREML_ISOLATION': isolation, 'SECUREML_GPU_REQUEST': request})\n"
+        "    assert config.gpu_request is not None and config.gpu_request.to_json() == request\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(proc.stdout.split())
+    assert "secureml.gpu_request" in loaded
+    assert not {name.split(".")[0] for name in loaded} & set(HEAVY)
+    assert not loaded & {"secureml.gpu_catalogue", "secureml.profile", "secureml.gpu", "tempfile"}

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from secureml import contract
-from secureml.enforcement.config import ConfigError, TimeSliceRequest, load_config
+from secureml.enforcement.config import ConfigError, load_config
 from secureml.enforcement.podinfo import PodInfoError, parse_downward_api, read_podinfo
+from secureml.gpu_request import TimeSlice
 
 REQUEST = '{"kind":"timeslice","memory":1073741824,"compute":25}'
 SPIFFE_ID = "spiffe://acme.example/ns/team-a/pipeline/p/step/train"
@@ -70,7 +71,7 @@ def test_settings_come_from_the_pods_metadata(tmp_path: Path) -> None:
     """The environment need not repeat them: the podinfo files are the source."""
     config = load_config({}, podinfo_dir=_podinfo(tmp_path, LABELS, ANNOTATIONS))
     assert config.isolation == "timeslice-shim"
-    assert config.gpu_request == TimeSliceRequest(1073741824, 25)
+    assert config.gpu_request == TimeSlice(memory="1Gi", compute=25)
     assert (config.tenant, config.step) == ("team-a", "train")
     assert config.expected_spiffe_id == SPIFFE_ID
 

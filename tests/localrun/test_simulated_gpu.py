@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from secureml.enforcement import simulator
+from secureml.gpu_request import MIG, gpu_request_from_dict
 from secureml.localrun import RunLayout, fake_machine_for, run_pipeline
 from secureml.profile import load_profile
 
@@ -28,9 +29,9 @@ def _preflight_in(
 ) -> subprocess.CompletedProcess:
     code = (
         "import json, sys\n"
-        "from secureml.enforcement.config import parse_gpu_request\n"
+        "from secureml.gpu_request import decode_gpu_request\n"
         "from secureml.enforcement.preflight import run_preflight\n"
-        "print(json.dumps(run_preflight(parse_gpu_request(sys.argv[1]), isolation=sys.argv[2])))\n"
+        "print(json.dumps(run_preflight(decode_gpu_request(sys.argv[1], where='test'), isolation=sys.argv[2])))\n"
     )
     return subprocess.run(
         [sys.executable, "-c", code, json.dumps(request), isolation],
@@ -53,7 +54,9 @@ def _preflight_in(
 def test_each_simulated_machine_passes_the_real_preflight(
     tmp_path: Path, request_json, isolation
 ) -> None:
-    machine, visible = fake_machine_for(request_json, tmp_path / "gpu")
+    machine, visible = fake_machine_for(
+        gpu_request_from_dict(request_json, where="test"), tmp_path / "gpu"
+    )
     env = machine.env()
     env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
     proc = _preflight_in(env, request_json, isolation)
@@ -63,7 +66,7 @@ def test_each_simulated_machine_passes_the_real_preflight(
 
 
 def test_a_mig_machine_does_not_pass_for_another_profile(tmp_path: Path) -> None:
-    machine, visible = fake_machine_for({"kind": "mig", "profile": "1g.10gb"}, tmp_path / "gpu")
+    machine, visible = fake_machine_for(MIG("1g.10gb"), tmp_path / "gpu")
     env = machine.env()
     env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
     proc = _preflight_in(env, {"kind": "mig", "profile": "3g.40gb", "count": 1}, "mig")

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from secureml.gpu import MIG, placement
+from secureml.gpu import placement
 from secureml.gpu_catalogue import mig_product_names
+from secureml.gpu_request import MIG
 from secureml.profile import TenantProfile
 from secureml.rules import evaluate, rules_for_profile
 from secureml.rules.placement import placement_rules

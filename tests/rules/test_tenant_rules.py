@@ -103,7 +103,7 @@ def test_shim_limits_bounds_are_inclusive() -> None:
 
 def test_gpu_request_is_the_compilers_exact_form() -> None:
     """Only the compact JSON the compiler writes; nothing a JSON reader could read differently."""
-    from secureml.gpu import TimeSlice
+    from secureml.gpu_request import TimeSlice
 
     assert failed(_timeslice(1024, 50, TimeSlice(memory=1024, compute=50).to_json())) == set()
     for request in (

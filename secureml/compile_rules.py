@@ -119,7 +119,9 @@ def check_task(view: TaskView, profile: TenantProfile) -> list[Violation]:
         add(
             "launcher.no-command",
             "the component has no command; it relies on the image's ENTRYPOINT",
-            "give the container component an explicit command=[...] so the secureml launcher can wrap it",
+            "give the container component an explicit command=[...] so the secureml launcher can "
+            "wrap it, or compile with --resolve-entrypoints to read the digest-pinned image's "
+            "ENTRYPOINT from its registry",
         )
     return found
 

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
 # Signature checks: (task, image) pairs in, one result per pair out (see secureml.supplychain.compile).
 ImageVerifier = Callable[[Sequence[tuple[str, str]]], Sequence[Any]]
+# A digest-pinned image -> its ENTRYPOINT and CMD (secureml.supplychain.entrypoint.image_process).
+EntrypointResolver = Callable[[str], Any]
 
 
 class CompileError(SecuremlError):
@@ -70,7 +72,7 @@ class StepReport:
 
     task: str
     step: str  # the secureml.dev/step label (nested pipeline steps carry their pipeline's name)
-    kind: str  # "secure" (@secure_component), "plain" (profile defaults), "importer"
+    kind: str  # "secure" (@secure_component), "plain" (profile defaults), "importer", "platform"
     image: str = ""
     isolation: str = contract.ISOLATION_NONE
     gpu_request: dict[str, Any] | None = None
@@ -121,6 +123,8 @@ class _Context:
     failed_graphs: set[int] = field(
         default_factory=set
     )  # nested pipelines with violations reported
+    entrypoints: EntrypointResolver | None = None
+    resolved: dict[str, Any] = field(default_factory=dict)  # image -> ImageProcess or error
 
 
 class _AbortBuildError(Exception):
@@ -133,12 +137,16 @@ def compile_pipeline(
     *,
     image_verifier: ImageVerifier | None = None,
     check_admission: bool = True,
+    entrypoint_resolver: EntrypointResolver | None = None,
 ) -> CompiledPipeline:
     """Check and secure `pipeline` (a `@dsl.pipeline` object) for `profile`.
 
     Raise `CompileError` with every violation, or return the compiled YAML and the per-step report.
     `image_verifier` (e.g. a closure over `secureml.supplychain.compile.verify_images_for_compile`)
     checks the images' signatures; without it, signatures are not looked at.
+    `entrypoint_resolver` (`secureml.supplychain.entrypoint.image_process`) reads the ENTRYPOINT
+    of a command-less container component's image, which then becomes the task's command behind
+    the launcher; without it such a task is refused (`launcher.no-command`).
     """
     from kfp.dsl.graph_component import GraphComponent
 
@@ -148,7 +156,7 @@ def compile_pipeline(
             why="secureml compiles pipelines made with @dsl.pipeline",
             fix="decorate the pipeline function with @dsl.pipeline",
         )
-    ctx = _Context(profile=profile, pipeline=pipeline.name)
+    ctx = _Context(profile=profile, pipeline=pipeline.name, entrypoints=entrypoint_resolver)
     try:
         secured = _secure_graph(pipeline, ctx, step_prefix="")
     except _AbortBuildError:
@@ -311,6 +319,12 @@ def _secure_task(name: str, task: PipelineTask, ctx: _Context, step_prefix: str)
     if task.container_spec is None:  # importer: runs inside KFP's own driver, no user code
         ctx.steps.append(StepReport(task=name, step=step, kind="importer"))
         return
+    if task.container_spec.image in contract.KFP_PLATFORM_OP_IMAGES:  # CreatePVC / DeletePVC
+        ctx.steps.append(StepReport(task=name, step=step, kind="platform"))
+        return
+    if not task.container_spec.command and ctx.entrypoints is not None:
+        if not _command_from_image(name, task, ctx):
+            return
     view = _view(name, task)
     found = check_task(view, ctx.profile)
     if found:
@@ -319,6 +333,50 @@ def _secure_task(name: str, task: PipelineTask, ctx: _Context, step_prefix: str)
     report = _apply(task, view, step, ctx)
     ctx.images.append((name, report.image))
     ctx.steps.append(report)
+
+
+def _command_from_image(name: str, task: PipelineTask, ctx: _Context) -> bool:
+    """Write a command-less container task's argv as the image runs it (ENTRYPOINT, then the
+    task's args or else the image's CMD) as its command, so the launcher can wrap it; False (and
+    a `launcher.no-command` violation) when the image's process cannot be read."""
+    container = task.container_spec
+    image = container.image
+    if image not in ctx.resolved:
+        try:
+            ctx.resolved[image] = ctx.entrypoints(image) if ctx.entrypoints else None
+        except SecuremlError as err:
+            ctx.resolved[image] = err
+    found = ctx.resolved[image]
+    if isinstance(found, SecuremlError) or found is None:
+        reason = found.what if isinstance(found, SecuremlError) else "no resolver"
+        fix = found.fix if isinstance(found, SecuremlError) else ""
+        ctx.violations.append(
+            Violation(
+                name,
+                "launcher.no-command",
+                f"the component has no command and its image's ENTRYPOINT could not be read: {reason}",
+                fix or "give the container component an explicit command=[...]",
+            )
+        )
+        return False
+    args = list(container.args or [])
+    if found.entrypoint:
+        container.command = list(found.entrypoint)
+        container.args = args or list(found.cmd)
+    else:  # no ENTRYPOINT: the args (or else CMD) are the whole argv
+        container.command = args or list(found.cmd)
+        container.args = []
+    if not container.command:
+        ctx.violations.append(
+            Violation(
+                name,
+                "launcher.no-command",
+                f"the component has no command and image {image} has neither ENTRYPOINT nor CMD",
+                "give the container component an explicit command=[...]",
+            )
+        )
+        return False
+    return True
 
 
 def _explain_default_image(view: TaskView, found: list[Violation]) -> list[Violation]:

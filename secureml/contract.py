@@ -103,6 +103,10 @@ KFP_DRIVER_REPOSITORY = "ghcr.io/kubeflow/kfp-driver"
 KFP_LAUNCHER_REPOSITORY = "ghcr.io/kubeflow/kfp-launcher"
 ARGOEXEC_REPOSITORY = "quay.io/argoproj/argoexec"
 KFP_SYSTEM_IMAGES = (KFP_DRIVER_REPOSITORY, KFP_LAUNCHER_REPOSITORY, ARGOEXEC_REPOSITORY)
+# KFP's platform operations (kfp.kubernetes.CreatePVC / DeletePVC): the backend's Argo compiler
+# (argocompiler `dummyImages`, release-2.17) runs only the driver for a task with one of these
+# images, which makes the PVC call itself; no container of the image ever runs.
+KFP_PLATFORM_OP_IMAGES = ("argostub/createpvc", "argostub/deletepvc")
 # The system containers by name, and the paths their commands use (secureml/preview.py and
 # secureml/argo_pod.py build them; secureml/rules/scope.py admits exactly these shapes).
 KFP_LAUNCHER_CONTAINER = "kfp-launcher"  # init container: `launcher-v2 --copy KFP_LAUNCHER_BINARY`

@@ -241,6 +241,16 @@ def check_before_running(
             fix="add --simulate-gpu to run the GPU stages against the fake CUDA driver and NVML "
             "(clearly labelled as simulated), or run on a machine with a GPU",
         )
+    platform = [
+        s.name for s in steps if s.container.get("image") in contract.KFP_PLATFORM_OP_IMAGES
+    ]
+    if platform:
+        raise SecuremlError(
+            f"step(s) {', '.join(platform)} are KFP platform operations (kubernetes.CreatePVC / "
+            "DeletePVC), which a local run cannot run",
+            why="KFP's driver makes those Kubernetes calls in a cluster; kfp.local has no driver",
+            fix="run the pipeline in a cluster (`secureml compile`, then submit it)",
+        )
     outside = [s.name for s in steps if not s.under_launcher]
     if outside:
         raise SecuremlError(

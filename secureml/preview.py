@@ -131,6 +131,8 @@ def preview_pods(
         executor = executors.get(executor_label, {})
         if "container" not in executor:
             continue  # importer: runs inside KFP's driver
+        if executor["container"].get("image") in contract.KFP_PLATFORM_OP_IMAGES:
+            continue  # CreatePVC / DeletePVC: KFP's driver makes the call, no executor pod
         template = _executor_template(
             _pipeline_name(pipeline_spec),
             executor["container"],

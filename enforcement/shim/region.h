@@ -15,7 +15,6 @@
 struct region_device {
     unsigned char uuid[16];
     uint32_t in_use, pad;
-    uint64_t used;      /* bytes charged now: the sum of procs[].charged[this device] */
     uint64_t peak;
     uint64_t refused;   /* allocations refused */
     uint64_t throttled; /* launches delayed by the compute limit */
@@ -38,7 +37,6 @@ struct region_proc {
     uint32_t pad;
     uint64_t start_time; /* /proc/<pid>/stat starttime: tells a reused pid apart */
     uint64_t gone_ns;    /* when it was first seen gone; 0: alive */
-    uint64_t charged[REGION_DEVICES];
     /* Charged bytes the driver may not hold yet (an allocation in flight) or any more (a free in
      * flight). Written by the process itself, read by whoever reconciles with the driver. */
     uint64_t pending_alloc[REGION_DEVICES];
@@ -60,6 +58,9 @@ struct region {
     uint64_t claims_refused; /* claims of the launcher role refused */
     struct region_device dev[REGION_DEVICES];
     struct region_proc procs[REGION_PROCS];
+    /* charged[device][proc]: bytes procs[proc] has charged on the device; 0 for a free entry. A
+     * device's use is the sum of its row (kept together so that summing it is cheap). */
+    uint64_t charged[REGION_DEVICES][REGION_PROCS];
 };
 
 #endif

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -76,7 +77,7 @@ static struct shim {
     struct region *region;
     int me; /* index of this process in region->procs, -1 until it first charges */
     int dev_slot[MAX_ORDINALS]; /* CUDA ordinal -> region device, -1 unknown */
-    pthread_mutex_t table_lock;
+    int table_lock; /* a spin lock: held for a few table operations only */
     struct entry *table;
     size_t cap, count;
     uint64_t last_counters_ns;
@@ -91,7 +92,6 @@ static struct shim {
 } S = {
     .once = PTHREAD_ONCE_INIT,
     .me = -1,
-    .table_lock = PTHREAD_MUTEX_INITIALIZER,
     .nvml_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
@@ -250,26 +250,37 @@ static uint64_t process_start_time(int pid) {
 
 /* ------------------------------------------------------------------ the shared region -------- */
 
-static void region_repair(struct region *r) {
-    /* A process died holding the lock: rebuild every device total from the per-process charges. */
-    for (int d = 0; d < REGION_DEVICES; d++) {
-        uint64_t used = 0;
-        for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++)
-            if (r->procs[p].pid) used += r->procs[p].charged[d];
-        r->dev[d].used = used;
-    }
-}
-
 static void region_lock(void) {
     int rc = pthread_mutex_lock(&S.region->lock);
     if (rc == EOWNERDEAD) {
-        region_repair(S.region);
+        /* Nothing to rebuild: a device's use is always the sum of the per-process charges, and each
+         * process changes only its own (docs/shim.md "Robust lock"). */
         pthread_mutex_consistent(&S.region->lock);
-        logf_(LOG_WARN, "a process died holding the accounting lock; totals rebuilt");
+        logf_(LOG_WARN, "a process died holding the accounting lock; lock recovered");
     }
 }
 
 static void region_unlock(void) { pthread_mutex_unlock(&S.region->lock); }
+
+/* What the step has charged on a device: the sum of its processes' charges (gone ones included,
+ * until the driver frees their memory). Exact under the lock; without it, a free in progress may
+ * still be counted (never the reverse). */
+static uint64_t device_used(int slot) {
+    struct region *r = S.region;
+    if (!r || slot < 0) return 0;
+    uint64_t used = 0;
+    uint32_t n = __atomic_load_n(&r->nprocs, __ATOMIC_ACQUIRE);
+    for (uint32_t p = 0; p < n && p < REGION_PROCS; p++)
+        used += __atomic_load_n(&r->charged[slot][p], __ATOMIC_ACQUIRE);
+    return used;
+}
+
+static uint64_t charge_of(uint64_t bytes) {
+    if (bytes > UINT64_MAX - CHARGE_GRANULE) return UINT64_MAX;
+    return (bytes + CHARGE_GRANULE - 1) & ~(CHARGE_GRANULE - 1);
+}
+
+static void reconcile_locked(int slot, int urgent);
 
 static int entry_alive(const struct region_proc *pr) {
     return pr->start_time ? process_start_time(pr->pid) == pr->start_time : (kill(pr->pid, 0) == 0 || errno == EPERM);
@@ -290,7 +301,7 @@ static void mark_gone(void) {
             logf_(LOG_INFO, "process %d is gone; its charges wait for the driver to free its memory", pr->pid);
         }
         uint64_t held = 0;
-        for (int d = 0; d < REGION_DEVICES; d++) held |= pr->charged[d];
+        for (int d = 0; d < REGION_DEVICES; d++) held |= r->charged[d][p];
         if (!held) pr->pid = 0;
     }
 }
@@ -304,6 +315,7 @@ static int my_entry(void) {
         for (uint32_t p = 0; p < REGION_PROCS; p++) {
             if (r->procs[p].pid) continue;
             memset(&r->procs[p], 0, sizeof r->procs[p]);
+            for (int d = 0; d < REGION_DEVICES; d++) r->charged[d][p] = 0; /* already 0: freed only then */
             r->procs[p].start_time = process_start_time(pid);
             r->procs[p].pid = pid;
             if (p + 1 > r->nprocs) r->nprocs = p + 1;
@@ -419,7 +431,7 @@ static void write_counters(void);
 
 static void at_fork_child(void) {
     /* The child's device allocations (none survive fork) and process entry are its own. */
-    pthread_mutex_init(&S.table_lock, NULL);
+    S.table_lock = 0;
     pthread_mutex_init(&S.nvml_lock, NULL);
     if (S.table) memset(S.table, 0, S.cap * sizeof *S.table);
     S.count = 0;
@@ -450,10 +462,12 @@ static void init_once(void) {
     }
     resolve_cuda();
     pthread_atfork(NULL, NULL, at_fork_child);
-    S.initialised = 1;
+    __atomic_store_n(&S.initialised, 1, __ATOMIC_RELEASE);
 }
 
-static inline void init(void) { pthread_once(&S.once, init_once); }
+static inline void init(void) {
+    if (__builtin_expect(!__atomic_load_n(&S.initialised, __ATOMIC_ACQUIRE), 0)) pthread_once(&S.once, init_once);
+}
 
 /* Whether this process is the step's launcher: then every hook calls the driver unchanged. */
 static inline int pass_through(void) { return __atomic_load_n(&S.launcher, __ATOMIC_ACQUIRE); }
@@ -489,7 +503,7 @@ static void write_counters_locked(void) {
             char uuid[64];
             format_uuid(dv->uuid, uuid, sizeof uuid, "GPU");
             OUT("device.%d.uuid=%s\ndevice.%d.used=%llu\ndevice.%d.peak=%llu\ndevice.%d.refused=%llu\ndevice.%d.throttled=%llu\n",
-                devices, uuid, devices, (unsigned long long)dv->used, devices, (unsigned long long)dv->peak, devices,
+                devices, uuid, devices, (unsigned long long)device_used(d), devices, (unsigned long long)dv->peak, devices,
                 (unsigned long long)dv->refused, devices, (unsigned long long)__atomic_load_n(&dv->throttled, __ATOMIC_RELAXED));
             refused += dv->refused;
             reclaimed += dv->reclaimed;
@@ -538,7 +552,7 @@ __attribute__((destructor)) static void shim_fini(void) {
     region_lock();
     if (S.me >= 0 && S.region->procs[S.me].pid == (int32_t)getpid()) {
         uint64_t held = 0;
-        for (int d = 0; d < REGION_DEVICES; d++) held |= S.region->procs[S.me].charged[d];
+        for (int d = 0; d < REGION_DEVICES; d++) held |= S.region->charged[d][S.me];
         if (!held) S.region->procs[S.me].pid = 0, S.me = -1;
     }
     write_counters_locked();
@@ -633,13 +647,6 @@ static int current_slot(void) {
 
 /* ------------------------------------------------------------------ charging ----------------- */
 
-static uint64_t charge_of(uint64_t bytes) {
-    if (bytes > UINT64_MAX - CHARGE_GRANULE) return UINT64_MAX;
-    return (bytes + CHARGE_GRANULE - 1) & ~(CHARGE_GRANULE - 1);
-}
-
-static void reconcile_locked(int slot, int urgent);
-
 /* Check and charge in one step under the region lock. 0 on success, -1 when over the limit. The
  * charge counts as in flight (pending_alloc) until charge_done says what the driver did. */
 static int charge(int slot, uint64_t bytes) {
@@ -652,17 +659,18 @@ static int charge(int slot, uint64_t bytes) {
     struct region_device *d = &r->dev[slot];
     region_lock();
     int me = my_entry();
-    int fits = me >= 0 && bytes <= S.limits.memory && d->used <= S.limits.memory - bytes;
+    uint64_t used = device_used(slot);
+    int fits = me >= 0 && bytes <= S.limits.memory && used <= S.limits.memory - bytes;
     if (!fits && me >= 0) {
         reconcile_locked(slot, 1);
-        fits = bytes <= S.limits.memory && d->used <= S.limits.memory - bytes;
+        used = device_used(slot);
+        fits = bytes <= S.limits.memory && used <= S.limits.memory - bytes;
     }
     if (fits) {
         struct region_proc *pr = &r->procs[me];
-        d->used += bytes;
-        pr->charged[slot] += bytes;
         __atomic_store_n(&pr->pending_alloc[slot], pr->pending_alloc[slot] + bytes, __ATOMIC_RELAXED);
-        if (d->used > d->peak) d->peak = d->used;
+        __atomic_store_n(&r->charged[slot][me], r->charged[slot][me] + bytes, __ATOMIC_RELEASE);
+        if (used + bytes > d->peak) d->peak = used + bytes;
     } else d->refused++;
     region_unlock();
     if (!fits) {
@@ -673,56 +681,41 @@ static int charge(int slot, uint64_t bytes) {
     return fits ? 0 : -1;
 }
 
-/* Takes `bytes` off this process's charge (and off its in-flight counter `pending`, if given). */
-static void uncharge_locked(int slot, uint64_t bytes, uint64_t *pending) {
-    struct region *r = S.region;
-    if (S.me < 0) return;
-    uint64_t *mine = &r->procs[S.me].charged[slot];
-    uint64_t take = bytes <= *mine ? bytes : *mine;
-    *mine -= take;
-    r->dev[slot].used -= take <= r->dev[slot].used ? take : r->dev[slot].used;
-    if (pending) __atomic_store_n(pending, *pending >= bytes ? *pending - bytes : 0, __ATOMIC_RELEASE);
+/* Only the process itself changes its charges and in-flight counters (reconcile_locked changes those
+ * of gone processes): a decrease needs no lock. Orders: a charge goes before its in-flight mark, so
+ * that a reader who sees the mark gone also sees the charge gone. */
+static void sub_own(uint64_t *field, uint64_t bytes) {
+    uint64_t v = __atomic_load_n(field, __ATOMIC_RELAXED);
+    __atomic_store_n(field, v >= bytes ? v - bytes : 0, __ATOMIC_RELEASE);
 }
 
 /* After the driver call of a charge: the driver holds the memory now (ok), or never will (undo). */
 static void charge_done(int slot, uint64_t bytes, int ok) {
     if (S.me < 0) return;
-    uint64_t *pending = &S.region->procs[S.me].pending_alloc[slot];
-    if (ok) {
-        /* Release order: whoever reads 0 here finds the allocation in the driver's answer. */
-        __atomic_store_n(pending, *pending >= bytes ? *pending - bytes : 0, __ATOMIC_RELEASE);
-        return;
-    }
-    region_lock();
-    uncharge_locked(slot, bytes, pending);
-    region_unlock();
+    struct region_proc *pr = &S.region->procs[S.me];
+    if (!ok) sub_own(&S.region->charged[slot][S.me], bytes);
+    sub_own(&pr->pending_alloc[slot], bytes); /* release: the driver's answer now has it (or never will) */
 }
 
 /* Before the driver frees charged memory: from now on the driver may no longer hold it. */
 static void free_begin(int slot, uint64_t bytes) {
     if (S.me < 0) return;
     uint64_t *pending = &S.region->procs[S.me].pending_free[slot];
-    __atomic_store_n(pending, *pending + bytes, __ATOMIC_SEQ_CST); /* visible before the driver frees */
+    __atomic_store_n(pending, *pending + bytes, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE); /* visible before the driver's own writes of the free */
 }
 
 /* After the driver's free: the charge goes (ok), or the memory is still held (not ok). */
 static void free_done(int slot, uint64_t bytes, int ok) {
     if (S.me < 0) return;
-    uint64_t *pending = &S.region->procs[S.me].pending_free[slot];
-    if (!ok) {
-        __atomic_store_n(pending, *pending >= bytes ? *pending - bytes : 0, __ATOMIC_RELEASE);
-        return;
-    }
-    region_lock();
-    uncharge_locked(slot, bytes, pending);
-    region_unlock();
+    struct region_proc *pr = &S.region->procs[S.me];
+    if (ok) sub_own(&S.region->charged[slot][S.me], bytes);
+    sub_own(&pr->pending_free[slot], bytes);
 }
 
 /* Lowers a charge to what the driver really holds (the driver holds less than was charged). */
 static void uncharge(int slot, uint64_t bytes) {
-    region_lock();
-    uncharge_locked(slot, bytes, NULL);
-    region_unlock();
+    if (S.me >= 0) sub_own(&S.region->charged[slot][S.me], bytes);
 }
 
 /* ------------------------------------------------------------------ allocation table --------- */
@@ -753,8 +746,15 @@ static int table_grow(void) {
     return 0;
 }
 
+static void table_lock(void) {
+    while (__atomic_exchange_n(&S.table_lock, 1, __ATOMIC_ACQUIRE))
+        while (__atomic_load_n(&S.table_lock, __ATOMIC_RELAXED)) sched_yield();
+}
+
+static void table_unlock(void) { __atomic_store_n(&S.table_lock, 0, __ATOMIC_RELEASE); }
+
 static int table_put(struct entry e) {
-    pthread_mutex_lock(&S.table_lock);
+    table_lock();
     int rc = 0;
     if ((S.count + 1) * 2 > S.cap) rc = table_grow();
     if (rc == 0) {
@@ -763,13 +763,13 @@ static int table_put(struct entry e) {
         if (!S.table[j].key) S.count++;
         S.table[j] = e;
     }
-    pthread_mutex_unlock(&S.table_lock);
+    table_unlock();
     return rc;
 }
 
 /* Removes and returns the entry for `key`; 0 when found. Backward-shift deletion keeps probes short. */
 static int table_take(uint64_t key, struct entry *out) {
-    pthread_mutex_lock(&S.table_lock);
+    table_lock();
     int rc = -1;
     if (S.cap) {
         size_t j = table_hash(key, S.cap);
@@ -789,7 +789,7 @@ static int table_take(uint64_t key, struct entry *out) {
             S.table[hole].key = 0;
         }
     }
-    pthread_mutex_unlock(&S.table_lock);
+    table_unlock();
     return rc;
 }
 
@@ -1050,11 +1050,6 @@ EXPORT CUresult CUDAAPI cuMemGetInfo(unsigned int *free_bytes, unsigned int *tot
 
 /* ------------------------------------------------------------------ memory information ------- */
 
-static uint64_t used_on(int slot) {
-    if (!S.region || slot < 0) return 0;
-    return __atomic_load_n(&S.region->dev[slot].used, __ATOMIC_RELAXED);
-}
-
 /* Reconciles gone processes at most once per period, so that reports recover after a crash. */
 static void reclaim_occasionally(int slot) {
     uint64_t t = now_ns();
@@ -1080,7 +1075,7 @@ EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     int slot = current_slot();
     reclaim_occasionally(slot);
     uint64_t t, f;
-    virtualise(*total, *free_bytes, used_on(slot), &t, &f);
+    virtualise(*total, *free_bytes, device_used(slot), &t, &f);
     *total = (size_t)t, *free_bytes = (size_t)f;
     return rc;
 }
@@ -1217,7 +1212,7 @@ static void reconcile_locked(int slot, int urgent) {
     mark_gone();
     uint64_t dead = 0;
     for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++)
-        if (r->procs[p].pid && r->procs[p].gone_ns) dead += r->procs[p].charged[slot];
+        if (r->procs[p].pid && r->procs[p].gone_ns) dead += r->charged[slot][p];
     uint64_t t = now_ns();
     if (!dead || t - dv->last_reconcile_ns < (urgent ? RECONCILE_MIN_NS : RECONCILE_EVERY_NS)) return;
     dv->last_reconcile_ns = t;
@@ -1233,9 +1228,11 @@ static void reconcile_locked(int slot, int urgent) {
     for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++) {
         struct region_proc *pr = &r->procs[p];
         if (!pr->pid || pr->gone_ns) continue;
+        /* A free in flight is read before the charge it lowers (see sub_own). */
         uint64_t unsure = pending_alloc[p] + __atomic_load_n(&pr->pending_free[slot], __ATOMIC_ACQUIRE);
-        sure += pr->charged[slot] > unsure ? pr->charged[slot] - unsure : 0;
-        if (pr->charged[slot] && v.have_pids && listed(&v, pr->pid)) comparable = 1;
+        uint64_t charged = __atomic_load_n(&r->charged[slot][p], __ATOMIC_ACQUIRE);
+        sure += charged > unsure ? charged - unsure : 0;
+        if (charged && v.have_pids && listed(&v, pr->pid)) comparable = 1;
     }
     if (!comparable && !v.have_used) {
         logf_(LOG_WARN, "device %d: no driver information; gone processes keep their charges", slot);
@@ -1244,12 +1241,11 @@ static void reconcile_locked(int slot, int urgent) {
     uint64_t bound = v.have_used && v.used > sure ? v.used - sure : 0;
     for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++) {
         struct region_proc *pr = &r->procs[p];
-        uint64_t c = pr->charged[slot];
+        uint64_t c = r->charged[slot][p];
         if (!pr->pid || !pr->gone_ns || !c) continue;
         uint64_t take = comparable ? (listed(&v, pr->pid) ? 0 : c) : dead > bound ? (dead - bound < c ? dead - bound : c) : 0;
         if (!take) continue;
-        pr->charged[slot] -= take;
-        dv->used -= take <= dv->used ? take : dv->used;
+        r->charged[slot][p] -= take;
         dv->reclaimed += take;
         dead -= take;
         logf_(LOG_INFO, "released %llu bytes of gone process %d on device %d: the driver freed them", (unsigned long long)take,
@@ -1266,7 +1262,7 @@ EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMem
     if (rc != NVML_SUCCESS || !memory || pass_through()) return rc;
     int slot = slot_of_nvml(device);
     reclaim_occasionally(slot);
-    uint64_t used = used_on(slot), t, f;
+    uint64_t used = device_used(slot), t, f;
     virtualise(memory->total, memory->free, used, &t, &f);
     memory->total = t, memory->free = f, memory->used = used < t ? used : t;
     return rc;
@@ -1280,7 +1276,7 @@ EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvml
     if (rc != NVML_SUCCESS || !memory || pass_through()) return rc;
     int slot = slot_of_nvml(device);
     reclaim_occasionally(slot);
-    uint64_t used = used_on(slot), t, f;
+    uint64_t used = device_used(slot), t, f;
     virtualise(memory->total, memory->free, used, &t, &f);
     memory->total = t, memory->free = f, memory->used = used < t ? used : t, memory->reserved = 0;
     return rc;

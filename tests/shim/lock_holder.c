@@ -15,7 +15,7 @@ int main(int argc, char **argv) {
     struct region *r = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (r == MAP_FAILED || r->magic != REGION_MAGIC) return fprintf(stderr, "not a region\n"), 4;
     pthread_mutex_lock(&r->lock);
-    r->dev[0].used += 1 << 20; /* a half-done update: the total no longer matches the charges */
+    r->dev[0].refused++; /* mid-update */
     printf("locked\n");
     fflush(stdout);
     pause();

@@ -6,7 +6,7 @@
  *   shim_driver fill CHUNK                           allocate CHUNK until refused; print the total
  *   shim_driver launch SECONDS                       launch kernels back to back for SECONDS
  *   shim_driver hooks                                every intercepted entry point once
- *   shim_driver bench N alloc|launch START_NS         ns per call (alloc/free pairs count as 2)
+ *   shim_driver bench N alloc|launch|info START_NS    ns per operation (an alloc+free pair, a launch, a cuMemGetInfo)
  */
 #define _GNU_SOURCE
 #include "cuda_api.h"
@@ -183,26 +183,55 @@ static int hooks(void) {
     return 0;
 }
 
-/* ns per call of one kind, timed from `start_ns` (CLOCK_MONOTONIC) so that contending processes
- * run together; 1000 untimed calls first take one-time set-up out of the figure. */
-static void bench_once(int alloc) {
+/* ns per operation of one kind (a 4 KiB cuMemAlloc_v2 + cuMemFree_v2 pair, a cuLaunchKernel, a
+ * cuMemGetInfo_v2), timed from `start_ns` (CLOCK_MONOTONIC) so that contending processes run
+ * together; 1000 untimed operations first take one-time set-up out of the figure. */
+enum { OP_ALLOC, OP_LAUNCH, OP_INFO };
+static void bench_once(int op) {
     CUdeviceptr p;
-    if (alloc) {
+    size_t free_b, total;
+    if (op == OP_ALLOC) {
         CHECK(cuMemAlloc_v2(&p, 4096));
         CHECK(cuMemFree_v2(p));
-    } else {
+    } else if (op == OP_LAUNCH) {
         CHECK(cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+    } else {
+        CHECK(cuMemGetInfo_v2(&free_b, &total));
     }
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Prints the whole run's wall-clock ns per operation, and the median over batches of 1000 of the
+ * thread's CPU time per operation: on a loaded machine the time the process was preempted does not
+ * count there, so it shows the cost itself. */
 static int bench(long n, const char *what, long long start_ns) {
-    int alloc = !strcmp(what, "alloc");
-    for (int warm = 0; warm < 1000; warm++) bench_once(alloc);
+    int op = !strcmp(what, "alloc") ? OP_ALLOC : !strcmp(what, "launch") ? OP_LAUNCH : OP_INFO;
+    enum { BATCH = 1000 };
+    long batches = n / BATCH > 0 ? n / BATCH : 1;
+    double *per_batch = calloc((size_t)batches, sizeof *per_batch);
+    if (!per_batch) return 3;
+    for (int warm = 0; warm < 1000; warm++) bench_once(op);
     while (now_s() * 1e9 < (double)start_ns) {}
     double t0 = now_s();
-    for (long i = 0; i < n; i++) bench_once(alloc);
+    for (long b = 0; b < batches; b++) {
+        double b0 = cpu_s();
+        for (int i = 0; i < BATCH; i++) bench_once(op);
+        per_batch[b] = (cpu_s() - b0) * 1e9 / BATCH;
+    }
     double t1 = now_s();
-    printf("{\"ns_per_call\": %.2f}\n", (t1 - t0) * 1e9 / (double)n / (alloc ? 2 : 1));
+    qsort(per_batch, (size_t)batches, sizeof *per_batch, cmp_double);
+    printf("{\"ns_per_op\": %.2f, \"cpu_ns_per_op\": %.2f}\n", (t1 - t0) * 1e9 / (double)(batches * BATCH), per_batch[batches / 2]);
+    free(per_batch);
     return 0;
 }
 

@@ -72,3 +72,10 @@ class ClusterError(SecuremlError):
     """The cluster could not be used: kubeconfig unusable, API server unreachable or missing an API."""
 
     exit_code = 2
+
+
+class NetworkError(SecuremlError):
+    """A service the command needs did not answer (an image registry, a TUF repository): the
+    environment is unusable, which says nothing about the input, so exit 2 and not a violation."""
+
+    exit_code = 2

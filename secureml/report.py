@@ -1,6 +1,6 @@
 """The compliance report of `secureml compile`: a table per step on the terminal, the same as JSON.
 
-A compliant report is `CompiledPipeline.report()`; a refused one `violation_report(...)`. Both have
+The terminal table is `text_table`'s (rich). A compliant report is `CompiledPipeline.report()`; a refused one `violation_report(...)`. Both have
 `pipeline`, `profile`, `result` ("compliant" | "violations"), `steps` and `violations`.
 """
 
@@ -10,6 +10,8 @@ import json
 from typing import Any
 
 from secureml.compile_rules import Violation
+from secureml.gpu_request import gpu_request_from_dict
+from secureml.text_table import render_table
 
 
 def violation_report(pipeline: str, profile: str, violations: list[Violation]) -> dict[str, Any]:
@@ -27,20 +29,6 @@ def to_json(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=2, sort_keys=True) + "\n"
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [
-        max(len(header), *(len(row[i]) for row in rows)) if rows else len(header)
-        for i, header in enumerate(headers)
-    ]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(
-            cell.ljust(width) for cell, width in zip(cells, widths, strict=True)
-        ).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(row) for row in rows)])
-
-
 def render_text(report: dict[str, Any]) -> str:
     """The terminal form: one row per step (or per violation), then a one-line verdict."""
     title = f"pipeline {report['pipeline']}  profile {report['profile']}"
@@ -53,29 +41,40 @@ def render_text(report: dict[str, Any]) -> str:
         ]
         verdict = f"{len(violations)} violation(s): not compiled (docs/rules.md explains each rule)"
         return f"{title}\n" + "\n".join(blocks) + f"\n{verdict}\n"
-    rows = []
-    for step in report["steps"]:
-        gpu = step["resources"] or "-"
-        signer = step["signature"]["signer"] if step.get("signature") else "-"
-        rows.append(
-            [
-                step["task"],
-                step["kind"],
-                step["isolation"],
-                gpu,
-                ", ".join(step["scheduling"]) or "-",
-                "yes" if step["spiffe_id"] else "no",
-                signer,
-                ", ".join(step["controls"]) or "-",
-            ]
-        )
-    body = _table(
+    body = render_table(
         ["TASK", "KIND", "ISOLATION", "GPU", "SCHEDULING", "IDENTITY", "SIGNED BY", "CONTROLS"],
-        rows,
+        step_rows(report),
     )
     admission = (
         "admission rules checked on previewed pods"
         if report.get("admissionChecked")
         else "admission rules not checked (compiled with check_admission=False)"
     )
-    return f"{title}\n{body}\ncompliant: {len(rows)} step(s); {admission}\n"
+    return f"{title}\n{body}\ncompliant: {len(report['steps'])} step(s); {admission}\n"
+
+
+def step_rows(report: dict[str, Any]) -> list[list[str]]:
+    """One table row per step of a compliant report."""
+    return [
+        [
+            step["task"],
+            step["kind"],
+            step["isolation"],
+            _gpu_cell(step),
+            ", ".join(step["scheduling"]) or "-",
+            "yes" if step["spiffe_id"] else "no",
+            step["signature"]["signer"] if step.get("signature") else "-",
+            ", ".join(step["controls"]) or "-",
+        ]
+        for step in report["steps"]
+    ]
+
+
+def _gpu_cell(step: dict[str, Any]) -> str:
+    """What the step asked for and what its pod carries: `time-slice 8Gi/25% (nvidia.com/gpu.shared
+    x1)`, `MIG 1g.10gb x1 (claim secureml-mig-1g-10gb)`, `-` without a GPU."""
+    request = step.get("gpu_request")
+    if not request:
+        return step["resources"] or "-"
+    asked = gpu_request_from_dict(request, where=f"step {step['task']}").describe()
+    return f"{asked} ({step['resources']})" if step["resources"] else asked

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from secureml.cli import app, run_cli
-from secureml.cli.verify import IdentityOpt, IdentityRegexpOpt, IssuerOpt, TrustedRootOpt
+from secureml.cli.options import (
+    FormatOption,
+    IdentityOption,
+    IdentityRegexpOption,
+    IssuerOption,
+    OutputFormat,
+    TrustedRootOption,
+)
+from secureml.cli.output import NO, emit_json, run_cli
 
 if TYPE_CHECKING:
     from secureml.compiler import ImageVerifier
@@ -17,33 +24,55 @@ if TYPE_CHECKING:
     from secureml.supplychain.compile import ImageVerification
 
 
-@app.command("compile")
 @run_cli
 def compile_command(
-    file: Annotated[Path, typer.Argument(help="Python file with the @dsl.pipeline to compile.")],
-    profile: Annotated[Path, typer.Option("--profile", help="The tenant's TenantProfile YAML.")],
+    file: Annotated[
+        Path,
+        typer.Argument(metavar="FILE", help="Python file with the @dsl.pipeline to compile."),
+    ],
+    profile: Annotated[
+        Path,
+        typer.Option("--profile", metavar="FILE", help="The tenant's TenantProfile YAML."),
+    ],
     pipeline: Annotated[
-        str | None, typer.Option("--pipeline", help="Which pipeline, when the file has several.")
+        str | None,
+        typer.Option(
+            "--pipeline", metavar="NAME", help="Which pipeline, when the file has several."
+        ),
     ] = None,
     output: Annotated[
         Path | None,
         typer.Option(
-            "-o", "--output", help="Pipeline YAML to write (default: FILE's name with .yaml, here)."
+            "-o",
+            "--output",
+            metavar="FILE",
+            help="Pipeline YAML to write (default: FILE's name with .yaml, here); never an input.",
         ),
     ] = None,
     report: Annotated[
-        Path | None, typer.Option("--report", help="Also write the compliance report as JSON.")
+        Path | None,
+        typer.Option("--report", metavar="FILE", help="Also write the compliance report as JSON."),
     ] = None,
     bundles: Annotated[
         Path | None,
         typer.Option(
-            "--bundles", help="Folder of image Sigstore bundles, sha256-<hex>.sigstore.json."
+            "--bundles",
+            metavar="DIR",
+            help="Folder of image Sigstore bundles, sha256-<hex>.sigstore.json.",
         ),
     ] = None,
     fetch_bundles: Annotated[
         bool,
         typer.Option(
             "--fetch-bundles", help="Read missing image bundles from the registry (OCI referrers)."
+        ),
+    ] = False,
+    resolve_entrypoints: Annotated[
+        bool,
+        typer.Option(
+            "--resolve-entrypoints",
+            help="Read a command-less container component's ENTRYPOINT from its digest-pinned "
+            "image in the registry and put the launcher in front of it.",
         ),
     ] = False,
     require_signed_profile: Annotated[
@@ -56,16 +85,31 @@ def compile_command(
     profile_bundle: Annotated[
         Path | None,
         typer.Option(
-            "--profile-bundle", help="The profile's bundle (default: PROFILE.sigstore.json)."
+            "--profile-bundle",
+            metavar="FILE",
+            help="The profile's bundle (default: PROFILE.sigstore.json).",
         ),
     ] = None,
-    certificate_identity: IdentityOpt = None,
-    certificate_identity_regexp: IdentityRegexpOpt = None,
-    certificate_oidc_issuer: IssuerOpt = None,
-    trusted_root: TrustedRootOpt = None,
+    certificate_identity: IdentityOption = None,
+    certificate_identity_regexp: IdentityRegexpOption = None,
+    certificate_oidc_issuer: IssuerOption = None,
+    trusted_root: TrustedRootOption = None,
+    output_format: FormatOption = "text",
 ) -> None:
-    """Compile FILE for a tenant: every violation at once (exit 1), or the YAML and a per-step report."""
+    """Compile FILE for a tenant: every violation at once, or the YAML and a per-step report.
+
+    Exit 0: compliant, YAML written. 1: rule violations (nothing written but --report). 2: unusable input (pipeline file, profile, flags, output path) or a registry that cannot be reached.
+    """
     from secureml import report as reports
+    from secureml.output_paths import check_output, write_text
+    from secureml.supplychain.profiles import default_profile_bundle
+
+    target = output or Path(file.stem + ".yaml")
+    inputs = [file, profile, profile_bundle or default_profile_bundle(profile)]
+    check_output(target, "-o" if output else "the default output", inputs)
+    if report is not None:
+        check_output(report, "--report", [*inputs, target])
+
     from secureml.compiler import CompileError, compile_pipeline
     from secureml.pipeline_loader import load_pipeline
     from secureml.profile import parse_profile, read_profile_bytes
@@ -85,20 +129,43 @@ def compile_command(
     graph = load_pipeline(file, pipeline)
     verifier = _image_verifier(tenant, profile, bundles, fetch_bundles)
     try:
-        result = compile_pipeline(graph, tenant, image_verifier=verifier)
+        result = compile_pipeline(
+            graph,
+            tenant,
+            image_verifier=verifier,
+            entrypoint_resolver=_resolver(resolve_entrypoints),
+        )
     except CompileError as err:
         data = reports.violation_report(graph.name, tenant.metadata.name, err.violations)
         if report is not None:
-            report.write_text(reports.to_json(data), encoding="utf-8")
-        typer.echo(reports.render_text(data), err=True, nl=False)
-        raise typer.Exit(1) from None
-    target = output or Path(file.stem + ".yaml")
-    result.write(target)
+            write_text(report, reports.to_json(data), "--report")
+        _print(data, output_format, None)
+        raise typer.Exit(NO) from None
+    write_text(target, result.yaml_text, "-o")
     data = result.report()
     if report is not None:
-        report.write_text(reports.to_json(data), encoding="utf-8")
-    typer.echo(reports.render_text(data), nl=False)
-    typer.echo(f"wrote {target}")
+        write_text(report, reports.to_json(data), "--report")
+    _print(data, output_format, target)
+
+
+def _resolver(enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from secureml.supplychain.entrypoint import image_process
+
+    return image_process
+
+
+def _print(data: dict[str, Any], output_format: OutputFormat, written: Path | None) -> None:
+    """The report as JSON on stdout, or as text (on stderr when refused)."""
+    from secureml.report import render_text
+
+    if output_format == "json":
+        emit_json({**data, "output": str(written) if written else None})
+        return
+    typer.echo(render_text(data), err=written is None, nl=False)
+    if written is not None:
+        typer.echo(f"wrote {written}")
 
 
 def _image_verifier(
@@ -127,10 +194,10 @@ def _verify_profile(
     issuer: str | None,
     trusted_root: str | None,
 ) -> None:
-    from secureml.supplychain.identity import identities_from_flags
+    from secureml.cli.verify import identities_from
     from secureml.supplychain.profiles import verify_signed_profile
 
-    identities = identities_from_flags(identity=identity, identity_regexp=regexp, issuer=issuer)
+    identities = identities_from(identity, regexp, issuer)
     signed = verify_signed_profile(
         path, bundle, identities, trusted_root or "production", content=content
     )

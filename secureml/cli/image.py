@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from secureml.cli import app, run_cli
+from secureml.cli.output import run_cli
 from secureml.errors import InputError
 from secureml.images import ImageRef
 
 if TYPE_CHECKING:
     from secureml.stepimage.platform import BuiltImage
 
-image_app = typer.Typer(
+app = typer.Typer(
+    name="image",
     help="Build step images and the platform runtime image; check an image before a step uses it.",
     no_args_is_help=True,
 )
-app.add_typer(image_app, name="image")
 
 TagOpt = Annotated[
     str, typer.Option("--tag", "-t", help="REGISTRY/REPOSITORY:TAG to build (and push) as.")
@@ -93,7 +93,7 @@ def _build_platform(
     _report_built(name, built, push, record)
 
 
-@image_app.command("build-runtime")
+@app.command("build-runtime")
 @run_cli
 def build_runtime(
     tag: TagOpt,
@@ -108,7 +108,7 @@ def build_runtime(
     _build_platform("runtime-injector", tag, push, builder, base, record)
 
 
-@image_app.command("build-base")
+@app.command("build-base")
 @run_cli
 def build_base(
     name: Annotated[str, typer.Argument(help="runtime or cuda.")],
@@ -126,7 +126,7 @@ def build_base(
     _build_platform(name, tag, push, builder, base, record)
 
 
-@image_app.command("build")
+@app.command("build")
 @run_cli
 def build(
     context: Annotated[Path, typer.Argument(help="The step's folder (requirements.txt, code).")],
@@ -159,7 +159,7 @@ def build(
         print(pinned)
 
 
-@image_app.command("check")
+@app.command("check")
 @run_cli
 def check(
     image: Annotated[str, typer.Argument(help="REGISTRY/REPOSITORY@sha256:... or oci:DIR.")],

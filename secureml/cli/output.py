@@ -9,13 +9,14 @@ Exit codes, the same in every command (docs/cli.md):
      that cannot be reached. A `SecuremlError` carries its code (`InputError`, `ProfileError`,
      `ClusterError` and `EnvironmentProblem` are 2); an `OSError` no check caught is 2 as well.
 
-rich is imported only when a table is drawn, so `--help` and JSON output do not pay for it.
+Tables are `secureml.text_table`'s (rich, imported only when one is drawn).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ParamSpec, TypeVar
@@ -56,21 +57,8 @@ def emit_json(document: dict[str, Any]) -> None:
 def print_table(
     headers: Sequence[str], rows: Iterable[Sequence[str]], *, title: str | None = None
 ) -> None:
-    """A table on stdout, laid out by rich for the terminal's width (80 columns in a pipe)."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    """A table on stdout: fitted to a terminal's width, at its natural width in a pipe."""
+    from secureml.text_table import render_table
 
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        title=Text(title) if title else None,
-        title_justify="left",
-        show_edge=False,
-        pad_edge=False,
-    )
-    for header in headers:
-        table.add_column(header, overflow="fold")  # wrap long cells; never cut a name or path
-    for row in rows:
-        table.add_row(*(Text(cell) for cell in row))
-    Console(file=sys.stdout, highlight=False).print(table)
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    typer.echo(render_table(headers, rows, title=title, width=width))

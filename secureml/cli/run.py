@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from secureml.cli import app, run_cli
+from secureml.cli.output import run_cli
 from secureml.errors import InputError
 
 
@@ -22,7 +22,6 @@ def _arguments(pairs: list[str]) -> dict[str, str]:
     return arguments
 
 
-@app.command("run")
 @run_cli
 def run(
     file: Annotated[Path, typer.Argument(help="Python file that defines the pipeline.")],

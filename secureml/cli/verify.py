@@ -1,60 +1,61 @@
-"""`secureml verify-image`, `secureml verify-bundle` (the sigstore-conformance client protocol) and
-`secureml profile verify`. Sigstore is imported inside the commands only."""
+"""`secureml verify-image` and `secureml verify-bundle` (the sigstore-conformance client protocol).
+
+Sigstore is imported inside the commands only; the signer flags are `cli.options`'.
+"""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from secureml.cli import app, profile_app, run_cli
+from secureml.cli.options import (
+    FormatOption,
+    IdentityOption,
+    IdentityRegexpOption,
+    IssuerOption,
+    OnlineOption,
+    TrustedRootOption,
+)
+from secureml.cli.output import emit_json, run_cli
 from secureml.errors import InputError
 
 if TYPE_CHECKING:
     from secureml.supplychain.identity import TrustedIdentity
     from secureml.supplychain.verifier import VerifiedSignature
 
-IdentityOpt = Annotated[
-    str | None,
-    typer.Option("--certificate-identity", help="Exact signer identity (certificate SAN)."),
-]
-IdentityRegexpOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--certificate-identity-regexp",
-        help="Regular expression over the signer identity (re.search).",
-    ),
-]
-IssuerOpt = Annotated[
-    str | None,
-    typer.Option("--certificate-oidc-issuer", help="Exact OIDC issuer of the signing certificate."),
-]
-TrustedRootOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--trusted-root",
-        help="production | staging | path to a trusted_root.json (default production).",
-    ),
-]
-OnlineOpt = Annotated[
-    bool,
-    typer.Option(
-        "--online",
-        help="Refresh the production/staging root through TUF instead of the shipped copy.",
-    ),
-]
-
+SCHEMA = "secureml.dev/verify/v1"
 _DIGEST_ARG = re.compile(r"^sha256:[0-9a-fA-F]{64}$")
 
 
-def _flag_identities(
-    identity: str | None, regexp: str | None, issuer: str | None
+def identities_from(
+    identity: str | None, regexp: str | None, issuer: str | None, *, alternative: str = ""
 ) -> list[TrustedIdentity]:
     from secureml.supplychain.identity import identities_from_flags
 
-    return identities_from_flags(identity=identity, identity_regexp=regexp, issuer=issuer)
+    return identities_from_flags(
+        identity=identity, identity_regexp=regexp, issuer=issuer, alternative=alternative
+    )
+
+
+def describe(signed: VerifiedSignature) -> str:
+    how = "cosign v3 DSSE statement" if signed.kind == "dsse" else "message signature"
+    return f"signed by {signed.signer} (issuer {signed.issuer}); {how}"
+
+
+def verified_json(subject: str, signed: VerifiedSignature, bundle: str) -> dict[str, Any]:
+    """`--format json` of a verification that succeeded (a failure is an error on stderr)."""
+    return {
+        "schema": SCHEMA,
+        "verified": True,
+        "subject": subject,
+        "signer": signed.signer,
+        "issuer": signed.issuer,
+        "kind": signed.kind,
+        "bundle": bundle,
+    }
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -73,18 +74,17 @@ def _artifact_arg(file_or_digest: str) -> tuple[bytes | str, str]:
     return _read(Path(file_or_digest), "artifact"), file_or_digest
 
 
-def _describe(signed: VerifiedSignature) -> str:
-    how = "cosign v3 DSSE statement" if signed.kind == "dsse" else "message signature"
-    return f"signed by {signed.signer} (issuer {signed.issuer}); {how}"
-
-
-@app.command("verify-image")
 @run_cli
 def verify_image(
-    image: Annotated[str, typer.Argument(help="Image pinned by digest: REPOSITORY@sha256:<hex>.")],
+    image: Annotated[
+        str,
+        typer.Argument(metavar="IMAGE", help="Image pinned by digest: REPOSITORY@sha256:<hex>."),
+    ],
     bundle: Annotated[
         Path | None,
-        typer.Option("--bundle", help="The image's Sigstore bundle (.sigstore.json)."),
+        typer.Option(
+            "--bundle", metavar="FILE", help="The image's Sigstore bundle (.sigstore.json)."
+        ),
     ] = None,
     fetch: Annotated[
         bool,
@@ -92,18 +92,27 @@ def verify_image(
     ] = False,
     profile: Annotated[
         Path | None,
-        typer.Option("--profile", help="Trust the identities (and root) of this TenantProfile."),
+        typer.Option(
+            "--profile",
+            metavar="FILE",
+            help="Trust the identities (and root) of this TenantProfile.",
+        ),
     ] = None,
-    certificate_identity: IdentityOpt = None,
-    certificate_identity_regexp: IdentityRegexpOpt = None,
-    certificate_oidc_issuer: IssuerOpt = None,
-    trusted_root: TrustedRootOpt = None,
-    online: OnlineOpt = False,
+    certificate_identity: IdentityOption = None,
+    certificate_identity_regexp: IdentityRegexpOption = None,
+    certificate_oidc_issuer: IssuerOption = None,
+    trusted_root: TrustedRootOption = None,
+    online: OnlineOption = False,
+    output: FormatOption = "text",
 ) -> None:
-    """Verify an image's Sigstore signature offline: who signed it, and that they are trusted."""
+    """Verify an image's Sigstore signature offline: who signed it, and that they are trusted.
+
+    Exit 0: verified. 1: no bundle, none that verifies, or an untrusted signer. 2: unusable flags or files, or a registry or trust root that cannot be reached.
+    """
     from secureml.images import ImageRef
     from secureml.supplychain.identity import identities_from_profile
-    from secureml.supplychain.verifier import SignatureError, SignatureVerifier
+    from secureml.supplychain.image_bundles import read_bundle_file, verify_with_bundles
+    from secureml.supplychain.verifier import SignatureVerifier
 
     ref = ImageRef.parse(image)
     root: str = trusted_root or "production"
@@ -122,8 +131,11 @@ def verify_image(
         root = trusted_root or loaded.spec.images.signatures.trusted_root
         base_dir = profile.parent if trusted_root is None else None
     else:
-        identities = _flag_identities(
-            certificate_identity, certificate_identity_regexp, certificate_oidc_issuer
+        identities = identities_from(
+            certificate_identity,
+            certificate_identity_regexp,
+            certificate_oidc_issuer,
+            alternative="--profile",
         )
     if (bundle is None) == (not fetch):
         raise InputError(
@@ -133,54 +145,62 @@ def verify_image(
         )
     verifier = SignatureVerifier(root, base_dir=base_dir, online=online)
     if bundle is not None:
-        candidates = [(_read(bundle, "bundle"), str(bundle))]
+        candidates = [read_bundle_file(bundle)]
     else:
         from secureml.supplychain.registry import fetch_bundles
 
         candidates = [(b.content, b.source) for b in fetch_bundles(ref)]
-    failure: SignatureError | None = None
-    for content, source in candidates:
-        try:
-            signed = verifier.verify_image(ref, content, identities, bundle_source=source)
-        except SignatureError as err:
-            failure = failure if failure is not None and failure.kind == "untrusted" else err
-            continue
-        typer.echo(f"verified: {ref.by_digest()} {_describe(signed)}; bundle {source}")
-        return
-    assert failure is not None
-    raise failure
+    outcome = verify_with_bundles(ref, candidates, verifier, identities)
+    if outcome.failure is not None:
+        raise outcome.failure
+    assert outcome.signed is not None and outcome.source is not None
+    if output == "json":
+        emit_json(verified_json(ref.by_digest(), outcome.signed, outcome.source))
+    else:
+        typer.echo(
+            f"verified: {ref.by_digest()} {describe(outcome.signed)}; bundle {outcome.source}"
+        )
 
 
-@app.command("verify-bundle")
 @run_cli
 def verify_bundle(
     file_or_digest: Annotated[
         str,
         typer.Argument(metavar="FILE_OR_DIGEST", help="The artifact, or its sha256:<hex> digest."),
     ],
-    bundle: Annotated[Path, typer.Option("--bundle", help="The Sigstore bundle to verify.")],
+    bundle: Annotated[
+        Path, typer.Option("--bundle", metavar="FILE", help="The Sigstore bundle to verify.")
+    ],
     staging: Annotated[
         bool, typer.Option("--staging", help="Use the Sigstore staging instance's trusted root.")
     ] = False,
-    certificate_identity: IdentityOpt = None,
-    certificate_identity_regexp: IdentityRegexpOpt = None,
-    certificate_oidc_issuer: IssuerOpt = None,
+    certificate_identity: IdentityOption = None,
+    certificate_identity_regexp: IdentityRegexpOption = None,
+    certificate_oidc_issuer: IssuerOption = None,
     key: Annotated[
         Path | None,
         typer.Option(
-            "--key", help="PEM public key of a managed-key bundle (instead of identity flags)."
+            "--key",
+            metavar="FILE",
+            help="PEM public key of a managed-key bundle (instead of identity flags).",
         ),
     ] = None,
     trusted_root: Annotated[
-        Path | None, typer.Option("--trusted-root", help="A custom trusted_root.json.")
+        Path | None,
+        typer.Option("--trusted-root", metavar="FILE", help="A custom trusted_root.json."),
     ] = None,
+    output: FormatOption = "text",
 ) -> None:
-    """Verify a bundle over a file or digest (the sigstore-conformance `verify-bundle` protocol)."""
+    """Verify a bundle over a file or digest (the sigstore-conformance `verify-bundle` protocol).
+
+    Exit 0: verified. 1: the bundle does not verify, or its signer is not the one given. 2: unusable flags or files.
+    """
     from secureml.supplychain.verifier import SignatureVerifier
 
     root = (
         str(trusted_root) if trusted_root is not None else ("staging" if staging else "production")
     )
+    artifact, name = _artifact_arg(file_or_digest)
     if key is not None:
         if certificate_identity or certificate_identity_regexp or certificate_oidc_issuer:
             raise InputError(
@@ -190,7 +210,6 @@ def verify_bundle(
             )
         from secureml.supplychain.managed_key import verify_with_key
 
-        artifact, name = _artifact_arg(file_or_digest)
         by_key = verify_with_key(
             artifact,
             _read(bundle, "bundle"),
@@ -200,44 +219,35 @@ def verify_bundle(
             bundle_source=str(bundle),
             artifact_name=name,
         )
-        typer.echo(
-            f"verified: {file_or_digest} signed by key {by_key.key_fingerprint}; message signature; "
-            f"logged in {by_key.log_url} at index {by_key.log_index} ({by_key.integrated_time:%Y-%m-%dT%H:%M:%SZ})"
-        )
+        logged = f"{by_key.log_url} at index {by_key.log_index}"
+        if output == "json":
+            emit_json(
+                {
+                    "schema": SCHEMA,
+                    "verified": True,
+                    "subject": file_or_digest,
+                    "key": by_key.key_fingerprint,
+                    "kind": "message-signature",
+                    "bundle": str(bundle),
+                    "log": logged,
+                }
+            )
+        else:
+            typer.echo(
+                f"verified: {file_or_digest} signed by key {by_key.key_fingerprint}; message "
+                f"signature; logged in {logged} ({by_key.integrated_time:%Y-%m-%dT%H:%M:%SZ})"
+            )
         return
-    identities = _flag_identities(
-        certificate_identity, certificate_identity_regexp, certificate_oidc_issuer
+    identities = identities_from(
+        certificate_identity,
+        certificate_identity_regexp,
+        certificate_oidc_issuer,
+        alternative="--key",
     )
-    verifier = SignatureVerifier(root)
-    artifact, name = _artifact_arg(file_or_digest)
-    signed = verifier.verify_artifact(
+    signed = SignatureVerifier(root).verify_artifact(
         artifact, _read(bundle, "bundle"), identities, bundle_source=str(bundle), artifact_name=name
     )
-    typer.echo(f"verified: {file_or_digest} {_describe(signed)}")
-
-
-@profile_app.command("verify")
-@run_cli
-def profile_verify(
-    profile: Annotated[
-        Path, typer.Argument(help="The TenantProfile file, byte for byte as signed.")
-    ],
-    bundle: Annotated[
-        Path | None, typer.Option("--bundle", help="Its bundle (default PROFILE.sigstore.json).")
-    ] = None,
-    certificate_identity: IdentityOpt = None,
-    certificate_identity_regexp: IdentityRegexpOpt = None,
-    certificate_oidc_issuer: IssuerOpt = None,
-    trusted_root: TrustedRootOpt = None,
-    online: OnlineOpt = False,
-) -> None:
-    """Check that a profile is exactly the one its platform team signed."""
-    from secureml.supplychain.profiles import verify_signed_profile
-    from secureml.supplychain.verifier import SignatureVerifier
-
-    identities = _flag_identities(
-        certificate_identity, certificate_identity_regexp, certificate_oidc_issuer
-    )
-    verifier = SignatureVerifier(trusted_root or "production", online=online)
-    signed = verify_signed_profile(profile, bundle, identities, verifier=verifier)
-    typer.echo(f"verified: profile {profile} {_describe(signed)}")
+    if output == "json":
+        emit_json(verified_json(file_or_digest, signed, str(bundle)))
+    else:
+        typer.echo(f"verified: {file_or_digest} {describe(signed)}")

@@ -13,7 +13,9 @@ image (subject and issuer, for the compliance report) or a violation with a rule
 
 A step's bundle is `DIR/sha256-<hex>.sigstore.json`; with `fetch=True` and no such file, the
 bundles attached to the image in its registry (OCI referrers API, `sha256-<hex>` tag fallback).
-Each distinct image digest is verified once; steps sharing an image share the result.
+Each distinct image digest is verified once; steps sharing an image share the result. Which bundle
+decides, and which failure is reported, is `image_bundles.verify_with_bundles` (as for
+`secureml verify-image`); a registry that does not answer raises `NetworkError` (exit 2).
 Configuration problems (a trusted root that cannot be loaded) raise `SecuremlError`.
 """
 
@@ -27,6 +29,7 @@ from typing import Any
 from secureml.errors import SecuremlError
 from secureml.images import ImageRef
 from secureml.supplychain.identity import TrustedIdentity, identities_from_profile
+from secureml.supplychain.image_bundles import candidate_bundles, verify_with_bundles
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier, VerifiedSignature
 
 
@@ -47,11 +50,6 @@ class ImageVerification:
 
     def to_dict(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if value is not None}
-
-
-def bundle_filename(digest_hex: str) -> str:
-    """The file name a bundle for image digest `sha256:<digest_hex>` has in a `--bundles` folder."""
-    return f"sha256-{digest_hex}.sigstore.json"
 
 
 def verify_images_for_compile(
@@ -102,58 +100,16 @@ def _verify_one(
     bundles_dir: Path | None,
     fetch: bool,
 ) -> ImageVerification:
-    if ref.digest_hex is None:
-        return _failed(
-            "",
-            str(ref),
-            SignatureError(
-                "missing",
-                f"image {ref} is not pinned by digest",
-                why="signatures are over a manifest digest; a tag can be moved to other content",
-                fix="reference the image as REPOSITORY@sha256:<digest>",
-            ),
-            None,
-        )
     try:
-        candidates = _candidate_bundles(ref, bundles_dir, fetch)
+        candidates = candidate_bundles(ref, bundles_dir, fetch)
     except SignatureError as err:
         return _failed("", str(ref), err, None)
-    failures: list[tuple[SignatureError, str]] = []
-    for content, source in candidates:
-        try:
-            signed = verifier.verify_image(ref, content, identities, bundle_source=source)
-        except SignatureError as err:
-            failures.append((err, source))
-            continue
-        return _passed(str(ref), signed, source)
-    # Prefer the failure that says most: an untrusted signer over an unusable bundle.
-    failures.sort(key=lambda item: {"untrusted": 0, "invalid": 1, "missing": 2}[item[0].kind])
-    return _failed("", str(ref), *failures[0])
-
-
-def _candidate_bundles(
-    ref: ImageRef, bundles_dir: Path | None, fetch: bool
-) -> list[tuple[bytes, str]]:
-    assert ref.digest_hex is not None
-    looked: list[str] = []
-    if bundles_dir is not None:
-        path = Path(bundles_dir) / bundle_filename(ref.digest_hex)
-        if path.is_file():
-            return [(path.read_bytes(), str(path))]
-        looked.append(str(path))
-    if fetch:
-        from secureml.supplychain.registry import fetch_bundles
-
-        return [(bundle.content, bundle.source) for bundle in fetch_bundles(ref)]
-    raise SignatureError(
-        "missing",
-        f"no Sigstore bundle for image {ref.by_digest()}",
-        why=f"looked for {', '.join(looked)}"
-        if looked
-        else "no --bundles folder was given and fetching is off",
-        fix=f"put the bundle at DIR/{bundle_filename(ref.digest_hex)} and pass --bundles DIR, "
-        "or pass --fetch-bundles to read it from the registry",
-    )
+    outcome = verify_with_bundles(ref, candidates, verifier, identities)
+    if outcome.signed is not None:
+        assert outcome.source is not None
+        return _passed(str(ref), outcome.signed, outcome.source)
+    assert outcome.failure is not None
+    return _failed("", str(ref), outcome.failure, outcome.source)
 
 
 def _passed(image: str, signed: VerifiedSignature, source: str) -> ImageVerification:

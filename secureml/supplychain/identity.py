@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sigstore.errors import VerificationError
 
-from secureml.errors import SecuremlError
+from secureml.errors import InputError
 
 if TYPE_CHECKING:
     from cryptography.x509 import Certificate
@@ -93,13 +93,13 @@ class TrustedIdentity:
 
     def __post_init__(self) -> None:
         if not self.issuer:
-            raise SecuremlError(
+            raise InputError(
                 "a trusted signer identity has no OIDC issuer",
                 why="without the issuer anyone able to obtain the same subject elsewhere would pass",
                 fix="give --certificate-oidc-issuer (or `issuer:` in the profile)",
             )
         if (self.subject is None) == (self.subject_regexp is None):
-            raise SecuremlError(
+            raise InputError(
                 "a trusted signer identity needs exactly one of subject or subject regexp",
                 why=f"got subject={self.subject!r}, regexp={self.subject_regexp!r}",
                 fix="give --certificate-identity or --certificate-identity-regexp, not both",
@@ -108,7 +108,7 @@ class TrustedIdentity:
             try:
                 object.__setattr__(self, "_pattern", re.compile(self.subject_regexp))
             except re.error as err:
-                raise SecuremlError(
+                raise InputError(
                     f"signer regular expression {self.subject_regexp!r} is invalid",
                     why=str(err),
                     fix="correct the expression (Python `re` syntax)",
@@ -143,18 +143,26 @@ def identities_from_profile(profile: Any) -> list[TrustedIdentity]:
 
 
 def identities_from_flags(
-    *, identity: str | None, identity_regexp: str | None, issuer: str | None
+    *,
+    identity: str | None,
+    identity_regexp: str | None,
+    issuer: str | None,
+    alternative: str = "",
 ) -> list[TrustedIdentity]:
-    """The identity given with cosign-style flags (`--certificate-identity[-regexp]`, `--certificate-oidc-issuer`)."""
+    """The identity given with cosign-style flags (`--certificate-identity[-regexp]`,
+    `--certificate-oidc-issuer`); `alternative` names the command's other way to give one (e.g.
+    `--profile`), so the fix names only flags the command has."""
     if identity is None and identity_regexp is None:
-        raise SecuremlError(
+        flags = (
+            "--certificate-identity or --certificate-identity-regexp with --certificate-oidc-issuer"
+        )
+        raise InputError(
             "no trusted signer given",
             why="a signature proves nothing unless the signer is one you trust",
-            fix="give --profile, or --certificate-identity/--certificate-identity-regexp with "
-            "--certificate-oidc-issuer",
+            fix=f"give {alternative}, or {flags}" if alternative else f"give {flags}",
         )
     if not issuer:
-        raise SecuremlError(
+        raise InputError(
             "--certificate-oidc-issuer is missing",
             why="the subject alone can be claimed through another OIDC provider",
             fix="add --certificate-oidc-issuer, e.g. https://token.actions.githubusercontent.com",

@@ -30,11 +30,13 @@ def verify_signed_profile(
     *,
     content: bytes | None = None,
     verifier: SignatureVerifier | None = None,
+    bundle_flag: str = "--profile-bundle",
 ) -> VerifiedSignature:
     """Verify the profile's bytes; raise SignatureError (rule prefix `profile`) on any failure.
 
     Pass `content` when the caller goes on to parse those same bytes, so that the profile that is
     used is exactly the one that was verified (no second read of a file that may have changed).
+    `bundle_flag` is the calling command's option for the bundle path, named in the fix.
     """
     bundle_path = bundle_path or default_profile_bundle(profile_path)
     if content is None:
@@ -47,7 +49,7 @@ def verify_signed_profile(
             f"profile {profile_path} has no signature bundle at {bundle_path}",
             why="a signed profile is required, so an unsigned or locally edited one is refused",
             fix="fetch the profile together with its .sigstore.json bundle from the platform team, "
-            "or pass --profile-bundle",
+            f"or pass {bundle_flag}",
         ) from None
     verifier = verifier or SignatureVerifier(trusted_root)
     try:

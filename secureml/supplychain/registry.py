@@ -22,6 +22,7 @@ from typing import Any
 import oras.provider
 import requests
 
+from secureml.errors import NetworkError
 from secureml.images import DOCKER_HUB, ImageRef
 from secureml.supplychain.verifier import SignatureError
 
@@ -78,7 +79,10 @@ def _is_local(registry: str) -> bool:
 
 
 def fetch_bundles(ref: ImageRef) -> list[FetchedBundle]:
-    """Every Sigstore bundle the registry holds for `ref` (pinned by digest); raise SignatureError('missing')."""
+    """Every Sigstore bundle the registry holds for `ref` (pinned by digest).
+
+    Raise SignatureError('missing') when it holds none, NetworkError when the registry does not answer.
+    """
     if ref.digest is None:
         raise SignatureError(
             "missing",
@@ -99,8 +103,7 @@ def fetch_bundles(ref: ImageRef) -> list[FetchedBundle]:
         for descriptor in descriptors[:_MAX_BUNDLES]:
             bundles.append(_bundle_from_manifest(client, base, ref, descriptor, how))
     except requests.RequestException as err:
-        raise SignatureError(
-            "missing",
+        raise NetworkError(
             f"cannot fetch Sigstore bundles for {where}",
             why=f"registry {host} did not answer: {type(err).__name__}: {err}".splitlines()[0],
             fix="check network access and credentials (docker login), or pass the bundle with --bundles",

@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from secureml.errors import SecuremlError
+from secureml.errors import InputError, NetworkError
 
 if TYPE_CHECKING:
     from sigstore.models import TrustedRoot
@@ -47,7 +47,7 @@ def _embedded_root_path(instance: str) -> Path:
 
 
 def load_trusted_root(spec: str | Path, *, online: bool = False) -> TrustedRoot:
-    """Load `production`, `staging` or a trusted_root.json path; raise SecuremlError if unusable."""
+    """Load `production`, `staging` or a trusted_root.json path; raise InputError (NetworkError when TUF does not answer) if unusable."""
     from sigstore.models import ClientTrustConfig, TrustedRoot
 
     text = str(spec)
@@ -60,7 +60,7 @@ def load_trusted_root(spec: str | Path, *, online: bool = False) -> TrustedRoot:
                     else ClientTrustConfig.staging()
                 )
             except Exception as err:  # noqa: BLE001 - TUF raises many types; all mean "could not refresh" (fails closed)
-                raise SecuremlError(
+                raise NetworkError(
                     f"cannot refresh the {text} Sigstore trusted root through TUF",
                     why=str(err),
                     fix="check network access, or drop --online to use the root shipped with sigstore",
@@ -72,13 +72,13 @@ def load_trusted_root(spec: str | Path, *, online: bool = False) -> TrustedRoot:
     try:
         return TrustedRoot.from_file(str(path))
     except FileNotFoundError:
-        raise SecuremlError(
+        raise InputError(
             f"trusted root {path} does not exist",
             why="signatures can only be checked against a root of trust",
             fix="use 'production', 'staging', or the path of a trusted_root.json",
         ) from None
     except Exception as err:  # noqa: BLE001 - pydantic/JSON/sigstore errors: the file is not a trusted root (fails closed)
-        raise SecuremlError(
+        raise InputError(
             f"trusted root {path} cannot be loaded",
             why=f"{type(err).__name__}: {err}".splitlines()[0],
             fix="give a Sigstore trusted_root.json (mediaType application/vnd.dev.sigstore.trustedroot+json;version=0.1)",
@@ -94,7 +94,7 @@ def _cached_verifier(resolved: str, mtime_ns: int, online: bool) -> Verifier:
     try:
         return Verifier(trusted_root=root)
     except SigstoreError as err:
-        raise SecuremlError(
+        raise InputError(
             f"trusted root {resolved} cannot be used for verification",
             why=str(err),
             fix="the root must list at least one Fulcio CA and one Rekor log",

@@ -290,7 +290,7 @@ def test_image_policy_trusts_the_profile_signers_and_kfp_images() -> None:
         "matchLabels": {contract.LABEL_TENANT: "team-a"}
     }
     assert {g["glob"] for g in system["spec"]["images"]} == {
-        f"{r}*" for r in contract.KFP_SYSTEM_IMAGES
+        f"{r}{start}*" for r in contract.KFP_SYSTEM_IMAGES for start in (":", "@")
     }
     assert system["spec"]["authorities"] == [{"name": "kfp-system", "static": {"action": "pass"}}]
     (ivp,) = _objects(profile, image_policy="kyverno")["ImageValidatingPolicy"]
@@ -407,10 +407,13 @@ def test_trusted_root_choices(tmp_path: Path) -> None:
 
 def test_supported_versions_are_one_list() -> None:
     """The CLI's --k8s-version choices are the bundle's supported versions."""
-    from secureml.bundle.common import K8S_VERSIONS
-    from secureml.cli.bundle import K8sVersion
+    from typing import get_args
 
-    assert tuple(v.value for v in K8sVersion) == K8S_VERSIONS
+    from secureml.bundle.common import K8S_VERSIONS
+    from secureml.cli.options import K8sVersionOption
+
+    (option_type, _) = get_args(K8sVersionOption)
+    assert get_args(option_type) == K8S_VERSIONS
     assert K8S_VERSIONS[-1] == "1.37"
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from secureml.cli import app
 from secureml.images import ImageRef
-from secureml.supplychain.compile import bundle_filename
+from secureml.supplychain.image_bundles import bundle_filename
 
 from .conftest import REPO
 from .testpki import PrivateSigstore

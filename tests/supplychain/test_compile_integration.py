@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from secureml.errors import NetworkError
 from secureml.profile import TenantProfile
-from secureml.supplychain.compile import bundle_filename, verify_images_for_compile
+from secureml.supplychain.compile import verify_images_for_compile
+from secureml.supplychain.image_bundles import bundle_filename
 
 from .conftest import BEACON, CONFORMANCE, GITHUB_ISSUER, REPO
 from .ociserver import OciServer
@@ -153,10 +156,15 @@ def test_tampered_blob_from_registry_is_refused():
 
 
 def test_unreachable_registry_fails_fast():
-    [result] = verify_images_for_compile(
-        [("train", f"127.0.0.1:1/acme/train@sha256:{SIGNED_HEX}")],
-        make_profile(TRUSTING),
-        None,
-        fetch=True,
-    )
-    assert result.rule == "image.signature-missing" and "did not answer" in result.message
+    """A registry that does not answer is one environment error (exit 2), not a missing
+    signature reported against every step."""
+    start = time.monotonic()
+    with pytest.raises(NetworkError, match="cannot fetch Sigstore bundles") as caught:
+        verify_images_for_compile(
+            [("train", f"127.0.0.1:1/acme/train@sha256:{SIGNED_HEX}")],
+            make_profile(TRUSTING),
+            None,
+            fetch=True,
+        )
+    assert caught.value.exit_code == 2 and "did not answer" in caught.value.why
+    assert time.monotonic() - start < 10

@@ -12,8 +12,9 @@ import yaml
 from typer.testing import CliRunner
 
 from secureml.cli import app
-from secureml.supplychain.compile import bundle_filename, verify_images_for_compile
+from secureml.supplychain.compile import verify_images_for_compile
 from secureml.supplychain.identity import TrustedIdentity
+from secureml.supplychain.image_bundles import bundle_filename
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier
 
 from .conftest import REPO
@@ -196,7 +197,7 @@ def test_verify_image_cli_with_flags_and_failures(tmp_path, root, image_bundle):
             BUILDER,
         ],
     )
-    assert no_issuer.exit_code == 1 and "--certificate-oidc-issuer is missing" in no_issuer.output
+    assert no_issuer.exit_code == 2 and "--certificate-oidc-issuer is missing" in no_issuer.output
     for result in (wrong_id, wrong_digest, tag, no_issuer):
         assert "Traceback" not in result.output
 

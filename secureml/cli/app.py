@@ -1,0 +1,84 @@
+"""The `secureml` application: every command, assembled here in the order a user meets them.
+
+A data scientist compiles a pipeline, runs it locally and builds step images; a platform team
+writes and ships tenant profiles and checks pods against them; both check signatures. Command
+modules define their functions (or their group's `typer.Typer`) and register nothing themselves,
+so importing one has no effect on the app. They import typer and the standard library at the top
+and everything heavy (kfp, sigstore, grpc, cel, pydantic models, rich) inside the commands, so
+`secureml --help` stays fast (benchmarks/startup.py; tests/cli/test_startup.py).
+
+Help is plain click formatting (`rich_markup_mode=None`): readable at 80 columns, option names never
+cut, and no rich import for `--help`.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from secureml.cli import check_pod, compile, image, profile, run, verify
+
+# `secureml --help` lists the commands in this order (typer would put groups last).
+ORDER = ("compile", "run", "image", "profile", "check-pod", "verify-image", "verify-bundle")
+
+EPILOG = "Exit codes, the same in every command: 0 ok; 1 violations, denied or failed; 2 unusable input or environment. docs/cli.md has each command's JSON output."
+
+
+class _InOrder(TyperGroup):
+    def list_commands(self, ctx: Any) -> list[str]:  # typer.core passes its click Context
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda name: ORDER.index(name) if name in ORDER else len(ORDER))
+
+
+app = typer.Typer(
+    cls=_InOrder,
+    name="secureml",
+    help="Make Kubeflow Pipelines safe to run on GPUs shared between tenants.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(show: bool) -> None:
+    if show:
+        try:
+            typer.echo(f"secureml {version('secureml')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            typer.echo("secureml (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Make Kubeflow Pipelines safe to run on GPUs shared between tenants."""
+
+
+# The one-line summaries of `secureml --help`, short enough for 80 columns.
+app.command("compile", short_help="Check a pipeline against a profile; write the KFP YAML.")(
+    compile.compile_command
+)
+app.command("run", short_help="Run a pipeline here, every step under the launcher.")(run.run)
+app.add_typer(image.app, name="image", short_help="Build step images; check an image.")
+app.add_typer(profile.app, name="profile", short_help="Tenant profiles and their cluster bundle.")
+app.command("check-pod", short_help="Judge pods as the cluster's admission would.")(
+    check_pod.check_pod
+)
+app.command("verify-image", short_help="Who signed an image, and is the signer trusted.")(
+    verify.verify_image
+)
+app.command("verify-bundle", short_help="Verify a Sigstore bundle (sigstore-conformance).")(
+    verify.verify_bundle
+)

@@ -37,6 +37,7 @@ from secureml.compile_rules import TaskView, Violation, check_task
 from secureml.decorator import settings_of
 from secureml.errors import SecuremlError
 from secureml.gpu_request import ISOLATION_TIMESLICE_SHIM, TimeSlice
+from secureml.kfp_names import remembered_names
 
 if TYPE_CHECKING:
     from kfp.dsl.graph_component import GraphComponent
@@ -158,7 +159,8 @@ def compile_pipeline(
         )
     ctx = _Context(profile=profile, pipeline=pipeline.name, entrypoints=entrypoint_resolver)
     try:
-        secured = _secure_graph(pipeline, ctx, step_prefix="")
+        with remembered_names():  # kfp's build is quadratic in its name sanitiser (see there)
+            secured = _secure_graph(pipeline, ctx, step_prefix="")
     except _AbortBuildError:
         secured = None
     if image_verifier is not None and ctx.images:

@@ -57,11 +57,13 @@ def wanted(path: str) -> bool:
 
 
 def _site_dirs(image: Image) -> list[str]:
-    """Every dist-/site-packages folder of the image's Pythons."""
-    found = []
-    for path, entry in image.files.entries.items():
-        if entry.kind == "dir" and posixpath.basename(path) in _SITE_DIRS:
-            found.append(path)
+    """Every dist-/site-packages folder of the image's Pythons (layers need not list folders)."""
+    found = set()
+    for path in image.files.entries:
+        parts = path.split("/")
+        for index, part in enumerate(parts[:-1]):
+            if part in _SITE_DIRS:
+                found.add("/".join(parts[: index + 1]))
     return sorted(found)
 
 

@@ -61,7 +61,8 @@ class ImageFiles:
     entries: dict[str, Entry] = field(default_factory=dict)
 
     def resolve(self, path: str, depth: int = 0) -> str | None:
-        """`path` with every symbolic link followed inside the image; None when it is missing."""
+        """`path` with every symbolic link followed inside the image; None when it is missing.
+        A folder that no layer lists but that holds listed paths counts as present."""
         if depth > 40:
             return None
         parts = [p for p in posixpath.normpath("/" + path).split("/") if p]
@@ -69,15 +70,17 @@ class ImageFiles:
         for index, part in enumerate(parts):
             candidate = posixpath.join(current, part)
             entry = self.entries.get(candidate)
-            if entry is None:
-                return None
-            if entry.kind == "link":
+            if entry is not None and entry.kind == "link":
                 base = posixpath.dirname(candidate)
                 joined = posixpath.normpath(posixpath.join(base, entry.target))
                 rest = "/".join(parts[index + 1 :])
                 return self.resolve(posixpath.join(joined, rest) if rest else joined, depth + 1)
             current = candidate
-        return current
+        return current if current in self.entries or self._holds(current) else None
+
+    def _holds(self, folder: str) -> bool:
+        prefix = folder.rstrip("/") + "/"
+        return any(p.startswith(prefix) for p in self.entries)
 
     def get(self, path: str) -> Entry | None:
         resolved = self.resolve(path)
@@ -86,13 +89,6 @@ class ImageFiles:
     def read(self, path: str) -> bytes | None:
         entry = self.get(path)
         return None if entry is None else entry.content
-
-    def glob_dirs(self, pattern_parent: str) -> list[str]:
-        """The direct children of `pattern_parent` (a real folder)."""
-        prefix = pattern_parent.rstrip("/") + "/"
-        return sorted(
-            p for p in self.entries if p.startswith(prefix) and "/" not in p[len(prefix) :]
-        )
 
 
 @dataclass
@@ -162,6 +158,9 @@ class _Layout(_Source):
                 f"{root} is not an OCI image layout", why="it has no index.json", fix=_FIX
             )
         self.root = root
+
+    def manifest(self, reference: str) -> bytes:
+        return self.blob(reference)
 
     def blob(self, digest: str) -> bytes:
         algorithm, _, hexdigest = digest.partition(":")

@@ -66,6 +66,7 @@ def build(
     base: str = DEFAULT_BASE,
     push_to: ImageRef | None = None,
     runtime: str | None = None,
+    compress: bool = True,
 ) -> BuiltImage:
     """Build `images/<name>` FROM `base` (the `cuda` image also FROM `runtime`, default the local
     runtime image) and push it to `push_to` when given."""
@@ -81,7 +82,7 @@ def build(
         builder.build(ctx, ctx / "images" / name / "Containerfile", tag, build_args)
     reference = None
     if push_to is not None:
-        digest = builder.push(tag, push_to)
+        digest = builder.push(tag, push_to, compress=compress)
         reference = f"{push_to.name}@{digest}"
     return BuiltImage(
         name=name,

@@ -43,6 +43,8 @@ def _check_settings(gpu: object, timeout: object, scratch: object, where: str) -
             fix="use gpu=MIG('1g.10gb'), gpu=TimeSlice(memory='8Gi', compute=25) or gpu=WholeGPU(1)",
             where=where,
         )
+    if isinstance(gpu, TimeSlice):
+        gpu.check_as_written(where)
     if timeout is not None and (
         isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1
     ):

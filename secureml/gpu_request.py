@@ -159,11 +159,14 @@ class TimeSlice:
         1Mi. Run where the component is known, so the error can name it."""
         written = self.memory_as_written
         if written.isdigit():
+            meant = format_bytes(self.memory)  # 8589934592 -> 8Gi; 8 -> 8Gi (a guess)
+            if self.memory < MIN_TIMESLICE_MEMORY or meant.isdigit():
+                meant = f"{written}Gi"
             raise GPURequestError(
                 f"TimeSlice memory={written} has no unit, so it means {written} bytes",
                 why="GPU memory is written as a Kubernetes quantity; a bare number is almost "
                 "always a size in Gi or Mi missing its unit",
-                fix=f"write the unit, e.g. TimeSlice(memory='{written}Gi', compute={self.compute})",
+                fix=f"write the unit, e.g. TimeSlice(memory={meant!r}, compute={self.compute})",
                 where=where,
             )
         if self.memory < MIN_TIMESLICE_MEMORY:

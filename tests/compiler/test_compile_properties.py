@@ -75,7 +75,7 @@ requests = st.one_of(
     st.none(),
     st.builds(MIG, st.sampled_from([*MIG_NAMES, "9g.99gb"]), st.integers(1, 8)),
     st.builds(
-        TimeSlice, memory=st.integers(1, 96).map(lambda n: n * GIB), compute=st.integers(1, 100)
+        TimeSlice, memory=st.integers(1, 96).map(lambda n: f"{n}Gi"), compute=st.integers(1, 100)
     ),
     st.builds(WholeGPU, st.integers(1, 9), st.one_of(st.none(), st.sampled_from(PRODUCTS))),
 )

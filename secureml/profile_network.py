@@ -18,8 +18,11 @@ STRICT_TIERS = ("confidential", "restricted")
 
 
 class _Egress(Protocol):
-    cidr: str
-    ports: list[int]
+    @property
+    def cidr(self) -> str: ...
+
+    @property
+    def ports(self) -> Sequence[int]: ...
 
 
 def _open(rule: _Egress) -> bool:

@@ -63,9 +63,24 @@ class LocalStep:
         return {item["name"]: str(item.get("value", "")) for item in self.container.get("env", [])}
 
     @property
-    def under_launcher(self) -> bool:
+    def launcher_prefix(self) -> tuple[str, ...] | None:
+        """The launcher the command starts with: the in-image one, the injected one, or none."""
         command = [*self.container.get("command", [])]
-        return command[: len(contract.LAUNCHER_PREFIX)] == list(contract.LAUNCHER_PREFIX)
+        for prefix in (contract.LAUNCHER_PREFIX, contract.RUNTIME_LAUNCHER_PREFIX):
+            if command[: len(prefix)] == list(prefix):
+                return prefix
+        return None
+
+    @property
+    def under_launcher(self) -> bool:
+        return self.launcher_prefix is not None
+
+    def use_local_launcher(self) -> None:
+        """Run the in-venv launcher where the compiler wrote the injected one (a local run has
+        no platform runtime image; `python3 -m secureml.enforcement.launch` behaves the same)."""
+        if self.launcher_prefix == contract.RUNTIME_LAUNCHER_PREFIX:
+            command = self.container["command"][len(contract.RUNTIME_LAUNCHER_PREFIX) :]
+            self.container["command"] = [*contract.LAUNCHER_PREFIX, *command]
 
     @property
     def lightweight_python(self) -> bool:
@@ -73,7 +88,7 @@ class LocalStep:
         from kfp.dsl import component_factory
 
         command = [
-            *self.container.get("command", [])[len(contract.LAUNCHER_PREFIX) :],
+            *self.container.get("command", [])[len(self.launcher_prefix or ()) :],
             *self.container.get("args", []),
         ]
         prefix = component_factory.CONTAINERIZED_PYTHON_COMPONENT_COMMAND
@@ -298,6 +313,7 @@ def apply_local_overlay(
 ) -> None:
     """Give each step, through its env, what a cluster would mount for it (see module docstring)."""
     for step in steps:
+        step.use_local_launcher()
         values = {
             contract.ENV_AUDIT_DIR: str(layout.audit_dir.resolve()),
             contract.ENV_IDENTITY_DIR: str(layout.identity_dir.resolve()),

@@ -1481,6 +1481,7 @@ static const struct hook {
     {"dlsym", "dlsym", (void *)dlsym, NULL, 0},
     {"dlvsym", "dlvsym", (void *)dlvsym, NULL, 0},
     {"dlmopen", "dlmopen", (void *)dlmopen, NULL, 0},
+    {"dlopen", "dlopen", (void *)dlopen, NULL, 0},
     /* Legacy forms: refused (see above); they have no real counterpart worth reaching. */
     {"cuMemAlloc", "cuMemAlloc", (void *)cuMemAlloc, NULL, 0},
     {"cuMemAllocPitch", "cuMemAllocPitch", (void *)cuMemAllocPitch, NULL, 0},
@@ -1568,6 +1569,22 @@ EXPORT EARLY TAIL_CALL_FN void *dlvsym(void *handle, const char *symbol, const c
     if (hook) return hook;
     dlvsym_fn next = real_dlvsym();
     TAIL_CALL return next(handle, symbol, version);
+}
+
+typedef void *(*dlopen_fn)(const char *, int);
+
+/* RTLD_DEEPBIND makes a library bind to its own dependencies before the global scope: one linked
+ * against the driver would call it past the shim. In a process the shim limits, dlopen drops the
+ * flag (logged) and tail-calls libc's dlopen, so the search path stays the caller's. */
+EXPORT TAIL_CALL_FN void *dlopen(const char *file, int mode) {
+    static dlopen_fn real;
+    dlopen_fn next = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (!next) __atomic_store_n(&real, next = (dlopen_fn)libc_symbol("dlopen"), __ATOMIC_RELEASE);
+    if ((mode & RTLD_DEEPBIND) && !pass_through()) {
+        mode &= ~RTLD_DEEPBIND;
+        if (S.log_level >= LOG_INFO) logf_(LOG_INFO, "dlopen(%s): RTLD_DEEPBIND dropped (it would bind past the shim)", file ? file : "(null)");
+    }
+    TAIL_CALL return next(file, mode);
 }
 
 static int basename_starts(const char *path, const char *prefix) {

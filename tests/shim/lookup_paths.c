@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 CUresult cuInit(unsigned int);
@@ -71,6 +72,11 @@ int main(int argc, char **argv) {
     add("dlsym(RTLD_DEFAULT, cuMemAlloc_v2)", dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"), 0);
     add("dlsym(RTLD_NEXT, cuMemAlloc_v2)", dlsym(RTLD_NEXT, "cuMemAlloc_v2"), 0);
     add("dlsym(libcuda handle, cuMemAllocAsync_ptsz)", dlsym(cuda, "cuMemAllocAsync_ptsz"), 1);
+    void *deep_cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    add("dlopen(libcuda, RTLD_DEEPBIND) + dlsym(cuMemAlloc_v2)", deep_cuda ? dlsym(deep_cuda, "cuMemAlloc_v2") : NULL, 0);
+    const char *deep_lib = getenv("LOOKUP_PATHS_DEEP_LIB"); /* deep_lib.c, linked against libcuda */
+    void *deep = deep_lib ? dlopen(deep_lib, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND) : NULL;
+    add("a library linked against libcuda, dlopen RTLD_DEEPBIND, calling cuMemAlloc_v2", deep ? dlsym(deep, "deep_alloc") : NULL, 0);
     for (size_t v = 0; v < sizeof SYMBOL_VERSIONS / sizeof SYMBOL_VERSIONS[0]; v++) {
         const char *ver = SYMBOL_VERSIONS[v];
         if (bare) break;

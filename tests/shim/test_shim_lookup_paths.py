@@ -1,12 +1,15 @@
 """Every look-up path to the driver's allocator returns the shim's hook, so each is refused over the
 quota: the linked call, cuGetProcAddress and cuGetProcAddress_v2 for CUDA 11.0 to 13.2 (both stream
 flavours), dlsym on the driver's handle / RTLD_DEFAULT / RTLD_NEXT, dlvsym with any version string,
-libc's dlsym or dlvsym fetched through dlvsym or dlsym, and cuGetProcAddress fetched through a
-look-up. A driver loaded into another link-map namespace with dlmopen is refused."""
+libc's dlsym or dlvsym fetched through dlvsym or dlsym, cuGetProcAddress fetched through a look-up,
+the driver opened with RTLD_DEEPBIND, and a library linked against the driver loaded with
+RTLD_DEEPBIND (issue 13 item 7). A driver loaded into another link-map namespace with dlmopen is
+refused."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 from fakegpu import SHIM_DIR, MiB, build_native
@@ -23,8 +26,20 @@ def test_every_lookup_path_is_refused_over_the_quota(make_step) -> None:
         headers=(SHIM_DIR / "cuda_api.h",),
         libs=("-l:libcuda.so.1", "-ldl"),
     )
+    deep = build_native(
+        "libdeep_lib.so",
+        [HERE / "deep_lib.c"],
+        shared=True,
+        flags=(f"-I{SHIM_DIR}", f"-L{step.gpu.lib_dir}"),
+        headers=(SHIM_DIR / "cuda_api.h",),
+        libs=("-l:libcuda.so.1",),
+    )
     result = subprocess.run(
-        [str(program)], env=step.env(), capture_output=True, text=True, timeout=60
+        [str(program)],
+        env=step.env(LOOKUP_PATHS_DEEP_LIB=str(deep)),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     got = json.loads(result.stdout)
@@ -36,7 +51,11 @@ def test_every_lookup_path_is_refused_over_the_quota(make_step) -> None:
     assert got["dlmopen_new_namespace"] == "refused"
     # Without the shim the same paths reach the driver, which allocates far past 4 MiB.
     bare = subprocess.run(
-        [str(program), "bare"], env=step.gpu.env(), capture_output=True, text=True, timeout=60
+        [str(program), "bare"],
+        env=step.gpu.env({**os.environ, "LOOKUP_PATHS_DEEP_LIB": str(deep)}),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert bare.returncode == 0, bare.stderr
     unlimited = json.loads(bare.stdout)

@@ -13,7 +13,6 @@ cut, and no rich import for `--help`.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 import typer
@@ -47,6 +46,8 @@ app = typer.Typer(
 
 def _version(show: bool) -> None:
     if show:
+        from importlib.metadata import PackageNotFoundError, version
+
         try:
             typer.echo(f"secureml {version('secureml')}")
         except PackageNotFoundError:  # run from a source tree that was never installed

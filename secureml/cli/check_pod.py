@@ -27,7 +27,7 @@ def check_pod(
     files: Annotated[
         list[str],
         typer.Argument(
-            metavar="FILE...",
+            metavar="FILE",
             help="YAML files of Pods or workloads (multi-document; '-' is stdin).",
         ),
     ],

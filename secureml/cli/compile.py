@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from secureml.profile import TenantProfile
     from secureml.supplychain.compile import ImageVerification
 
+SCHEMA = "secureml.dev/compile/v1"
+
 
 @run_cli
 def compile_command(
@@ -161,7 +163,7 @@ def _print(data: dict[str, Any], output_format: OutputFormat, written: Path | No
     from secureml.report import render_text
 
     if output_format == "json":
-        emit_json({**data, "output": str(written) if written else None})
+        emit_json({**data, "schema": SCHEMA, "output": str(written) if written else None})
         return
     typer.echo(render_text(data), err=written is None, nl=False)
     if written is not None:

@@ -37,7 +37,7 @@ DIFF_SCHEMA = "secureml.dev/profile-diff/v1"
 VERIFY_SCHEMA = "secureml.dev/verify/v1"
 
 ProfilesArgument = Annotated[
-    list[Path], typer.Argument(metavar="PROFILE...", help="TenantProfile YAML files.")
+    list[Path], typer.Argument(metavar="PROFILE", help="TenantProfile YAML files.")
 ]
 
 app = typer.Typer(

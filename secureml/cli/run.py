@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from secureml.cli.output import run_cli
+from secureml.cli.options import FormatOption
+from secureml.cli.output import emit_json, run_cli
 from secureml.errors import InputError
+
+if TYPE_CHECKING:
+    from secureml.localrun import RunResult
+
+SCHEMA = "secureml.dev/run/v1"
 
 
 def _arguments(pairs: list[str]) -> dict[str, str]:
@@ -24,20 +31,28 @@ def _arguments(pairs: list[str]) -> dict[str, str]:
 
 @run_cli
 def run(
-    file: Annotated[Path, typer.Argument(help="Python file that defines the pipeline.")],
+    file: Annotated[
+        Path, typer.Argument(metavar="FILE", help="Python file that defines the pipeline.")
+    ],
     profile: Annotated[
-        Path, typer.Option("--profile", help="TenantProfile YAML to compile against.")
+        Path,
+        typer.Option("--profile", metavar="FILE", help="TenantProfile YAML to compile against."),
     ],
     local: Annotated[
         bool, typer.Option("--local", help="Run on this machine with kfp.local.")
     ] = False,
     pipeline: Annotated[
-        str | None, typer.Option("--pipeline", help="Pipeline to run when FILE defines several.")
+        str | None,
+        typer.Option(
+            "--pipeline", metavar="NAME", help="Pipeline to run when FILE defines several."
+        ),
     ] = None,
     output_dir: Annotated[
         Path | None,
         typer.Option(
-            "--output-dir", help="Folder for the run's files (default secureml-runs/<file>-<time>)."
+            "--output-dir",
+            metavar="DIR",
+            help="Folder for the run's files (default secureml-runs/<file>-<time>).",
         ),
     ] = None,
     dev_identity: Annotated[
@@ -55,7 +70,8 @@ def run(
         ),
     ] = False,
     args: Annotated[
-        list[str], typer.Option("--arg", help="Pipeline argument NAME=VALUE (repeatable).")
+        list[str],
+        typer.Option("--arg", metavar="NAME=VALUE", help="Pipeline argument (repeatable)."),
     ] = [],  # noqa: B006 (typer reads the default)
     verbose: Annotated[
         bool,
@@ -63,8 +79,12 @@ def run(
             "--verbose", help="Show kfp.local's task logs as they run (always in DIR/run.log)."
         ),
     ] = False,
+    output: FormatOption = "text",
 ) -> None:
-    """Compile the pipeline against the profile and run it locally, every step under the launcher."""
+    """Compile the pipeline against the profile and run it locally, every step under the launcher.
+
+    Exit 0: every step passed. 1: the pipeline does not comply, or a step failed. 2: unusable input (pipeline file, profile, --arg) or a missing machine requirement.
+    """
     from secureml.components.audit_report import render_text
     from secureml.localrun import RunLayout, default_output_dir, run_pipeline_file
 
@@ -84,6 +104,9 @@ def run(
         simulate_gpu=simulate_gpu,
         verbose=verbose,
     )
+    if output == "json":
+        emit_json(_as_json(result))
+        raise typer.Exit(0 if result.succeeded else 1)
     typer.echo("")
     typer.echo(f"secureml audit summary: pipeline {result.pipeline}")
     if result.simulated_gpu:
@@ -109,3 +132,26 @@ def run(
         at = f" at step(s) {', '.join(failed)}" if failed else ""
         typer.echo(f"error: the pipeline failed{at} (kfp.local: {result.failure})", err=True)
         raise typer.Exit(1)
+
+
+def _as_json(result: RunResult) -> dict[str, Any]:
+    """`run --format json`: the outcome, one summary per audit record, where the files are."""
+    from secureml.components.audit_report import summarize
+
+    steps = [
+        asdict(summarize(record, simulated_gpu=result.simulated_gpu))
+        for record in result.summary_records()
+    ]
+    return {
+        "schema": SCHEMA,
+        "pipeline": result.pipeline,
+        "succeeded": result.succeeded,
+        "failure": result.failure or None,
+        "simulatedGpu": result.simulated_gpu,
+        "steps": steps,
+        "failedSteps": result.failed_steps,
+        "stepsWithoutRecord": result.steps_without_record,
+        "runDir": str(result.layout.root),
+        "auditDir": str(result.layout.audit_dir),
+        "log": str(result.layout.log),
+    }

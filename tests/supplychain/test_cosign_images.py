@@ -16,6 +16,7 @@ from secureml.supplychain.compile import verify_images_for_compile
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.image_bundles import bundle_filename
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier
+from tests.cli.schemas import check as check_schema
 
 from .conftest import REPO
 from .ociserver import OciServer
@@ -174,6 +175,14 @@ def test_verify_image_cli_with_flags_and_failures(tmp_path, root, image_bundle):
         app, [*base, f"ghcr.io/acme/train@sha256:{DIGEST}", "--certificate-identity", BUILDER]
     )
     assert ok.exit_code == 0, ok.output
+    as_json = CliRunner().invoke(
+        app,
+        [*base, f"ghcr.io/acme/train@sha256:{DIGEST}", "--certificate-identity", BUILDER]
+        + ["--format", "json"],
+    )
+    assert as_json.exit_code == 0, as_json.output
+    check_schema("verify", json.loads(as_json.stdout))
+    assert json.loads(as_json.stdout)["signer"] == BUILDER
     wrong_id = CliRunner().invoke(
         app, [*base, f"ghcr.io/acme/train@sha256:{DIGEST}", "--certificate-identity", STRANGER]
     )
@@ -266,6 +275,8 @@ def test_signed_profile_and_a_loosened_copy(tmp_path, pki, root):
     ]
     ok = CliRunner().invoke(app, args)
     assert ok.exit_code == 0, ok.output
+    ok_json = CliRunner().invoke(app, [*args, "--format", "json"])
+    check_schema("verify", json.loads(ok_json.stdout))
     assert (
         "signed by platform@acme.example (issuer https://accounts.google.com); message signature"
         in ok.output
@@ -275,6 +286,10 @@ def test_signed_profile_and_a_loosened_copy(tmp_path, pki, root):
     loosened = CliRunner().invoke(app, args)
     assert loosened.exit_code == 1
     assert "may have been changed after it was signed" in loosened.output
+    as_json = CliRunner().invoke(app, [*args, "--format", "json"])
+    assert as_json.exit_code == 1 and as_json.stdout == ""  # a failure is an error, not a document
     bundle.unlink()
     unsigned = CliRunner().invoke(app, args)
     assert unsigned.exit_code == 1 and "has no signature bundle" in unsigned.output
+    # the fix names this command's own flag for the bundle (`--bundle`, not compile's)
+    assert "or pass --bundle" in unsigned.output and "--profile-bundle" not in unsigned.output

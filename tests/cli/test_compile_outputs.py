@@ -1,0 +1,90 @@
+"""`secureml compile -o/--report`: a clear error (exit 2, no traceback, nothing written) for a
+missing folder, a directory, or any input file (same inode); never an overwritten input."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from secureml.cli import app
+from secureml.errors import InputError
+from secureml.output_paths import check_output
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> tuple[Path, Path]:
+    pipeline = tmp_path / "secure_finetune.py"
+    profile = tmp_path / "team-a-dev.yaml"
+    shutil.copy(REPO / "pipelines" / "secure_finetune.py", pipeline)
+    shutil.copy(REPO / "examples" / "profiles" / "team-a-dev.yaml", profile)
+    return pipeline, profile
+
+
+def compile_to(inputs: tuple[Path, Path], *extra: str) -> tuple[int, str]:
+    pipeline, profile = inputs
+    before = {p: p.read_bytes() for p in inputs}
+    result = runner.invoke(app, ["compile", str(pipeline), "--profile", str(profile), *extra])
+    assert "Traceback" not in result.output
+    assert {p: p.read_bytes() for p in inputs} == before, "an input was overwritten"
+    return result.exit_code, result.output
+
+
+def test_missing_folder_and_directory(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    code, output = compile_to(inputs, "-o", str(tmp_path / "no" / "such" / "p.yaml"))
+    assert code == 2 and "does not exist" in output and "mkdir -p" in output
+    code, output = compile_to(inputs, "-o", str(tmp_path))
+    assert code == 2 and "is a directory" in output
+    code, output = compile_to(
+        inputs, "-o", str(tmp_path / "p.yaml"), "--report", str(tmp_path / "x" / "r.json")
+    )
+    assert code == 2 and "--report" in output and "does not exist" in output
+    assert not (tmp_path / "p.yaml").exists(), "refused before anything was written"
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_output_onto_an_input_is_refused(inputs: tuple[Path, Path], which: int) -> None:
+    code, output = compile_to(inputs, "-o", str(inputs[which]))
+    assert code == 2 and "is the input" in output
+
+
+def test_links_to_an_input_are_the_input(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    symlink, hardlink = tmp_path / "sym.yaml", tmp_path / "hard.yaml"
+    symlink.symlink_to(inputs[1])
+    os.link(inputs[1], hardlink)
+    for target in (symlink, hardlink):
+        code, output = compile_to(inputs, "-o", str(target))
+        assert code == 2 and "is the input" in output
+    code, output = compile_to(inputs, "-o", str(tmp_path / "p.yaml"), "--report", str(inputs[0]))
+    assert code == 2 and "--report" in output and "is the input" in output
+
+
+def test_report_and_output_must_differ(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    target = tmp_path / "p.yaml"
+    target.write_text("old\n")
+    code, output = compile_to(inputs, "-o", str(target), "--report", str(target))
+    assert code == 2 and "is the input" in output and target.read_text() == "old\n"
+
+
+def test_a_good_output_is_written(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    code, output = compile_to(
+        inputs, "-o", str(tmp_path / "p.yaml"), "--report", str(tmp_path / "r.json")
+    )
+    assert code == 0, output
+    assert (tmp_path / "p.yaml").is_file() and (tmp_path / "r.json").is_file()
+
+
+def test_check_output_alone(tmp_path: Path) -> None:
+    source = tmp_path / "in.yaml"
+    source.write_text("x")
+    check_output(tmp_path / "new.yaml", "-o", [source])  # a new file in an existing folder
+    with pytest.raises(InputError, match="is the input"):
+        check_output(source, "-o", [source])
+    with pytest.raises(InputError, match="does not exist"):
+        check_output(tmp_path / "missing" / "f", "-o", [])

@@ -20,7 +20,7 @@ from secureml.cli.options import (
     TrustedRootOption,
 )
 from secureml.cli.output import emit_json, run_cli
-from secureml.errors import InputError
+from secureml.errors import InputError, SecuremlError
 
 if TYPE_CHECKING:
     from secureml.supplychain.identity import TrustedIdentity
@@ -114,7 +114,10 @@ def verify_image(
     from secureml.supplychain.image_bundles import read_bundle_file, verify_with_bundles
     from secureml.supplychain.verifier import SignatureVerifier
 
-    ref = ImageRef.parse(image)
+    try:
+        ref = ImageRef.parse(image)
+    except SecuremlError as err:  # a malformed argument is unusable input, not a failed check
+        raise InputError(err.what, why=err.why, fix=err.fix) from None
     root: str = trusted_root or "production"
     base_dir = None
     if profile is not None:

@@ -139,6 +139,7 @@ ERRORS = [
         "no trusted signer given",
     ),  # fmt: skip
     (["verify-image", IMAGE, "--profile", str(PROFILE)], "exactly one of --bundle"),
+    (["verify-image", "a b", "--fetch", "--profile", str(PROFILE)], "contains whitespace"),
     (["check-pod", "-", "--level", "baseline", "--namespace", "x"], "need --server"),
     (["check-pod", "-"], "exactly one of --profile or --level"),
     (["check-pod", "-", "--server", "--level", "baseline"], "do not apply"),

@@ -1,54 +1,51 @@
-"""secureml compile against plain kfp compile of the same chained pipeline (10, 100, 500 steps).
+"""secureml compile against plain kfp compile of the same chained pipeline (10, 100, 300, 500 steps).
 
-Both sides start from the same pipeline function and end with the YAML file on disk:
+Both sides start from the same pipeline function (benchmarks/chain.py) and end with the YAML file
+on disk; secureml with the admission preview on (every previewed pod judged by the tenant's rules)
+and signature checks off (team-a-dev requires none):
 
-- kfp:      `@dsl.pipeline` (kfp traces and builds the spec) + `kfp.compiler.Compiler().compile`
-- secureml: `@dsl.pipeline` + `secureml.compiler.compile_pipeline(...)` (checks every task,
-            re-traces it with the controls, builds, previews every pod and evaluates the tenant's
-            admission rules on it) + writing the YAML; and the same without the admission preview
-            (`check_admission=False`), to show where the time goes
+- in process: `@dsl.pipeline` + `kfp.compiler.Compiler().compile` against `@dsl.pipeline` +
+  `secureml.compiler.compile_pipeline(...).write`, alternating, in this one process;
+- whole processes: `python -c` importing benchmarks/chain.py and compiling it with kfp, against
+  `python -m secureml compile benchmarks/chain.py --profile ...`, alternating; their peak memory
+  (max RSS of each child, from wait4) too.
 
-Each side is timed several times in this one run, alternating; the ratio of the medians is
-printed. Target: <= 1.25x. Run: `python benchmarks/compile.py` (well under a minute).
+Every figure is min / median / max over the runs, and each ratio is secureml's median over kfp's
+median of this run; the machine's load average is printed before and after. Target: <= 1.25x in
+time at every size, and in peak memory at 500 steps. Run: `python benchmarks/compile.py`
+(a few minutes; `--quick` for 10 and 100 steps). Prints; never asserts.
 """
 
+from __future__ import annotations
+
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from chain import chained  # noqa: E402
 from kfp import compiler, dsl  # noqa: E402
 
-from secureml import MIG, secure_component  # noqa: E402
 from secureml.compiler import compile_pipeline  # noqa: E402
 from secureml.profile import load_profile  # noqa: E402
 
-IMAGE = "ghcr.io/acme/ml-images/train@sha256:" + "0" * 64
-PROFILE = load_profile(ROOT / "examples" / "profiles" / "team-a-dev.yaml")
-RUNS = {10: 5, 100: 3, 500: 1}
-
-
-@secure_component(image=IMAGE)
-def prepare(x: int) -> int:
-    return x + 1
-
-
-@secure_component(image=IMAGE, gpu=MIG("1g.10gb"))
-def train(x: int) -> int:
-    return x * 2
-
-
-def chained(steps: int):
-    def pipeline(x: int = 0) -> None:
-        value = x
-        for index in range(steps):
-            value = (train if index % 2 else prepare)(x=value).output
-
-    return pipeline
+PROFILE_PATH = ROOT / "examples" / "profiles" / "team-a-dev.yaml"
+PROFILE = load_profile(PROFILE_PATH)
+CHAIN = ROOT / "benchmarks" / "chain.py"
+RUNS = {10: 9, 100: 5, 300: 3, 500: 3}  # in process, per side
+PROCESS_RUNS = {10: 5, 100: 3, 300: 3, 500: 3}
+KFP_PROCESS = (
+    "import runpy, sys; from kfp import compiler; "
+    "compiler.Compiler().compile(runpy.run_path(sys.argv[1])['chain'], sys.argv[2])"
+)
 
 
 def time_kfp(steps: int, out: Path) -> float:
@@ -57,38 +54,85 @@ def time_kfp(steps: int, out: Path) -> float:
     return time.perf_counter() - start
 
 
-def time_secureml(steps: int, out: Path, admission: bool = True) -> float:
+def time_secureml(steps: int, out: Path) -> float:
     start = time.perf_counter()
-    compile_pipeline(
-        dsl.pipeline(name="chain")(chained(steps)), PROFILE, check_admission=admission
-    ).write(out)
+    compile_pipeline(dsl.pipeline(name="chain")(chained(steps)), PROFILE).write(out)
     return time.perf_counter() - start
 
 
+def run_process(args: Sequence[str], steps: int) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of one child process."""
+    env = {**os.environ, "CHAIN_STEPS": str(steps)}
+    start = time.perf_counter()
+    child = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    assert child.returncode == 0, f"{args[:3]} exited {child.returncode}"
+    return wall, usage.ru_maxrss / 1024
+
+
+def spread(values: Sequence[float], unit: str = "s") -> str:
+    return f"{min(values):.3f}/{statistics.median(values):.3f}/{max(values):.3f} {unit}"
+
+
+def ratios(baseline: Sequence[float], measured: Sequence[float]) -> str:
+    """The ratio of the medians, and the min/median/max of the paired runs' ratios."""
+    paired = [m / b for b, m in zip(baseline, measured, strict=True)]
+    ratio = statistics.median(measured) / statistics.median(baseline)
+    return (
+        f"{ratio:.2f}x (pairs {min(paired):.2f}/{statistics.median(paired):.2f}/{max(paired):.2f})"
+    )
+
+
+def alternate(runs: int, first: Callable[[], float], second: Callable[[], float]) -> tuple:
+    a, b = [], []
+    for _ in range(runs):
+        a.append(first())
+        b.append(second())
+    return a, b
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> None:
+    sizes = [10, 100] if "--quick" in sys.argv else list(RUNS)
+    print(f"compile benchmark, {os.cpu_count()} CPUs, {load()}")
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "pipeline.yaml"
-        time_secureml(10, out)  # warm the caches both sides share (imports, CEL programs)
-        time_kfp(10, out)
-        print(
-            f"{'steps':>6} {'kfp s':>8} {'secureml s':>11} {'ratio':>6}   {'without admission preview':>26}"
-        )
-        for steps, runs in RUNS.items():
-            kfp_times, secure_times, bare_times = [], [], []
-            for _ in range(runs):
-                kfp_times.append(time_kfp(steps, out))
-                secure_times.append(time_secureml(steps, out))
-                bare_times.append(time_secureml(steps, out, admission=False))
-            kfp_median = statistics.median(kfp_times)
-            secure_median, bare_median = (
-                statistics.median(secure_times),
-                statistics.median(bare_times),
+        out, kfp_out = Path(tmp) / "secureml.yaml", Path(tmp) / "kfp.yaml"
+        time_secureml(10, out)  # warm both sides' caches (imports, compiled CEL programs)
+        time_kfp(10, kfp_out)
+        print("\nin process (min/median/max; ratio = secureml median / kfp median)")
+        for steps in sizes:
+            kfp_t, sm_t = alternate(
+                RUNS[steps],
+                lambda s=steps: time_kfp(s, kfp_out),
+                lambda s=steps: time_secureml(s, out),
             )
             print(
-                f"{steps:>6} {kfp_median:>8.2f} {secure_median:>11.2f} {secure_median / kfp_median:>5.2f}x"
-                f"   {bare_median:>19.2f} s {bare_median / kfp_median:>4.2f}x"
+                f"  {steps:>4} steps  kfp {spread(kfp_t)}  secureml {spread(sm_t)}  {ratios(kfp_t, sm_t)}"
             )
-    print("target: <= 1.25x (the first ratio: what `secureml compile` does)")
+        print("\nwhole processes (wall min/median/max; peak RSS median; ratios of medians)")
+        kfp_args = [sys.executable, "-c", KFP_PROCESS, str(CHAIN), str(kfp_out)]
+        sm_args = [sys.executable, "-m", "secureml", "compile", str(CHAIN)]
+        sm_args += ["--profile", str(PROFILE_PATH), "-o", str(out)]
+        for steps in sizes:
+            pairs = [
+                (run_process(kfp_args, steps), run_process(sm_args, steps))
+                for _ in range(PROCESS_RUNS[steps])
+            ]
+            kfp_t, sm_t = [p[0][0] for p in pairs], [p[1][0] for p in pairs]
+            kfp_m, sm_m = [p[0][1] for p in pairs], [p[1][1] for p in pairs]
+            print(
+                f"  {steps:>4} steps  kfp {spread(kfp_t)}  secureml {spread(sm_t)}  {ratios(kfp_t, sm_t)}"
+            )
+            print(
+                f"             peak RSS kfp {spread(kfp_m, 'MiB')}  secureml {spread(sm_m, 'MiB')}"
+                f"  {ratios(kfp_m, sm_m)}"
+            )
+    print(f"\n{load()}; target: <= 1.25x in time at every size, in peak memory at 500 steps")
 
 
 if __name__ == "__main__":

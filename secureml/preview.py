@@ -118,9 +118,10 @@ RUNTIME_ROLE = "pipelines.kubeflow.org/runtime-role"
 
 
 def preview_pods(
-    pipeline_yaml_docs: Sequence[dict[str, Any]], profile: TenantProfile
+    pipeline_yaml_docs: Sequence[dict[str, Any]], profile: TenantProfile, *, mutate: bool = True
 ) -> dict[str, dict[str, Any]]:
-    """Executor pods by task path (`task`, or `parent/child` inside nested pipelines), in order."""
+    """Executor pods by task path (`task`, or `parent/child` inside nested pipelines), in order;
+    `mutate=False`: as Argo submits them, before the tenant's MutatingAdmissionPolicy."""
     pipeline_spec, k8s_executors = _split(pipeline_yaml_docs)
     executors = pipeline_spec.get("deploymentSpec", {}).get("executors", {})
     from secureml.bundle.mutation.apply import apply_mutations
@@ -140,7 +141,7 @@ def preview_pods(
             retry="retryPolicy" in task,
         )
         pod = argo_pod(workflow, f"{_node(workflow, path)}.executor", template)
-        pods[path] = apply_mutations(pod, profile)
+        pods[path] = apply_mutations(pod, profile) if mutate else pod
     return pods
 
 

@@ -56,10 +56,21 @@ __all__ = [
 
 
 def profile_rules(profile: TenantProfile) -> list[Rule]:
-    """secureml's own rules for `profile` (ids `secureml.*`)."""
+    """secureml's own rules for `profile` (ids `secureml.*`).
+
+    Built once per distinct profile in a process (a compile of many pipelines, the compiler's
+    preview, check-pod): the rules are a function of the profile's values alone, and the key is
+    all of them (the profile's JSON).
+    """
     from secureml.rules.tenant import profile_rules as build
 
-    return build(profile)
+    key = profile.model_dump_json()
+    if key not in _BUILT:
+        _BUILT[key] = tuple(build(profile))
+    return list(_BUILT[key])
+
+
+_BUILT: dict[str, tuple[Rule, ...]] = {}  # profile_rules by the profile's JSON
 
 
 def rules_for_profile(profile: TenantProfile, kubernetes: str = DEFAULT_K8S_VERSION) -> list[Rule]:

@@ -42,9 +42,18 @@ PROFILE = load_profile(PROFILE_PATH)
 CHAIN = ROOT / "benchmarks" / "chain.py"
 RUNS = {10: 9, 100: 5, 300: 3, 500: 3}  # in process, per side
 PROCESS_RUNS = {10: 5, 100: 3, 300: 3, 500: 3}
-KFP_PROCESS = (
-    "import runpy, sys; from kfp import compiler; "
+# Each child reports its own peak RSS (VmHWM) at exit: wait4's ru_maxrss would start from this
+# process's size, which a forked child inherits.
+PEAK = (
+    "import atexit, sys; atexit.register(lambda: sys.stderr.write('VmHWM ' + "
+    "open('/proc/self/status').read().split('VmHWM:')[1].split()[0] + '\\n')); "
+)
+KFP_PROCESS = PEAK + (
+    "import runpy; from kfp import compiler; "
     "compiler.Compiler().compile(runpy.run_path(sys.argv[1])['chain'], sys.argv[2])"
+)
+SECUREML_PROCESS = PEAK + (
+    "import runpy; sys.argv[0] = 'secureml'; runpy.run_module('secureml', run_name='__main__')"
 )
 
 
@@ -64,16 +73,19 @@ def run_process(args: Sequence[str], steps: int) -> tuple[float, float]:
     """(wall seconds, peak RSS in MiB) of one child process."""
     env = {**os.environ, "CHAIN_STEPS": str(steps)}
     start = time.perf_counter()
-    child = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
+    done = subprocess.run(
+        args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     wall = time.perf_counter() - start
-    child.returncode = os.waitstatus_to_exitcode(status)
-    assert child.returncode == 0, f"{args[:3]} exited {child.returncode}"
-    return wall, usage.ru_maxrss / 1024
+    assert done.returncode == 0, f"{args[:3]} exited {done.returncode}: {done.stderr[-2000:]!r}"
+    peak_kib = int(done.stderr.decode().rsplit("VmHWM ", 1)[1].split()[0])
+    return wall, peak_kib / 1024
 
 
 def spread(values: Sequence[float], unit: str = "s") -> str:
-    return f"{min(values):.3f}/{statistics.median(values):.3f}/{max(values):.3f} {unit}"
+    digits = 3 if unit == "s" else 0
+    low, median, high = min(values), statistics.median(values), max(values)
+    return f"{low:.{digits}f}/{median:.{digits}f}/{high:.{digits}f} {unit}"
 
 
 def ratios(baseline: Sequence[float], measured: Sequence[float]) -> str:
@@ -114,9 +126,9 @@ def main() -> None:
             print(
                 f"  {steps:>4} steps  kfp {spread(kfp_t)}  secureml {spread(sm_t)}  {ratios(kfp_t, sm_t)}"
             )
-        print("\nwhole processes (wall min/median/max; peak RSS median; ratios of medians)")
+        print("\nwhole processes (wall and peak RSS, min/median/max; ratios of medians)")
         kfp_args = [sys.executable, "-c", KFP_PROCESS, str(CHAIN), str(kfp_out)]
-        sm_args = [sys.executable, "-m", "secureml", "compile", str(CHAIN)]
+        sm_args = [sys.executable, "-c", SECUREML_PROCESS, "compile", str(CHAIN)]
         sm_args += ["--profile", str(PROFILE_PATH), "-o", str(out)]
         for steps in sizes:
             pairs = [

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from secureml import contract, gpu, gpu_catalogue
 from secureml.decorator import SecureSettings
 from secureml.errors import SecuremlError
-from secureml.gpu_request import MIG, GPURequest, TimeSlice
+from secureml.gpu_request import MIG, GPURequest, GPURequestError, TimeSlice
 from secureml.images import ImageRef, registry_allowed
 from secureml.quantity import format_bytes
 
@@ -37,8 +37,10 @@ RULES: dict[str, str] = {
     "gpu.whole-count": "more whole GPUs than spec.gpu.wholeGpu.maxPerStep",
     "gpu.whole-product": "the GPU product is not one of the profile's GPU models",
     "gpu.quota": "one step asks for more of a GPU resource than the namespace quota holds",
-    "accelerator.not-allowed": "an accelerator set on the task is outside the profile's allow-list",
-    "accelerator.without-request": "an accelerator set on the task bypasses secureml's GPU request",
+    "accelerator.not-allowed": "an accelerator set on the task names no GPU this tenant offers, "
+    "or is chosen at run time",
+    "accelerator.without-request": "an accelerator set on the task beside its @secure_component "
+    "GPU request: two requests for one step",
     "image.invalid": "the image reference cannot be parsed",
     "image.dynamic": "the image is chosen at run time, so it cannot be checked",
     "image.registry": "the image is not under one of spec.images.allowedRegistries",
@@ -79,6 +81,7 @@ class TaskView:
     env: dict[str, str]
     accelerator_type: str | None
     settings: SecureSettings | None
+    accelerator_limit: str | None = None  # set_accelerator_limit (kfp writes "1" with a type)
     k8s_env_names: tuple[str, ...] = ()  # env from secrets/config maps/field paths (kfp.kubernetes)
     k8s_labels: dict[str, str] = field(default_factory=dict)
     k8s_annotations: dict[str, str] = field(default_factory=dict)
@@ -103,7 +106,7 @@ def check_task(view: TaskView, profile: TenantProfile) -> list[Violation]:
     _check_metadata(view, add)
     _check_scheduling(view, add)
     _check_accelerator(view, profile, add)
-    request = view.settings.gpu if view.settings else None
+    request = task_gpu_request(view, profile)
     if request is not None:
         _check_gpu(request, profile, add)
     level = request.isolation(profile) if request is not None else contract.ISOLATION_NONE
@@ -228,30 +231,55 @@ def _check_scheduling(view: TaskView, add: AddViolation) -> None:
         )
 
 
+def task_gpu_request(view: TaskView, profile: TenantProfile) -> GPURequest | None:
+    """The step's GPU request: `@secure_component(gpu=...)`, else the kfp-native accelerator
+    (`set_accelerator_type/limit`, read by `gpu.request_for_accelerator`). None without either, or
+    when the accelerator cannot be read (`_check_accelerator` reports why)."""
+    if view.settings is not None and view.settings.gpu is not None:
+        return view.settings.gpu
+    if not view.accelerator_type or _chosen_at_run_time(view):
+        return None
+    try:
+        return gpu.request_for_accelerator(view.accelerator_type, view.accelerator_limit, profile)
+    except GPURequestError:
+        return None
+
+
+def _chosen_at_run_time(view: TaskView) -> bool:
+    return any(
+        "{{channel:" in (value or "") for value in (view.accelerator_type, view.accelerator_limit)
+    )
+
+
 def _check_accelerator(view: TaskView, profile: TenantProfile, add: AddViolation) -> None:
     name = view.accelerator_type
     if not name:
         return
-    allowed = gpu.allowed_accelerators(profile)
-    if name not in allowed:
-        which = (
-            "an accelerator chosen at run time (a pipeline parameter or task output)"
-            if "{{channel:" in name
-            else f"accelerator {name!r}"
-        )
-        add(
-            "accelerator.not-allowed",
-            f"{which} is not one this tenant may use "
-            f"(allowed: {', '.join(sorted(allowed)) or 'none'})",
-            "remove set_accelerator_type and ask for the GPU with @secure_component(gpu=...)",
-        )
-    else:
+    fix = "ask for the GPU with @secure_component(gpu=...) or a fixed set_accelerator_type/limit"
+    if view.settings is not None and view.settings.gpu is not None:
         add(
             "accelerator.without-request",
-            f"set_accelerator_type({name!r}) bypasses the GPU request, "
-            "so the step's isolation cannot be checked",
-            "remove set_accelerator_type/limit and ask for the GPU with @secure_component(gpu=...)",
+            f"set_accelerator_type({name!r}) beside gpu={view.settings.gpu.describe()}: two GPU "
+            "requests for one step",
+            "remove set_accelerator_type/limit: gpu= already gives the step its GPU",
         )
+    elif _chosen_at_run_time(view):
+        add(
+            "accelerator.not-allowed",
+            "an accelerator chosen at run time (a pipeline parameter or task output) cannot be "
+            "checked against the profile",
+            fix,
+        )
+    else:
+        try:
+            gpu.request_for_accelerator(name, view.accelerator_limit, profile)
+        except GPURequestError as err:
+            allowed = ", ".join(sorted(gpu.allowed_accelerators(profile))) or "none"
+            add(
+                "accelerator.not-allowed",
+                f"{err.where}: {err.what} (this tenant's GPU resources: {allowed})",
+                err.fix or fix,
+            )
 
 
 def _check_gpu(request: GPURequest, profile: TenantProfile, add: AddViolation) -> None:

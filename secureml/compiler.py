@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from secureml import contract, gpu
-from secureml.compile_rules import TaskView, Violation, check_task
+from secureml.compile_rules import TaskView, Violation, check_task, task_gpu_request
 from secureml.decorator import settings_of
 from secureml.errors import SecuremlError
 from secureml.gpu_request import ISOLATION_TIMESLICE_SHIM, TimeSlice
@@ -421,6 +421,7 @@ def _view(name: str, task: PipelineTask) -> TaskView:
         args=tuple(container.args or ()),
         env=dict(container.env or {}),
         accelerator_type=resources.accelerator_type if resources is not None else None,
+        accelerator_limit=resources.accelerator_count if resources is not None else None,
         settings=settings_of(task.component_spec),
         k8s_env_names=tuple(env_names),
         k8s_labels=dict(metadata.get("labels", {})),
@@ -484,7 +485,7 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
     profile = ctx.profile
     spec = profile.spec
     settings = view.settings
-    request = settings.gpu if settings else None
+    request = task_gpu_request(view, profile)  # gpu=, or kfp's own set_accelerator_type/limit
     placed = gpu.placement(request, profile)
     # The fully qualified reference (docker.io/library/python:3.11 for python:3.11): what the
     # compile rules judged is then literally what the admission policy and the runtime see.
@@ -505,6 +506,9 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
         resources.accelerator_count = str(placed.accelerator_count)
         task.container_spec.resources = resources
         report.resources = f"{placed.accelerator_type} x{placed.accelerator_count}"
+    elif task.container_spec.resources is not None:  # a kfp-native request the DRA claim replaces
+        task.container_spec.resources.accelerator_type = None
+        task.container_spec.resources.accelerator_count = None
     # The task's own placement first (admission judges it on the preview), then the compiler's.
     report.scheduling += _task_scheduling(task.platform_config.get("kubernetes", {}))
     for key, value in placed.node_selector.items():

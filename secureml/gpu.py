@@ -24,12 +24,13 @@ from secureml import contract
 from secureml.gpu_catalogue import (
     LABEL_GPU_PRODUCT,
     LABEL_SHARING_STRATEGY,
+    MIG_RESOURCE_PREFIX,
     RESOURCE_GPU,
     SHARING_TIME_SLICING,
     mig_product_names,
     mig_resource_name,
 )
-from secureml.gpu_request import MIG, GPURequest, TimeSlice
+from secureml.gpu_request import MIG, GPURequest, GPURequestError, TimeSlice, WholeGPU
 
 if TYPE_CHECKING:
     from secureml.profile import TenantProfile
@@ -166,3 +167,45 @@ def allowed_accelerators(profile: TenantProfile) -> set[str]:
     if gpu.whole_gpu is not None:
         names.add(RESOURCE_GPU)
     return names
+
+
+# --- kfp's own request -----------------------------------------------------------------------------
+
+
+def request_for_accelerator(name: str, limit: str | None, profile: TenantProfile) -> GPURequest:
+    """The request a kfp-native `set_accelerator_type(name).set_accelerator_limit(limit)` names,
+    so that it is checked and placed like `gpu=`: `nvidia.com/gpu` is `WholeGPU(limit)`,
+    `nvidia.com/mig-<profile>` is `MIG(profile, limit)`, and the tenant's time-slice resource is one
+    `TimeSlice` at the profile's limits (`maxMemory`, `maxCompute`). `GPURequestError` for any other
+    name, a count that is not a whole number from 1, or more than one time-sliced share. Names
+    chosen at run time are the caller's to refuse: they cannot be mapped before the run.
+    """
+    where = f"set_accelerator_type({name!r})"
+    count = int(limit) if limit is not None and limit.isdigit() else 0
+    if count < 1:
+        raise GPURequestError(
+            f"set_accelerator_limit({limit!r}) asks for no GPU",
+            fix="set a limit of 1 or more, or remove set_accelerator_type",
+            where=where,
+        )
+    time_slice = profile.spec.gpu.time_slice
+    if name == RESOURCE_GPU:
+        return WholeGPU(count)
+    if name.startswith(MIG_RESOURCE_PREFIX):
+        return MIG(name.removeprefix(MIG_RESOURCE_PREFIX), count)
+    if time_slice is not None and name == time_slice.resource_name:
+        if count != 1:
+            raise GPURequestError(
+                f"{count} time-sliced shares asked for; a step gets one",
+                why="the shim's limits hold per container; a second share would double them",
+                fix="set_accelerator_limit(1), or ask for whole GPUs",
+                where=where,
+            )
+        return TimeSlice(time_slice.max_memory, time_slice.max_compute)
+    raise GPURequestError(
+        f"accelerator {name!r} is none of the GPUs this tenant offers",
+        why=f"kfp-native requests are read as {RESOURCE_GPU} (whole GPUs), "
+        f"{MIG_RESOURCE_PREFIX}<profile> (MIG) or the tenant's time-slice resource",
+        fix="ask with @secure_component(gpu=MIG(...) | TimeSlice(...) | WholeGPU(...))",
+        where=where,
+    )

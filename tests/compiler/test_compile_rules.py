@@ -110,12 +110,14 @@ CASES = {
         ["gpu.quota"],
     ),
     "accelerator.not-allowed": (
-        lambda: single(step, lambda t: t.set_accelerator_type("nvidia.com/mig-7g.80gb")),
+        lambda: single(step, lambda t: t.set_accelerator_type("amd.com/gpu")),
         None,
         ["accelerator.not-allowed"],
     ),
     "accelerator.without-request": (
-        lambda: single(step, lambda t: t.set_accelerator_type("nvidia.com/gpu")),
+        lambda: single(
+            gpu_step(MIG("1g.10gb")), lambda t: t.set_accelerator_type("nvidia.com/gpu")
+        ),
         None,
         ["accelerator.without-request"],
     ),

@@ -177,10 +177,38 @@ class _Catalogue:
 
     # --- GPU resources ---------------------------------------------------------------------------
     def gpu_resources(self) -> list[Rule]:
+        """Which GPU resources a container may name, and how many of them: one rule per concern."""
+        gpu = self.gpu
+        device_plugin = gpu.backend == "device-plugin"
+        rules = [self._gpu_resource_name(), self._mig_profile()]
+        if device_plugin and gpu.whole_gpu is not None:
+            rules.append(self._whole_gpu_count(gpu.whole_gpu.max_per_step))
+            if gpu.whole_gpu.node_selector:
+                rules.append(self._dedicated_pool(dict(gpu.whole_gpu.node_selector)))
+        if device_plugin and gpu.time_slice is not None:
+            rules.append(self._time_slice_count(gpu.time_slice.resource_name))
+        if self._single_mig and gpu.mig is not None:
+            rules.append(self._mig_single(list(gpu.mig.allowed_profiles)))
+        return rules
+
+    @property
+    def _single_mig(self) -> bool:
+        """MIG on the `single` strategy: MIG instances are asked for as nvidia.com/gpu."""
+        gpu = self.gpu
+        return (
+            gpu.backend == "device-plugin" and gpu.mig is not None and gpu.mig_strategy == "single"
+        )
+
+    @property
+    def _asks_gpu(self) -> str:
+        return _any_container_requests(f"k == {quote(RESOURCE_GPU)}")
+
+    def _gpu_resource_name(self) -> Rule:
+        """No NVIDIA resource but the profile's whole-GPU, time-slice and MIG resources."""
         gpu = self.gpu
         names: list[str] = []
         if gpu.backend == "device-plugin":
-            if gpu.whole_gpu is not None or (gpu.mig_strategy == "single" and gpu.mig is not None):
+            if gpu.whole_gpu is not None or self._single_mig:
                 names.append(RESOURCE_GPU)
             if gpu.time_slice is not None:
                 names.append(gpu.time_slice.resource_name)
@@ -194,76 +222,58 @@ class _Catalogue:
             allowed_text = "none (this tenant's GPUs come from DRA claims)"
         else:
             allowed_text = "none besides the allowed MIG profiles"
-        rules = [
-            self.container_rule(
-                "secureml.gpuResourceName",
-                f"must request no GPU resource but {allowed_text}",
-                _resource_keys_all(key_ok),
-            )
-        ]
+        return self.container_rule(
+            "secureml.gpuResourceName",
+            f"must request no GPU resource but {allowed_text}",
+            _resource_keys_all(key_ok),
+        )
+
+    def _mig_profile(self) -> Rule:
+        """MIG resources (`mixed` strategy) only of the allowed profiles."""
+        gpu = self.gpu
         mig_names: list[str] = []
         if gpu.backend == "device-plugin" and gpu.mig is not None and gpu.mig_strategy == "mixed":
             mig_names = [f"{MIG_RESOURCE_PREFIX}{p}" for p in gpu.mig.allowed_profiles]
         mig_ok = f"!k.startsWith({quote(MIG_RESOURCE_PREFIX)}) || k in {string_list(mig_names)}"
-        allowed_mig = ", ".join(mig_names) if mig_names else "none"
-        rules.append(
-            self.container_rule(
-                "secureml.migProfile",
-                f"must request no MIG profile but {allowed_mig}",
-                _resource_keys_all(mig_ok),
-            )
+        return self.container_rule(
+            "secureml.migProfile",
+            f"must request no MIG profile but {', '.join(mig_names) if mig_names else 'none'}",
+            _resource_keys_all(mig_ok),
         )
-        single_mig = (
-            gpu.backend == "device-plugin" and gpu.mig is not None and gpu.mig_strategy == "single"
+
+    def _whole_gpu_count(self, max_per_step: int) -> Rule:
+        """At most `maxPerStep` whole GPUs per container. On the `single` strategy nvidia.com/gpu on
+        a pod labelled `mig` is a MIG instance, checked by secureml.migProfile.single instead."""
+        counts = string_list(str(n) for n in range(1, max_per_step + 1))
+        count_ok = (
+            f"!(k == {quote(RESOURCE_GPU)}) || string(dyn(c.resources).limits[k]) in {counts}"
         )
-        asks_gpu = _any_container_requests(f"k == {quote(RESOURCE_GPU)}")
-        # On the `single` strategy nvidia.com/gpu on a pod labelled `mig` is a MIG instance, checked
-        # by secureml.migProfile.single; only the other pods asking for it want whole GPUs.
-        not_mig = f"!{_label_is('mig')} && " if single_mig else ""
-        if gpu.backend == "device-plugin" and gpu.whole_gpu is not None:
-            counts = string_list(str(n) for n in range(1, gpu.whole_gpu.max_per_step + 1))
-            count_ok = (
-                f"!(k == {quote(RESOURCE_GPU)}) || string(dyn(c.resources).limits[k]) in {counts}"
-            )
-            predicate = f"(!(has(c.resources) && has(dyn(c.resources).limits)) || dyn(c.resources).limits.all(k, {count_ok}))"
-            message = (
-                f"must request at most {gpu.whole_gpu.max_per_step} whole GPU(s) "
-                f"({RESOURCE_GPU} limit 1..{gpu.whole_gpu.max_per_step})"
-            )
-            counted = every_container(predicate)
-            if single_mig:
-                counted = f"{_label_is('mig')} || {counted}"
-            rules.append(
-                self.rule(
-                    "secureml.wholeGpuCount",
-                    message,
-                    counted,
-                    container_rule_message(predicate, message),
-                )
-            )
-            if gpu.whole_gpu.node_selector:
-                selector = " && ".join(
-                    f"({quote(k)} in {SPEC}.nodeSelector && {SPEC}.nodeSelector[{quote(k)}] == {quote(v)})"
-                    for k, v in sorted(gpu.whole_gpu.node_selector.items())
-                )
-                wanted = ", ".join(
-                    f"{k}={v}" for k, v in sorted(gpu.whole_gpu.node_selector.items())
-                )
-                rules.append(
-                    self.rule(
-                        "secureml.dedicatedPool",
-                        f"a pod with whole GPUs must select the tenant's dedicated pool ({wanted})",
-                        f"!({not_mig}{asks_gpu}) || (has({SPEC}.nodeSelector) && {selector})",
-                        quote(
-                            f"pod requests whole GPUs but does not select the dedicated pool ({wanted})"
-                        ),
-                    )
-                )
-        if gpu.backend == "device-plugin" and gpu.time_slice is not None:
-            rules.append(self._time_slice_count(gpu.time_slice.resource_name))
-        if single_mig and gpu.mig is not None:
-            rules.append(self._mig_single(asks_gpu, list(gpu.mig.allowed_profiles)))
-        return rules
+        predicate = f"(!(has(c.resources) && has(dyn(c.resources).limits)) || dyn(c.resources).limits.all(k, {count_ok}))"
+        message = (
+            f"must request at most {max_per_step} whole GPU(s) "
+            f"({RESOURCE_GPU} limit 1..{max_per_step})"
+        )
+        counted = every_container(predicate)
+        if self._single_mig:
+            counted = f"{_label_is('mig')} || {counted}"
+        return self.rule(
+            "secureml.wholeGpuCount", message, counted, container_rule_message(predicate, message)
+        )
+
+    def _dedicated_pool(self, node_selector: dict[str, str]) -> Rule:
+        """A pod with whole GPUs selects the tenant's dedicated pool (MIG pods on `single` aside)."""
+        selector = " && ".join(
+            f"({quote(k)} in {SPEC}.nodeSelector && {SPEC}.nodeSelector[{quote(k)}] == {quote(v)})"
+            for k, v in sorted(node_selector.items())
+        )
+        wanted = ", ".join(f"{k}={v}" for k, v in sorted(node_selector.items()))
+        not_mig = f"!{_label_is('mig')} && " if self._single_mig else ""
+        return self.rule(
+            "secureml.dedicatedPool",
+            f"a pod with whole GPUs must select the tenant's dedicated pool ({wanted})",
+            f"!({not_mig}{self._asks_gpu}) || (has({SPEC}.nodeSelector) && {selector})",
+            quote(f"pod requests whole GPUs but does not select the dedicated pool ({wanted})"),
+        )
 
     def _time_slice_count(self, shared: str) -> Rule:
         """One time-sliced share per container: the shim's limits are per container, and a second
@@ -276,7 +286,7 @@ class _Catalogue:
             f"(!(has(c.resources) && has(dyn(c.resources).limits)) || dyn(c.resources).limits.all(k, {count_ok}))",
         )
 
-    def _mig_single(self, asks_gpu: str, allowed_profiles: list[str]) -> Rule:
+    def _mig_single(self, allowed_profiles: list[str]) -> Rule:
         """`single` strategy: nvidia.com/gpu on a `mig` pod must be pinned to MIG products.
 
         The compiler (gpu.placement) writes one product as a nodeSelector and several as a required
@@ -322,7 +332,7 @@ class _Catalogue:
             "secureml.migProfile.single",
             f"a pod asking for {RESOURCE_GPU} (MIG strategy single) must be labelled "
             f"{contract.LABEL_ISOLATION}=mig and pin {constraint}{whole_text}",
-            f"!{asks_gpu} || {ok}",
+            f"!{self._asks_gpu} || {ok}",
             f"{_label_is('mig')} ? {quote('MIG pod (strategy single) must pin ' + constraint)} : "
             + quote(
                 f"pod asks for {RESOURCE_GPU} on a MIG single-strategy tenant but is not labelled "

@@ -44,9 +44,10 @@ if TYPE_CHECKING:
     from kfp.dsl.pipeline_task import PipelineTask
 
     from secureml.profile import TenantProfile
+    from secureml.supplychain.compile import ImageVerification
 
 # Signature checks: (task, image) pairs in, one result per pair out (see secureml.supplychain.compile).
-ImageVerifier = Callable[[Sequence[tuple[str, str]]], Sequence[Any]]
+ImageVerifier = Callable[[Sequence[tuple[str, str]]], Sequence["ImageVerification"]]
 # A digest-pinned image -> its ENTRYPOINT and CMD (secureml.supplychain.entrypoint.image_process).
 EntrypointResolver = Callable[[str], Any]
 
@@ -630,7 +631,7 @@ def _controls(
 # --- checks after the build ----------------------------------------------------------------------
 
 
-def _apply_signatures(ctx: _Context, results: Sequence[Any]) -> None:
+def _apply_signatures(ctx: _Context, results: Sequence[ImageVerification]) -> None:
     by_task = {step.task: step for step in ctx.steps}
     for result in results:
         if result.verified:

@@ -24,13 +24,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from secureml.errors import SecuremlError
 from secureml.images import ImageRef
 from secureml.supplychain.identity import TrustedIdentity, identities_from_profile
 from secureml.supplychain.image_bundles import candidate_bundles, verify_with_bundles
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier, VerifiedSignature
+
+if TYPE_CHECKING:
+    from secureml.profile import TenantProfile
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +57,7 @@ class ImageVerification:
 
 def verify_images_for_compile(
     steps: Sequence[tuple[str, str]],
-    profile: Any,
+    profile: TenantProfile,
     bundles_dir: Path | None,
     fetch: bool = False,
     *,

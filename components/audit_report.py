@@ -10,16 +10,14 @@ import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from secureml.enforcement.audit import STAGES, AuditRecord, load_audit_records
 from secureml.gpu_request import GPURequestError, gpu_request_from_dict
 
 # A file a simulated local run leaves in its audit folder: reports made from that folder later
 # still label the GPU columns SIMULATED (the records themselves come from an unchanged launcher).
 SIMULATION_MARKER = "SIMULATED-GPU.txt"
 
-# The launcher's stages in the order they run (enforcement/launch.py).
-STAGES = ("identity", "preflight", "scrub-before", "shim", "run", "scrub-after")
 _STATUS_MARK = {"ok": "ok", "failed": "FAILED", "warning": "warn", "skipped": "-"}
 COLUMNS = ("step", "result", "exit", "isolation", "gpu", *STAGES, "seconds", "violations")
 
@@ -72,7 +70,7 @@ def describe_gpu(request: object) -> str:
         return "invalid request"
 
 
-def summarize(record: dict[str, Any], *, simulated_gpu: bool = False) -> StepSummary:
+def summarize(record: AuditRecord, *, simulated_gpu: bool = False) -> StepSummary:
     """The summary of one audit record; `simulated_gpu` marks GPU stages run on the fake driver."""
     stages = {
         entry.get("name", "?"): _STATUS_MARK.get(entry.get("status", ""), entry.get("status", "?"))
@@ -113,7 +111,7 @@ def _notes(summaries: Sequence[StepSummary]) -> list[str]:
     return notes
 
 
-def render_text(records: Iterable[dict[str, Any]], *, simulated_gpu: bool = False) -> str:
+def render_text(records: Iterable[AuditRecord], *, simulated_gpu: bool = False) -> str:
     """A fixed-width table for a terminal, with the notes below it."""
     summaries = [summarize(r, simulated_gpu=simulated_gpu) for r in records]
     if not summaries:
@@ -132,7 +130,7 @@ def render_text(records: Iterable[dict[str, Any]], *, simulated_gpu: bool = Fals
 
 
 def render_markdown(
-    records: Iterable[dict[str, Any]], *, title: str, simulated_gpu: bool = False
+    records: Iterable[AuditRecord], *, title: str, simulated_gpu: bool = False
 ) -> str:
     summaries = [summarize(r, simulated_gpu=simulated_gpu) for r in records]
     lines = [f"# {title}", ""]
@@ -156,9 +154,7 @@ def render_markdown(
     return "\n".join(lines)
 
 
-def render_html(
-    records: Iterable[dict[str, Any]], *, title: str, simulated_gpu: bool = False
-) -> str:
+def render_html(records: Iterable[AuditRecord], *, title: str, simulated_gpu: bool = False) -> str:
     summaries = [summarize(r, simulated_gpu=simulated_gpu) for r in records]
     esc = html.escape
     head = "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
@@ -190,14 +186,12 @@ def write_reports(
     *,
     title: str,
     simulated_gpu: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[AuditRecord]:
     """Load every record under `audit_dir` and write both reports; return the records.
 
     GPU columns are labelled SIMULATED when `simulated_gpu` is set or the folder carries the
     marker of a simulated local run.
     """
-    from secureml.enforcement.audit import load_audit_records
-
     records = load_audit_records(audit_dir)
     simulated_gpu = simulated_gpu or (Path(audit_dir) / SIMULATION_MARKER).is_file()
     Path(markdown_path).write_text(

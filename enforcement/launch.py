@@ -30,7 +30,15 @@ from secureml import contract
 from secureml.errors import SecuremlError
 from secureml.gpu_request import TimeSlice
 
-from .audit import AUDIT_SCHEMA, AuditError, audit_file_name, emit_audit_line, write_audit_record
+from .audit import (
+    AUDIT_SCHEMA,
+    AuditError,
+    AuditRecord,
+    StageRecord,
+    audit_file_name,
+    emit_audit_line,
+    write_audit_record,
+)
 from .config import LauncherConfig, load_config, read_shim_limits
 
 LOG_PREFIX = "secureml-launch: "
@@ -77,11 +85,11 @@ class StepRun:
         self.run_id = os.urandom(6).hex()
         self.started_at = _now()
         self.started = time.perf_counter()
-        self.stages: list[dict[str, Any]] = []
+        self.stages: list[StageRecord] = []
         self.exit_code: int | None = None  # the first failed stage's code
         self.child_exit_code: int | None = None
         self.child_env = dict(os.environ)
-        self.record: dict[str, Any] = {}
+        self.record: AuditRecord = {}
         self.pending_signal: int | None = None
         self.child: subprocess.Popen[bytes] | None = None
         self.shim_files: tuple[Path, Path] | None = None  # (limits file, counters file) once armed
@@ -98,7 +106,7 @@ class StepRun:
     ) -> dict[str, Any] | None:
         """Run one stage, time it, record it; a failure of a required stage sets the exit code."""
         started = time.perf_counter()
-        entry: dict[str, Any] = {"name": name, "required": required}
+        entry: StageRecord = {"name": name, "required": required}
         try:
             detail = action()
         except Exception as err:  # noqa: BLE001 - a stage that breaks unexpectedly fails like one that refuses
@@ -297,13 +305,15 @@ def collect_shim_counters(run: StepRun) -> None:
 def run_child(run: StepRun, config: LauncherConfig) -> None:
     """Start the command, watch it, wait for it; record its exit code and the watchdog's findings."""
     started = time.perf_counter()
-    entry: dict[str, Any] = {"name": "run", "required": True}
+    entry: StageRecord = {"name": "run", "required": True}
     try:
         run.child = subprocess.Popen(run.command, env=run.child_env, start_new_session=True)
     except (FileNotFoundError, PermissionError) as err:
         missing = isinstance(err, FileNotFoundError)
         run.child_exit_code = int(ExitCode.NOT_FOUND if missing else ExitCode.NOT_EXECUTABLE)
-        entry.update(status="failed", error=f"cannot start {run.command[0]!r}: {err.strerror}")
+        entry.update(
+            {"status": "failed", "error": f"cannot start {run.command[0]!r}: {err.strerror}"}
+        )
         _log(entry["error"])
     else:
         if run.pending_signal is not None:  # it arrived while the child was being started
@@ -322,7 +332,9 @@ def run_child(run: StepRun, config: LauncherConfig) -> None:
             watchdog.start()
         returncode = run.child.wait()
         run.child_exit_code = returncode if returncode >= 0 else 128 - returncode
-        entry.update(status="ok" if returncode == 0 else "failed", exit_code=run.child_exit_code)
+        entry.update(
+            {"status": "ok" if returncode == 0 else "failed", "exit_code": run.child_exit_code}
+        )
         if returncode < 0:
             entry["signal"] = signal.Signals(-returncode).name
         if watchdog is not None:
@@ -358,8 +370,8 @@ def _watchdog_message(violation: dict[str, Any]) -> str:
 # --- the whole step ---------------------------------------------------------------------------------
 
 
-def _base_record(run: StepRun, config: LauncherConfig | None) -> dict[str, Any]:
-    record: dict[str, Any] = {
+def _base_record(run: StepRun, config: LauncherConfig | None) -> AuditRecord:
+    record: AuditRecord = {
         "schema": AUDIT_SCHEMA,
         "run_id": run.run_id,
         "host": os.uname().nodename,
@@ -367,31 +379,33 @@ def _base_record(run: StepRun, config: LauncherConfig | None) -> dict[str, Any]:
     }
     if config is not None:
         record.update(
-            tenant=config.tenant,
-            namespace=config.namespace,
-            pipeline=config.pipeline,
-            step=config.step,
-            image=config.image,
-            image_digest=config.image_digest,
-            isolation=config.isolation,
-            expected_spiffe_id=config.expected_spiffe_id,
-            gpu_request=config.gpu_request.to_dict() if config.gpu_request else None,
-            limits=(
-                {
-                    "memory": config.gpu_request.memory,
-                    "compute": config.gpu_request.compute,
-                    "source": contract.ENV_GPU_REQUEST,
-                }
-                if isinstance(config.gpu_request, TimeSlice)
-                else None
-            ),
-            controls={
-                "identity_required": config.identity_required,
-                "scrub_before": config.scrub_before,
-                "scrub_after": config.scrub_after,
-                "scrub_verify": config.scrub_verify,
-                "shim": config.shim_mode,
-            },
+            {
+                "tenant": config.tenant,
+                "namespace": config.namespace,
+                "pipeline": config.pipeline,
+                "step": config.step,
+                "image": config.image,
+                "image_digest": config.image_digest,
+                "isolation": config.isolation,
+                "expected_spiffe_id": config.expected_spiffe_id,
+                "gpu_request": config.gpu_request.to_dict() if config.gpu_request else None,
+                "limits": (
+                    {
+                        "memory": config.gpu_request.memory,
+                        "compute": config.gpu_request.compute,
+                        "source": contract.ENV_GPU_REQUEST,
+                    }
+                    if isinstance(config.gpu_request, TimeSlice)
+                    else None
+                ),
+                "controls": {
+                    "identity_required": config.identity_required,
+                    "scrub_before": config.scrub_before,
+                    "scrub_after": config.scrub_after,
+                    "scrub_verify": config.scrub_verify,
+                    "shim": config.shim_mode,
+                },
+            }
         )
     return record
 
@@ -479,12 +493,14 @@ def _finish(run: StepRun, config: LauncherConfig | None) -> int:
         exit_code = 128 + run.pending_signal
     record = _base_record(run, config) | run.record
     record.update(
-        stages=run.stages,
-        child_exit_code=run.child_exit_code,
-        exit_code=exit_code,
-        started_at=run.started_at,
-        ended_at=_now(),
-        seconds=round(time.perf_counter() - run.started, 6),
+        {
+            "stages": run.stages,
+            "child_exit_code": run.child_exit_code,
+            "exit_code": exit_code,
+            "started_at": run.started_at,
+            "ended_at": _now(),
+            "seconds": round(time.perf_counter() - run.started, 6),
+        }
     )
     record.setdefault("violations", [])
     audit_dir = config.audit_dir if config is not None else _audit_dir_fallback()

@@ -134,6 +134,10 @@ class TimeSlice:
     kind: Literal["timeslice"] = field(default="timeslice", init=False)
     memory_as_written: str = field(default="", init=False, compare=False, repr=False)
 
+    if TYPE_CHECKING:  # the generated __init__ takes memory as written: bytes or a quantity
+
+        def __init__(self, memory: int | str, compute: int) -> None: ...
+
     def __post_init__(self) -> None:
         where = "TimeSlice(...)"
         written: object = self.memory

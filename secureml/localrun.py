@@ -36,6 +36,7 @@ from secureml.runlog import ANSI, LOG_FILE, captured_output
 
 if TYPE_CHECKING:
     from secureml.devidentity import DevWorkloadAPI, Workload
+    from secureml.enforcement.audit import AuditRecord
     from secureml.profile import TenantProfile
 
 AUDIT_SUBDIR = "audit"
@@ -198,22 +199,22 @@ class RunResult:
     layout: RunLayout
     succeeded: bool
     failure: str
-    records: list[dict[str, Any]]
+    records: list[AuditRecord]
     simulated_gpu: bool
     steps: list[LocalStep]
 
-    def summary_records(self) -> list[dict[str, Any]]:
+    def summary_records(self) -> list[AuditRecord]:
         """The records as the summary names them: a step that ran in a `dsl.ParallelFor`
         iteration (its record under `DIR/audit/<loop>-iteration-<i>/`) as `step [<loop>-iteration-<i>]`."""
         audit = self.layout.audit_dir.resolve()
-        named = []
+        named: list[AuditRecord] = []
         for record in self.records:
             try:
                 where = Path(str(record.get("audit_file", ""))).resolve().parent.relative_to(audit)
             except ValueError:
                 where = Path()
             if where.parts:
-                record = {**record, "step": f"{record.get('step')} [{where.as_posix()}]"}
+                record = record | {"step": f"{record.get('step')} [{where.as_posix()}]"}
             named.append(record)
         return named
 

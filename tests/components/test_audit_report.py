@@ -78,3 +78,19 @@ def test_report_of_an_empty_folder_says_so(tmp_path: Path) -> None:
     records = write_reports(tmp_path / "none", tmp_path / "r.md", tmp_path / "r.html", title="t")
     assert records == []
     assert "No audit records" in (tmp_path / "r.md").read_text()
+
+
+def test_the_report_has_a_column_for_every_stage_the_launcher_records(audit_dir: Path) -> None:
+    """One stage list (secureml.enforcement.audit.STAGES) for the launcher and the report: a step
+    records every stage, in that order, and the report's columns include config and shim-claim."""
+    from secureml.components.audit_report import COLUMNS
+    from secureml.enforcement.audit import STAGES
+
+    for record in load_audit_records(audit_dir):
+        assert tuple(stage["name"] for stage in record["stages"]) == STAGES
+    assert {"config", "shim-claim"} <= set(COLUMNS)
+    assert [c for c in COLUMNS if c in STAGES] == list(STAGES)
+    prep = next(s for s in map(summarize, load_audit_records(audit_dir)) if s.step == "prep")
+    assert prep.stages["config"] == "ok" and prep.stages["shim-claim"] == "-"
+    header = render_text(load_audit_records(audit_dir)).splitlines()[0].split()
+    assert header[header.index("config") + 1] == "shim-claim"

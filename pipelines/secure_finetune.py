@@ -14,7 +14,10 @@ from kfp import dsl
 
 from secureml import MIG, TimeSlice, secure_component
 
-# The team's prebuilt image (python, kfp and secureml installed), pinned by digest.
+# The team's prebuilt image (python, kfp and secureml installed), pinned by digest: built FROM
+# secureml's runtime base image with `secureml image build DIR --from runtime --tag
+# ghcr.io/acme/ml-images/train:v1 --push`, which prints this reference (docs/images.md). The digest
+# here stands for the team's; tests/images builds the image so and compiles against its real one.
 IMAGE = "ghcr.io/acme/ml-images/train@sha256:4c6d8b0e5a3f2917c1e0b7a6d5f4e3c2b1a09f8e7d6c5b4a3928171605f4e3d2"
 
 

@@ -361,6 +361,12 @@ class SchedulingSettings(_Model):
         pattern=_DNS_SUBDOMAIN,
         description="The only schedulerName a pod of the tenant may use.",
     )
+    runtime_class_names: list[Annotated[str, Field(pattern=_DNS_SUBDOMAIN)]] = Field(
+        default_factory=list,
+        description="RuntimeClasses a pod may name (runtimeClassName); empty: none, the node's "
+        "default runtime handler. A RuntimeClass picks the container runtime handler (one that "
+        "runs the NVIDIA runtime in legacy mode would hand out GPUs past the device plugin).",
+    )
 
 
 class MonitoringSettings(_Model):

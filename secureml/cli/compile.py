@@ -103,6 +103,7 @@ def compile_command(
     Exit 0: compliant, YAML written. 1: rule violations (nothing written but --report). 2: unusable input (pipeline file, profile, flags, output path) or a registry that cannot be reached.
     """
     from secureml import report as reports
+    from secureml import runtime_image
     from secureml.output_paths import check_output, write_text
     from secureml.supplychain.profiles import default_profile_bundle
 
@@ -128,6 +129,8 @@ def compile_command(
             trusted_root,
         )
     tenant = parse_profile(content, source=str(profile))
+    for warning in runtime_image.warnings(tenant):
+        typer.echo(f"warning: {warning}", err=True)
     graph = load_pipeline(file, pipeline)
     verifier = _image_verifier(tenant, profile, bundles, fetch_bundles)
     try:

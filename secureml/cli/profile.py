@@ -83,6 +83,7 @@ def validate(files: ProfilesArgument, output: FormatOption = "text") -> None:
 
     Exit 0: every profile is valid. 2: a profile is unusable (invalid, unreadable, not YAML).
     """
+    from secureml import runtime_image
     from secureml.profile import load_profile
     from secureml.profile_network import egress_warnings
     from secureml.profile_set import shared_namespaces
@@ -103,7 +104,10 @@ def validate(files: ProfilesArgument, output: FormatOption = "text") -> None:
             entry["error"] = err.diagnostics()
         else:
             entry.update(valid=True, tenant=profile.metadata.name, tier=profile.spec.tier)
-            entry["warnings"] = egress_warnings(profile.spec.network.egress, profile.spec.tier)
+            entry["warnings"] = [
+                *egress_warnings(profile.spec.network.egress, profile.spec.tier),
+                *runtime_image.warnings(profile),
+            ]
             valid.append((path, profile))
         results.append(entry)
     shared = shared_namespaces(valid)
@@ -146,6 +150,7 @@ def render(
 
     Exit 0: written. 2: an unusable profile or output folder.
     """
+    from secureml import runtime_image
     from secureml.bundle import write_bundle
     from secureml.profile import load_profile
     from secureml.profile_set import refuse_shared_namespaces
@@ -158,6 +163,8 @@ def render(
     for profile in loaded:
         folder = write_bundle(profile, output, options)
         typer.echo(f"{folder}: tenant {profile.metadata.name} (kubectl apply -k {folder})")
+        for warning in runtime_image.warnings(profile):
+            typer.echo(f"warning: tenant {profile.metadata.name}: {warning}", err=True)
 
 
 @app.command("diff", short_help="What a profile change does to the bundle.")

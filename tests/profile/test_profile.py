@@ -173,6 +173,8 @@ def test_validate_cli_prints_one_line_per_problem(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
+    # team-a names no runtime.image (tier internal): a warning, not a problem
+    assert "warning: spec.runtime.image is not set" in lines.pop(1)
     assert lines[0].endswith("ok (tenant team-a, tier internal)")
     assert lines[1].startswith(f"{path}:")
     assert ": spec.extra: unknown field extra (Extra inputs are not permitted)" in lines[1]

@@ -68,3 +68,22 @@ def test_with_it_the_launcher_and_shim_are_the_injected_ones() -> None:
     assert runtime_image.warnings(profile) == []
     assert runtime_image.launcher_prefix(profile) == (contract.RUNTIME_LAUNCHER, "--")
     assert runtime_image.shim_library(profile) == contract.RUNTIME_SHIM
+
+
+def test_validate_warns_where_the_runtime_is_not_injected() -> None:
+    from typer.testing import CliRunner
+
+    from secureml.cli import app
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "profile",
+            "validate",
+            str(ROOT / "profiles/team-a.yaml"),
+            str(ROOT / "profiles/team-conf.yaml"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if ": warning: " in line]
+    assert len(warnings) == 1 and "team-a.yaml: warning: spec.runtime.image" in warnings[0]

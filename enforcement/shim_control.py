@@ -163,6 +163,8 @@ def read_counters(path: str | os.PathLike[str]) -> dict[str, Any]:
     Returns `{"limits_ok": bool, "error": str | None, "memory_limit": int, "compute_limit": int,
     "scrub_on_free": bool, "refused": int, "peak": int, "throttled": int, "scrub_failures": int,
     "reclaimed": int (bytes of gone processes released once the driver had freed them),
+    "firewall": bool (the CUDA firewall is on), "firewall_refused": int (imports and peer accesses
+    it refused),
     "launcher_pid": int (0: no launcher claimed the step's region), "launcher_claims_refused": int,
     "devices": [{"uuid", "used", "peak", "refused", "throttled"}, ...]}`. Raises SecuremlError when
     the file is missing (no process of the step ever used the GPU, or the step removed it) or
@@ -211,6 +213,8 @@ def read_counters(path: str | os.PathLike[str]) -> dict[str, Any]:
             "throttled": int(raw["throttled"]),
             "scrub_failures": int(raw["scrub_failures"]),
             "reclaimed": int(raw.get("reclaimed", "0")),
+            "firewall": raw.get("firewall") == "1",
+            "firewall_refused": int(raw.get("firewall_refused", "0")),
             "launcher_pid": int(raw["launcher_pid"]),
             "launcher_claims_refused": int(raw["launcher_claims_refused"]),
             "devices": devices,

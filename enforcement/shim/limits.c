@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { KEY_VERSION, KEY_MEMORY, KEY_COMPUTE, KEY_SCRUB, KEY_COUNT };
-static const char *const KEYS[KEY_COUNT] = {"version", "memory", "compute", "scrub_on_free"};
+enum { KEY_VERSION, KEY_MEMORY, KEY_COMPUTE, KEY_SCRUB, KEY_FIREWALL, KEY_COUNT };
+static const char *const KEYS[KEY_COUNT] = {"version", "memory", "compute", "scrub_on_free", "firewall"};
 
 static int fail(char *err, size_t errlen, unsigned line, const char *what) {
     if (err && errlen) snprintf(err, errlen, "line %u: %s", line, what);
@@ -66,9 +66,11 @@ int shim_parse_limits(const char *text, size_t len, struct shim_limits *out, cha
     if (seen[KEY_COMPUTE] && (values[KEY_COMPUTE] < 1 || values[KEY_COMPUTE] > 100))
         return fail(err, errlen, line, "compute must be 1..100");
     if (seen[KEY_SCRUB] && values[KEY_SCRUB] > 1) return fail(err, errlen, line, "scrub_on_free must be 0 or 1");
+    if (seen[KEY_FIREWALL] && values[KEY_FIREWALL] > 1) return fail(err, errlen, line, "firewall must be 0 or 1");
     out->memory = values[KEY_MEMORY];
     out->compute = seen[KEY_COMPUTE] ? (uint32_t)values[KEY_COMPUTE] : 100;
     out->scrub_on_free = seen[KEY_SCRUB] ? (uint32_t)values[KEY_SCRUB] : 1;
+    out->firewall = seen[KEY_FIREWALL] ? (uint32_t)values[KEY_FIREWALL] : 0;
     return 0;
 }
 
@@ -77,5 +79,6 @@ struct shim_limits shim_limits_min(struct shim_limits a, struct shim_limits b) {
     m.memory = a.memory < b.memory ? a.memory : b.memory;
     m.compute = a.compute < b.compute ? a.compute : b.compute;
     m.scrub_on_free = a.scrub_on_free || b.scrub_on_free;
+    m.firewall = a.firewall || b.firewall;
     return m;
 }

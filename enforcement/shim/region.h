@@ -11,6 +11,7 @@
 #define REGION_LAYOUT 3
 #define REGION_DEVICES 16
 #define REGION_PROCS 256
+#define REGION_EXPORTS 128
 
 struct region_device {
     unsigned char uuid[16];
@@ -28,6 +29,14 @@ struct region_device {
     uint64_t cost_ns;          /* estimated device time per launch */
     uint64_t last_reconcile_ns; /* when gone processes' charges were last checked against the driver */
     uint64_t reclaimed;         /* bytes of gone processes' charges released once the driver freed them */
+};
+
+/* Something a process of the step exported for another to import (the CUDA firewall admits imports
+ * of these only). A ring: the oldest export is forgotten first, and its import then refused. */
+enum { EXPORT_FREE, EXPORT_IPC_MEM, EXPORT_IPC_EVENT, EXPORT_FD, EXPORT_FABRIC };
+struct region_export {
+    uint32_t kind, pad;
+    unsigned char key[64]; /* the IPC or fabric handle; for a file descriptor: st_dev, st_ino */
 };
 
 /* One process of the step. A process that is gone keeps its entry, and its charges, until the driver
@@ -56,6 +65,9 @@ struct region {
     uint32_t pad;
     uint64_t launcher_start_time;
     uint64_t claims_refused; /* claims of the launcher role refused */
+    uint64_t firewall_refused; /* imports and peer accesses the CUDA firewall refused */
+    uint32_t next_export, pad2;
+    struct region_export exports[REGION_EXPORTS];
     struct region_device dev[REGION_DEVICES];
     struct region_proc procs[REGION_PROCS];
     /* charged[device][proc]: bytes procs[proc] has charged on the device; 0 for a free entry. A

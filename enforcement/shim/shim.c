@@ -59,7 +59,8 @@ struct entry {
     uint64_t value;  /* device pointer, array or VMM handle */
     uint64_t bytes;  /* requested size (what a scrub clears) */
     uint64_t charge; /* charged size */
-    uint8_t klass, slot, scrub, pad;
+    uint8_t klass, slot, scrub;
+    uint8_t ordinal; /* CUDA device of a cuMemCreate allocation (what its scrub maps it on) */
 };
 
 /* ------------------------------------------------------------------ the one state struct ----- */
@@ -115,6 +116,23 @@ REAL(CUresult, cuMemFreeAsync, (CUdeviceptr, CUstream));
 REAL(CUresult, cuMemFreeAsync_ptsz, (CUdeviceptr, CUstream));
 REAL(CUresult, cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long));
 REAL(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+REAL(CUresult, cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long));
+REAL(CUresult, cuMemAddressFree, (CUdeviceptr, size_t));
+REAL(CUresult, cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long));
+REAL(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
+REAL(CUresult, cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t));
+REAL(CUresult, cuCtxSynchronize, (void));
+REAL(CUresult, cuCtxPushCurrent_v2, (CUcontext));
+REAL(CUresult, cuCtxPopCurrent_v2, (CUcontext *));
+REAL(CUresult, cuIpcGetMemHandle, (CUipcMemHandle *, CUdeviceptr));
+REAL(CUresult, cuIpcOpenMemHandle_v2, (CUdeviceptr *, CUipcMemHandle, unsigned int));
+REAL(CUresult, cuIpcOpenMemHandle, (CUdeviceptr *, CUipcMemHandle, unsigned int));
+REAL(CUresult, cuIpcGetEventHandle, (CUipcEventHandle *, CUevent));
+REAL(CUresult, cuIpcOpenEventHandle, (CUevent *, CUipcEventHandle));
+REAL(CUresult, cuMemExportToShareableHandle, (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long));
+REAL(CUresult, cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType));
+REAL(CUresult, cuCtxEnablePeerAccess, (CUcontext, unsigned int));
+REAL(CUresult, cuDeviceCanAccessPeer, (int *, CUdevice, CUdevice));
 REAL(CUresult, cuArrayCreate_v2, (CUarray *, const CUDA_ARRAY_DESCRIPTOR *));
 REAL(CUresult, cuArray3DCreate_v2, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *));
 REAL(CUresult, cuMipmappedArrayCreate, (CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int));
@@ -406,6 +424,12 @@ static void resolve_cuda(void) {
     RESOLVE(cuMemAllocFromPoolAsync); RESOLVE(cuMemAllocFromPoolAsync_ptsz);
     RESOLVE(cuMemFree_v2); RESOLVE(cuMemFreeAsync); RESOLVE(cuMemFreeAsync_ptsz);
     RESOLVE(cuMemCreate); RESOLVE(cuMemRelease);
+    RESOLVE(cuMemAddressReserve); RESOLVE(cuMemAddressFree); RESOLVE(cuMemMap); RESOLVE(cuMemUnmap); RESOLVE(cuMemSetAccess);
+    RESOLVE(cuCtxSynchronize); RESOLVE(cuCtxPushCurrent_v2); RESOLVE(cuCtxPopCurrent_v2);
+    RESOLVE(cuIpcGetMemHandle); RESOLVE(cuIpcOpenMemHandle_v2); RESOLVE(cuIpcOpenMemHandle);
+    RESOLVE(cuIpcGetEventHandle); RESOLVE(cuIpcOpenEventHandle);
+    RESOLVE(cuMemExportToShareableHandle); RESOLVE(cuMemImportFromShareableHandle);
+    RESOLVE(cuCtxEnablePeerAccess); RESOLVE(cuDeviceCanAccessPeer);
     RESOLVE(cuArrayCreate_v2); RESOLVE(cuArray3DCreate_v2); RESOLVE(cuMipmappedArrayCreate);
     RESOLVE(cuArrayDestroy); RESOLVE(cuMipmappedArrayDestroy);
     RESOLVE(cuMemGetInfo_v2); RESOLVE(cuDeviceTotalMem_v2);
@@ -514,7 +538,8 @@ static void write_counters_locked(void) {
     }
     OUT("devices=%d\nrefused=%llu\npeak=%llu\nthrottled=%llu\nscrub_failures=%llu\n", devices, (unsigned long long)refused,
         (unsigned long long)peak, (unsigned long long)throttled, (unsigned long long)scrub_failures);
-    OUT("reclaimed=%llu\n", (unsigned long long)reclaimed);
+    OUT("reclaimed=%llu\nfirewall=%u\nfirewall_refused=%llu\n", (unsigned long long)reclaimed, S.limits.firewall,
+        (unsigned long long)(S.region ? S.region->firewall_refused : 0));
     OUT("launcher_pid=%d\nlauncher_claims_refused=%llu\n", launcher, (unsigned long long)claims_refused);
 #undef OUT
     if (n >= sizeof buf) n = sizeof buf - 1;
@@ -806,12 +831,15 @@ static CUresult driver_release(uint64_t value, int klass) {
 
 /* After a successful driver allocation: remember it, or give it back when memory for that runs out
  * (the charge stays where the driver could not take the memory back). */
-static CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, uint64_t charged, int scrub) {
-    struct entry e = {table_key(value, klass), value, bytes, charged, (uint8_t)klass, (uint8_t)slot, (uint8_t)scrub, 0};
+static CUresult remember_entry(struct entry e) {
     if (table_put(e) == 0) return CUDA_SUCCESS;
-    free_begin(slot, charged);
-    free_done(slot, charged, driver_release(value, klass) == CUDA_SUCCESS);
+    free_begin(e.slot, e.charge);
+    free_done(e.slot, e.charge, driver_release(e.value, e.klass) == CUDA_SUCCESS);
     return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, uint64_t charged, int scrub) {
+    return remember_entry((struct entry){table_key(value, klass), value, bytes, charged, (uint8_t)klass, (uint8_t)slot, (uint8_t)scrub, 0});
 }
 
 /* The common path of every linear allocation: charge, allocate, remember. */
@@ -831,12 +859,38 @@ static CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, ui
         return rc_;                                                                                    \
     } while (0)
 
+/* A cuMemCreate allocation has no address of its own: map it into a reserved range, zero it there,
+ * wait for the zeroing, unmap. */
+static CUresult scrub_vmm(const struct entry *e) {
+    if (!r_cuMemAddressReserve || !r_cuMemMap || !r_cuMemSetAccess || !r_cuMemUnmap || !r_cuMemAddressFree || !r_cuMemsetD8_v2)
+        return CUDA_ERROR_NOT_FOUND;
+    CUdeviceptr va = 0;
+    CUresult rc = r_cuMemAddressReserve(&va, e->bytes, 0, 0, 0);
+    if (rc != CUDA_SUCCESS) return rc;
+    rc = r_cuMemMap(va, e->bytes, 0, (CUmemGenericAllocationHandle)e->value, 0);
+    if (rc == CUDA_SUCCESS) {
+        CUmemAccessDesc access;
+        memset(&access, 0, sizeof access);
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = e->ordinal;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        rc = r_cuMemSetAccess(va, e->bytes, &access, 1);
+        if (rc == CUDA_SUCCESS) rc = r_cuMemsetD8_v2(va, 0, e->bytes);
+        if (rc == CUDA_SUCCESS && r_cuCtxSynchronize) rc = r_cuCtxSynchronize();
+        CUresult unmapped = r_cuMemUnmap(va, e->bytes);
+        if (rc == CUDA_SUCCESS) rc = unmapped;
+    }
+    r_cuMemAddressFree(va, e->bytes);
+    return rc;
+}
+
 /* Zero a block on the device before it goes back to the driver (scrub on free). */
 static void scrub(const struct entry *e, CUstream stream, int async, int ptsz) {
     if (!e->scrub || !S.limits.scrub_on_free) return;
     CUdeviceptr p = e->value;
     CUresult rc;
-    if (async && ptsz && r_cuMemsetD8Async_ptsz) rc = r_cuMemsetD8Async_ptsz(p, 0, e->bytes, stream);
+    if (e->klass == KEY_VMM) rc = scrub_vmm(e);
+    else if (async && ptsz && r_cuMemsetD8Async_ptsz) rc = r_cuMemsetD8Async_ptsz(p, 0, e->bytes, stream);
     else if (async && r_cuMemsetD8Async) rc = r_cuMemsetD8Async(p, 0, e->bytes, stream);
     else rc = r_cuMemsetD8_v2 ? r_cuMemsetD8_v2(p, 0, e->bytes) : CUDA_ERROR_NOT_FOUND;
     if (rc != CUDA_SUCCESS) {
@@ -972,8 +1026,17 @@ EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t
     if (!r_cuMemCreate) return CUDA_ERROR_NOT_INITIALIZED;
     if (pass_through()) return r_cuMemCreate(handle, size, prop, flags);
     if (!handle || !prop) return CUDA_ERROR_INVALID_VALUE;
-    int slot = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? slot_of_ordinal(prop->location.id) : current_slot();
-    ALLOCATE(slot, size, KEY_VMM, 0, r_cuMemCreate(handle, size, prop, flags), *handle);
+    CUdevice ordinal = prop->location.id;
+    if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE && (!r_cuCtxGetDevice || r_cuCtxGetDevice(&ordinal) != CUDA_SUCCESS))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (ordinal < 0 || ordinal > 255) return CUDA_ERROR_INVALID_DEVICE;
+    int slot = slot_of_ordinal(ordinal);
+    uint64_t charged = charge_of(size);
+    if (charge(slot, charged)) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = r_cuMemCreate(handle, size, prop, flags);
+    charge_done(slot, charged, rc == CUDA_SUCCESS);
+    if (rc != CUDA_SUCCESS) return rc;
+    return remember_entry((struct entry){table_key(*handle, KEY_VMM), *handle, size, charged, KEY_VMM, (uint8_t)slot, 1, (uint8_t)ordinal});
 }
 
 static CUresult call_release(void *ctx) { return r_cuMemRelease(*(CUmemGenericAllocationHandle *)ctx); }
@@ -1430,11 +1493,168 @@ EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStr
     return r_cuGraphLaunch_ptsz(hGraphExec, hStream);
 }
 
+/* ------------------------------------------------------------------ CUDA firewall ------------ */
+
+/* With firewall=1 a process of the step may import memory or events only from an export of the
+ * step's own processes (recorded in the region), and reach peers only on devices the step has an
+ * account on. Refusals are CUDA_ERROR_NOT_PERMITTED, counted for the audit record. Where the
+ * limits are unusable the firewall is on (fail closed). */
+static int firewall_on(void) {
+    init();
+    return !pass_through() && (!S.ok || S.limits.firewall);
+}
+
+static CUresult firewall_refuse(const char *what) {
+    if (S.region) __atomic_add_fetch(&S.region->firewall_refused, 1, __ATOMIC_RELAXED);
+    logf_(LOG_WARN, "CUDA firewall: refused %s", what);
+    maybe_write_counters(COUNTERS_ON_EVENT_NS);
+    return CUDA_ERROR_NOT_PERMITTED;
+}
+
+static void record_export(uint32_t kind, const void *key, size_t n) {
+    if (!S.region || pass_through()) return;
+    region_lock();
+    struct region_export *x = &S.region->exports[S.region->next_export++ % REGION_EXPORTS];
+    memset(x, 0, sizeof *x);
+    x->kind = kind;
+    memcpy(x->key, key, n < sizeof x->key ? n : sizeof x->key);
+    region_unlock();
+}
+
+static int exported(uint32_t kind, const void *key, size_t n) {
+    if (!S.region) return 0;
+    unsigned char want[64] = {0};
+    memcpy(want, key, n < sizeof want ? n : sizeof want);
+    int found = 0;
+    region_lock();
+    for (int i = 0; i < REGION_EXPORTS && !found; i++)
+        found = S.region->exports[i].kind == kind && !memcmp(S.region->exports[i].key, want, sizeof want);
+    region_unlock();
+    return found;
+}
+
+/* The identity of the file a descriptor names: what an exporter's and an importer's descriptors
+ * share however the descriptor travelled (SCM_RIGHTS, /proc/<pid>/fd). */
+static int fd_key(int fd, unsigned char key[16]) {
+    struct stat st;
+    if (fstat(fd, &st)) return -1;
+    uint64_t dev = (uint64_t)st.st_dev, ino = (uint64_t)st.st_ino;
+    memcpy(key, &dev, 8), memcpy(key + 8, &ino, 8);
+    return 0;
+}
+
+EXPORT CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
+    init();
+    if (!r_cuIpcGetMemHandle) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = r_cuIpcGetMemHandle(pHandle, dptr);
+    if (rc == CUDA_SUCCESS && pHandle) record_export(EXPORT_IPC_MEM, pHandle->reserved, sizeof pHandle->reserved);
+    return rc;
+}
+
+EXPORT CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags) {
+    if (!r_cuIpcOpenMemHandle_v2 && (init(), !r_cuIpcOpenMemHandle_v2)) return CUDA_ERROR_NOT_INITIALIZED;
+    if (firewall_on() && !exported(EXPORT_IPC_MEM, handle.reserved, sizeof handle.reserved))
+        return firewall_refuse("cuIpcOpenMemHandle of memory exported outside the step");
+    return r_cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags) {
+    if (!r_cuIpcOpenMemHandle && (init(), !r_cuIpcOpenMemHandle)) return CUDA_ERROR_NOT_INITIALIZED;
+    if (firewall_on() && !exported(EXPORT_IPC_MEM, handle.reserved, sizeof handle.reserved))
+        return firewall_refuse("cuIpcOpenMemHandle of memory exported outside the step");
+    return r_cuIpcOpenMemHandle(pdptr, handle, Flags);
+}
+
+EXPORT CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event) {
+    init();
+    if (!r_cuIpcGetEventHandle) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = r_cuIpcGetEventHandle(pHandle, event);
+    if (rc == CUDA_SUCCESS && pHandle) record_export(EXPORT_IPC_EVENT, pHandle->reserved, sizeof pHandle->reserved);
+    return rc;
+}
+
+EXPORT CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle) {
+    init();
+    if (!r_cuIpcOpenEventHandle) return CUDA_ERROR_NOT_INITIALIZED;
+    if (firewall_on() && !exported(EXPORT_IPC_EVENT, handle.reserved, sizeof handle.reserved))
+        return firewall_refuse("cuIpcOpenEventHandle of an event exported outside the step");
+    return r_cuIpcOpenEventHandle(phEvent, handle);
+}
+
+EXPORT CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                                     CUmemAllocationHandleType handleType, unsigned long long flags) {
+    init();
+    if (!r_cuMemExportToShareableHandle) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = r_cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
+    if (rc != CUDA_SUCCESS || !shareableHandle) return rc;
+    unsigned char key[16];
+    if (handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && fd_key(*(int *)shareableHandle, key) == 0)
+        record_export(EXPORT_FD, key, sizeof key);
+    else if (handleType == CU_MEM_HANDLE_TYPE_FABRIC) record_export(EXPORT_FABRIC, shareableHandle, 64);
+    return rc;
+}
+
+EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                                       CUmemAllocationHandleType shHandleType) {
+    init();
+    if (!r_cuMemImportFromShareableHandle) return CUDA_ERROR_NOT_INITIALIZED;
+    if (firewall_on()) {
+        unsigned char key[16];
+        int ours = shHandleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+                       ? fd_key((int)(intptr_t)osHandle, key) == 0 && exported(EXPORT_FD, key, sizeof key)
+                   : shHandleType == CU_MEM_HANDLE_TYPE_FABRIC ? osHandle && exported(EXPORT_FABRIC, osHandle, 64)
+                                                               : 0;
+        if (!ours) return firewall_refuse("cuMemImportFromShareableHandle of memory exported outside the step");
+    }
+    return r_cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
+}
+
+/* Whether the step has an account on a device (looked up, never created). */
+static int device_of_step(CUdevice dev) {
+    CUuuid u;
+    if (!S.region || !r_cuDeviceGetUuid_v2 || r_cuDeviceGetUuid_v2(&u, dev) != CUDA_SUCCESS) return 0;
+    int found = 0;
+    region_lock();
+    for (int d = 0; d < REGION_DEVICES && !found; d++)
+        found = S.region->dev[d].in_use && !memcmp(S.region->dev[d].uuid, u.bytes, 16);
+    region_unlock();
+    return found;
+}
+
+EXPORT CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev) {
+    init();
+    if (!r_cuDeviceCanAccessPeer) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = r_cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev);
+    if (rc == CUDA_SUCCESS && canAccessPeer && *canAccessPeer && firewall_on() && !device_of_step(peerDev)) *canAccessPeer = 0;
+    return rc;
+}
+
+EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
+    init();
+    if (!r_cuCtxEnablePeerAccess) return CUDA_ERROR_NOT_INITIALIZED;
+    if (firewall_on()) {
+        CUdevice peer = -1;
+        CUcontext popped;
+        int known = r_cuCtxPushCurrent_v2 && r_cuCtxPopCurrent_v2 && r_cuCtxPushCurrent_v2(peerContext) == CUDA_SUCCESS;
+        if (known) {
+            known = r_cuCtxGetDevice(&peer) == CUDA_SUCCESS;
+            r_cuCtxPopCurrent_v2(&popped);
+        }
+        if (!known || !device_of_step(peer)) return firewall_refuse("cuCtxEnablePeerAccess to a device outside the step");
+    }
+    return r_cuCtxEnablePeerAccess(peerContext, Flags);
+}
+
 /* ------------------------------------------------------------------ look-ups ----------------- */
 
 EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                             CUdriverProcAddressQueryResult *symbolStatus);
+
+static void *shim_dlsym(void *handle, const char *symbol);
+static void *shim_dlvsym(void *handle, const char *symbol, const char *version);
+static void *shim_dlopen(const char *file, int mode);
+static void *shim_dlmopen(Lmid_t lmid, const char *file, int mode);
 
 /* Every hooked entry point: its exported name, the base name cuGetProcAddress is asked for, the
  * hook, the real function, and whether it is the per-thread-default-stream flavour. */
@@ -1476,12 +1696,22 @@ static const struct hook {
     H(cuGetProcAddress_v2, "cuGetProcAddress", 0),
     H(nvmlDeviceGetMemoryInfo, "nvmlDeviceGetMemoryInfo", 0),
     H(nvmlDeviceGetMemoryInfo_v2, "nvmlDeviceGetMemoryInfo_v2", 0),
+    H(cuIpcGetMemHandle, "cuIpcGetMemHandle", 0),
+    H(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle", 0),
+    H(cuIpcOpenMemHandle, "cuIpcOpenMemHandle", 0),
+    H(cuIpcGetEventHandle, "cuIpcGetEventHandle", 0),
+    H(cuIpcOpenEventHandle, "cuIpcOpenEventHandle", 0),
+    H(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 0),
+    H(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 0),
+    H(cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", 0),
+    H(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", 0),
 #undef H
     /* The look-ups themselves: asking dlsym or dlvsym for dlsym, dlvsym or dlmopen gets the shim's. */
-    {"dlsym", "dlsym", (void *)dlsym, NULL, 0},
-    {"dlvsym", "dlvsym", (void *)dlvsym, NULL, 0},
-    {"dlmopen", "dlmopen", (void *)dlmopen, NULL, 0},
-    {"dlopen", "dlopen", (void *)dlopen, NULL, 0},
+    /* (their local names: `dlopen` here could mean a sanitizer's interceptor earlier in the scope) */
+    {"dlsym", "dlsym", (void *)shim_dlsym, NULL, 0},
+    {"dlvsym", "dlvsym", (void *)shim_dlvsym, NULL, 0},
+    {"dlmopen", "dlmopen", (void *)shim_dlmopen, NULL, 0},
+    {"dlopen", "dlopen", (void *)shim_dlopen, NULL, 0},
     /* Legacy forms: refused (see above); they have no real counterpart worth reaching. */
     {"cuMemAlloc", "cuMemAlloc", (void *)cuMemAlloc, NULL, 0},
     {"cuMemAllocPitch", "cuMemAllocPitch", (void *)cuMemAllocPitch, NULL, 0},
@@ -1557,14 +1787,14 @@ EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int 
 #define TAIL_CALL_FN
 #endif
 
-EXPORT EARLY TAIL_CALL_FN void *dlsym(void *handle, const char *symbol) {
+static EARLY TAIL_CALL_FN void *shim_dlsym(void *handle, const char *symbol) {
     void *hook = hook_by_name(symbol);
     if (hook) return hook;
     dlsym_fn next = real_dlsym();
     TAIL_CALL return next(handle, symbol);
 }
 
-EXPORT EARLY TAIL_CALL_FN void *dlvsym(void *handle, const char *symbol, const char *version) {
+static EARLY TAIL_CALL_FN void *shim_dlvsym(void *handle, const char *symbol, const char *version) {
     void *hook = hook_by_name(symbol);
     if (hook) return hook;
     dlvsym_fn next = real_dlvsym();
@@ -1576,7 +1806,7 @@ typedef void *(*dlopen_fn)(const char *, int);
 /* RTLD_DEEPBIND makes a library bind to its own dependencies before the global scope: one linked
  * against the driver would call it past the shim. In a process the shim limits, dlopen drops the
  * flag (logged) and tail-calls libc's dlopen, so the search path stays the caller's. */
-EXPORT TAIL_CALL_FN void *dlopen(const char *file, int mode) {
+static TAIL_CALL_FN void *shim_dlopen(const char *file, int mode) {
     static dlopen_fn real;
     dlopen_fn next = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
     if (!next) __atomic_store_n(&real, next = (dlopen_fn)libc_symbol("dlopen"), __ATOMIC_RELEASE);
@@ -1595,7 +1825,7 @@ static int basename_starts(const char *path, const char *prefix) {
 
 /* Another link-map namespace has no preloaded shim: a driver (or NVML) loaded into one would be a
  * private, unlimited copy. Where dlmopen shows it, the load is undone and refused (NULL). */
-EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode) {
+static void *shim_dlmopen(Lmid_t lmid, const char *file, int mode) {
     void *(*real)(Lmid_t, const char *, int) = (void *(*)(Lmid_t, const char *, int))libc_symbol("dlmopen");
     if (!real) return NULL;
     void *h = real(lmid, file, mode);
@@ -1611,3 +1841,9 @@ EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode) {
     logf_(LOG_WARN, "refused dlmopen(%s) into another namespace: the GPU driver there would bypass the shim", file ? file : "(null)");
     return NULL;
 }
+
+/* The exported names of the four look-up hooks. */
+EXPORT void *dlsym(void *handle, const char *symbol) __attribute__((alias("shim_dlsym")));
+EXPORT void *dlvsym(void *handle, const char *symbol, const char *version) __attribute__((alias("shim_dlvsym")));
+EXPORT void *dlopen(const char *file, int mode) __attribute__((alias("shim_dlopen")));
+EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode) __attribute__((alias("shim_dlmopen")));

@@ -34,6 +34,7 @@ class Step:
         memory: int,
         compute: int = 100,
         scrub: bool = True,
+        firewall: bool | None = None,
     ) -> None:
         self.gpu = gpu
         self.folder = folder
@@ -42,6 +43,7 @@ class Step:
         self.counters_file = folder / "counters"
         self.limits_file.write_text(
             f"version=1\nmemory={memory}\ncompute={compute}\nscrub_on_free={int(scrub)}\n"
+            + ("" if firewall is None else f"firewall={int(firewall)}\n")
         )
         self.limits_file.chmod(0o444)
         self.driver = driver_for(gpu)

@@ -11,11 +11,12 @@ from fakegpu import SHIM_DIR, build_native
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-KEYS = ("version", "memory", "compute", "scrub_on_free")
+KEYS = ("version", "memory", "compute", "scrub_on_free", "firewall")
 
 
-def reference(data: bytes) -> tuple[int, int, int] | None:
-    """docs/shim.md "Limits file", read literally: (memory, compute, scrub_on_free) or None."""
+def reference(data: bytes) -> tuple[int, int, int, int] | None:
+    """docs/shim.md "Limits file", read literally: (memory, compute, scrub_on_free, firewall) or
+    None."""
     if len(data) > 4096:
         return None
     values: dict[str, int] = {}
@@ -41,9 +42,10 @@ def reference(data: bytes) -> tuple[int, int, int] | None:
     if values.get("version") != 1 or "memory" not in values:
         return None
     compute, scrub = values.get("compute", 100), values.get("scrub_on_free", 1)
-    if not 1 <= compute <= 100 or scrub > 1:
+    firewall = values.get("firewall", 0)
+    if not 1 <= compute <= 100 or scrub > 1 or firewall > 1:
         return None
-    return values["memory"], compute, scrub
+    return values["memory"], compute, scrub, firewall
 
 
 def _harness():
@@ -61,16 +63,19 @@ def _harness():
     )
 
 
-def run_parser(inputs: list[bytes]) -> list[tuple[int, int, int] | None]:
+def run_parser(inputs: list[bytes]) -> list[tuple[int, int, int, int] | None]:
     payload = b"".join(struct.pack("<I", len(x)) + x for x in inputs)
     result = subprocess.run([str(_harness()), "-"], input=payload, capture_output=True, timeout=60)
     assert result.returncode == 0 and b"Sanitizer" not in result.stderr, result.stderr.decode(
         errors="replace"
     )
-    out = []
+    out: list[tuple[int, int, int, int] | None] = []
     for line in result.stdout.decode().splitlines():
         words = line.split()
-        out.append(None if words == ["error"] else (int(words[1]), int(words[2]), int(words[3])))
+        if words == ["error"]:
+            out.append(None)
+        else:
+            out.append((int(words[1]), int(words[2]), int(words[3]), int(words[4])))
     assert len(out) == len(inputs)
     return out
 
@@ -96,6 +101,7 @@ lines = st.one_of(
             "memory=1024",
             "compute=50",
             "scrub_on_free=0",
+            "firewall=1",
         ]
     ),
     st.text(alphabet=st.characters(min_codepoint=1, max_codepoint=0x7F), max_size=30),
@@ -124,10 +130,12 @@ def test_parser_agrees_with_the_grammar_and_never_faults(inputs: list[bytes]) ->
 
 def test_known_cases() -> None:
     cases = {
-        b"version=1\nmemory=1073741824\ncompute=25\nscrub_on_free=0\n": (1 << 30, 25, 0),
-        b"version=1\nmemory=0\n": (0, 100, 1),
-        b"  # pod annotation\nversion = 1\n\tmemory=5\t\n": (5, 100, 1),
-        b"version=1\nmemory=9223372036854775807": (2**63 - 1, 100, 1),
+        b"version=1\nmemory=1073741824\ncompute=25\nscrub_on_free=0\n": (1 << 30, 25, 0, 0),
+        b"version=1\nmemory=5\nfirewall=1\n": (5, 100, 1, 1),
+        b"version=1\nmemory=5\nfirewall=2\n": None,
+        b"version=1\nmemory=0\n": (0, 100, 1, 0),
+        b"  # pod annotation\nversion = 1\n\tmemory=5\t\n": (5, 100, 1, 0),
+        b"version=1\nmemory=9223372036854775807": (2**63 - 1, 100, 1, 0),
         b"version=1\nmemory=9223372036854775808\n": None,
         b"version=2\nmemory=5\n": None,
         b"memory=5\n": None,

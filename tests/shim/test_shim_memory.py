@@ -130,11 +130,23 @@ def test_freed_blocks_are_zeroed_before_release(make_step) -> None:
     assert cu.cuMemAllocAsync(ctypes.byref(q), ctypes.c_size_t(1 << 20), stream) == 0
     assert cu.cuMemcpyHtoD_v2(q, secret, ctypes.c_size_t(len(secret))) == 0
     assert cu.cuMemFreeAsync(q, stream) == 0
-    print(json.dumps({"p": p, "q": q.value}))
+    # cuMemCreate: written through a mapping, released after the unmap (the shim maps it to zero it)
+    import struct
+    prop = struct.pack("iiiiP8x", 1, 0, 1, 0, 0)  # pinned, on device 0
+    handle = ctypes.c_uint64(); va = ctypes.c_uint64()
+    assert cu.cuMemCreate(ctypes.byref(handle), ctypes.c_size_t(1 << 21), prop, ctypes.c_ulonglong(0)) == 0
+    assert cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(1 << 21), ctypes.c_size_t(0), ctypes.c_uint64(0), ctypes.c_ulonglong(0)) == 0
+    assert cu.cuMemMap(va, ctypes.c_size_t(1 << 21), ctypes.c_size_t(0), handle, ctypes.c_ulonglong(0)) == 0
+    assert cu.cuMemSetAccess(va, ctypes.c_size_t(1 << 21), struct.pack("iii", 1, 0, 3), ctypes.c_size_t(1)) == 0
+    assert cu.cuMemcpyHtoD_v2(va, secret, ctypes.c_size_t(len(secret))) == 0
+    assert cu.cuMemUnmap(va, ctypes.c_size_t(1 << 21)) == 0
+    assert cu.cuMemAddressFree(va, ctypes.c_size_t(1 << 21)) == 0
+    assert cu.cuMemRelease(handle) == 0
+    print(json.dumps({"p": p, "q": q.value, "vmm": handle.value}))
     """)
     scrubbing = make_step(memory=8 * MiB, scrub=True)
     got = scrubbing.python(code)
-    for pointer in (got["p"], got["q"]):
+    for pointer in (got["p"], got["q"], got["vmm"]):
         assert scrubbing.gpu.read_memory(offset=FakeGPU.offset_of(pointer), size=1 << 20) == bytes(
             1 << 20
         )
@@ -142,9 +154,11 @@ def test_freed_blocks_are_zeroed_before_release(make_step) -> None:
     # Control: without scrub_on_free the next tenant finds the data in the same device memory.
     keeping = make_step(memory=8 * MiB, scrub=False)
     got = keeping.python(code)
-    assert (
-        keeping.gpu.read_memory(offset=FakeGPU.offset_of(got["p"]), size=16) == b"tenant-A-secret!"
-    )
+    for pointer in (got["p"], got["vmm"]):
+        assert (
+            keeping.gpu.read_memory(offset=FakeGPU.offset_of(pointer), size=16)
+            == b"tenant-A-secret!"
+        )
 
 
 def test_no_environment_variable_loosens_the_limits(make_step, tmp_path) -> None:

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define CUDAAPI
 
@@ -119,10 +121,32 @@ static CUresult do_free(CUdeviceptr p) {
     return CUDA_SUCCESS;
 }
 
+/* Virtual address ranges of this process (cuMemAddressReserve) and the cuMemCreate allocation each
+ * maps (cuMemMap): an address in a mapped range stands for the same offset in that allocation. */
+#define VA_BASE (1ULL << 62)
+#define VA_MAX 64
+static struct va_range {
+    CUdeviceptr va;
+    size_t size;
+    CUdeviceptr target; /* 0: reserved, not mapped */
+} g_va[VA_MAX];
+static uint64_t g_va_next = VA_BASE;
+static pthread_mutex_t g_va_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUdeviceptr translate(CUdeviceptr p) {
+    if (p < VA_BASE) return p;
+    CUdeviceptr out = 0;
+    pthread_mutex_lock(&g_va_lock);
+    for (int i = 0; i < VA_MAX; i++)
+        if (g_va[i].size && g_va[i].target && p >= g_va[i].va && p - g_va[i].va < g_va[i].size) out = g_va[i].target + (p - g_va[i].va);
+    pthread_mutex_unlock(&g_va_lock);
+    return out;
+}
+
 static unsigned char *host_of(CUdeviceptr p, size_t n) {
     int slot;
     uint64_t off;
-    if (decode(p, &slot, &off)) return NULL;
+    if (decode(translate(p), &slot, &off)) return NULL;
     return fake_resolve(&G, slot, off, n);
 }
 
@@ -303,11 +327,22 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
     return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) { return cuCtxSetCurrent(ctx); }
+/* The context stack of the calling thread, below its current context (push/pop). */
+static _Thread_local struct fake_ctx *t_stack[16];
+static _Thread_local int t_depth;
+
+FAKE_EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
+    struct fake_ctx *c = (struct fake_ctx *)ctx;
+    if (!c || c->magic != CTX_MAGIC) return CUDA_ERROR_INVALID_CONTEXT;
+    if (t_depth == 16) return CUDA_ERROR_OUT_OF_MEMORY;
+    t_stack[t_depth++] = t_current;
+    t_current = c;
+    return CUDA_SUCCESS;
+}
 
 FAKE_EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx) {
     if (pctx) *pctx = (CUcontext)t_current;
-    t_current = NULL;
+    t_current = t_depth ? t_stack[--t_depth] : NULL;
     return CUDA_SUCCESS;
 }
 
@@ -443,6 +478,69 @@ FAKE_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
     return handle ? do_free(handle) : CUDA_ERROR_INVALID_VALUE;
 }
 
+FAKE_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                                 unsigned long long flags) {
+    (void)alignment, (void)addr, (void)flags;
+    if (!ptr || !size) return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&g_va_lock);
+    for (int i = 0; i < VA_MAX && rc; i++)
+        if (!g_va[i].size) {
+            g_va[i] = (struct va_range){g_va_next, size, 0};
+            *ptr = g_va_next;
+            g_va_next += (size + (1ULL << 21) - 1) & ~((1ULL << 21) - 1);
+            rc = CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&g_va_lock);
+    return rc;
+}
+
+static struct va_range *va_find(CUdeviceptr va) {
+    for (int i = 0; i < VA_MAX; i++)
+        if (g_va[i].size && g_va[i].va == va) return &g_va[i];
+    return NULL;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    pthread_mutex_lock(&g_va_lock);
+    struct va_range *r = va_find(ptr);
+    CUresult rc = r && r->size == size && !r->target ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!rc) r->size = 0;
+    pthread_mutex_unlock(&g_va_lock);
+    return rc;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                                      unsigned long long flags) {
+    (void)flags;
+    if (!host_of(handle, size) || offset) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_va_lock);
+    struct va_range *r = va_find(ptr);
+    CUresult rc = r && r->size == size && !r->target ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!rc) r->target = handle;
+    pthread_mutex_unlock(&g_va_lock);
+    return rc;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
+    (void)size;
+    if (!desc || !count) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_va_lock);
+    struct va_range *r = va_find(ptr);
+    CUresult rc = r && r->target ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&g_va_lock);
+    return rc;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    pthread_mutex_lock(&g_va_lock);
+    struct va_range *r = va_find(ptr);
+    CUresult rc = r && r->size == size && r->target ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!rc) r->target = 0;
+    pthread_mutex_unlock(&g_va_lock);
+    return rc;
+}
+
 static CUresult array_alloc(unsigned long long bytes, void **out) {
     CUdeviceptr p;
     if (!out) return CUDA_ERROR_INVALID_VALUE;
@@ -574,6 +672,94 @@ FAKE_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const v
 FAKE_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
     (void)hStream;
     return cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+}
+
+/* ------------------------------------------------------------------ sharing between processes */
+
+/* An IPC handle carries the device pointer (or the event's value); a POSIX file descriptor export is
+ * a memfd holding the allocation's handle; a fabric handle is the handle itself. */
+FAKE_EXPORT CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
+    if (!pHandle || !host_of(dptr, 1)) return CUDA_ERROR_INVALID_VALUE;
+    memset(pHandle, 0, sizeof *pHandle);
+    memcpy(pHandle->reserved, &dptr, sizeof dptr);
+    memcpy(pHandle->reserved + 8, "fakeipc", 7);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags) {
+    (void)Flags;
+    CUdeviceptr p;
+    memcpy(&p, handle.reserved, sizeof p);
+    if (!pdptr || memcmp(handle.reserved + 8, "fakeipc", 7) || !host_of(p, 1)) return CUDA_ERROR_INVALID_VALUE;
+    *pdptr = p;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags) {
+    return cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) { return dptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+
+FAKE_EXPORT CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event) {
+    if (!pHandle || !event) return CUDA_ERROR_INVALID_VALUE;
+    memset(pHandle, 0, sizeof *pHandle);
+    memcpy(pHandle->reserved, &event, sizeof event);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle) {
+    if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(phEvent, handle.reserved, sizeof *phEvent);
+    return *phEvent ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                                          CUmemAllocationHandleType handleType, unsigned long long flags) {
+    (void)flags;
+    if (!shareableHandle || !host_of(handle, 1)) return CUDA_ERROR_INVALID_VALUE;
+    if (handleType == CU_MEM_HANDLE_TYPE_FABRIC) {
+        memset(shareableHandle, 0, 64);
+        memcpy(shareableHandle, &handle, sizeof handle);
+        return CUDA_SUCCESS;
+    }
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+    int fd = memfd_create("fakegpu-export", MFD_CLOEXEC);
+    if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+    if (pwrite(fd, &handle, sizeof handle, 0) != (ssize_t)sizeof handle) return close(fd), CUDA_ERROR_OPERATING_SYSTEM;
+    *(int *)shareableHandle = fd;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                                            CUmemAllocationHandleType shHandleType) {
+    if (!handle) return CUDA_ERROR_INVALID_VALUE;
+    CUmemGenericAllocationHandle h = 0;
+    if (shHandleType == CU_MEM_HANDLE_TYPE_FABRIC) {
+        if (!osHandle) return CUDA_ERROR_INVALID_VALUE;
+        memcpy(&h, osHandle, sizeof h);
+    } else if (shHandleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+        if (pread((int)(intptr_t)osHandle, &h, sizeof h, 0) != (ssize_t)sizeof h) return CUDA_ERROR_INVALID_VALUE;
+    } else return CUDA_ERROR_NOT_SUPPORTED;
+    if (!host_of(h, 1)) return CUDA_ERROR_INVALID_VALUE;
+    *handle = h;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    if (!canAccessPeer) return CUDA_ERROR_INVALID_VALUE;
+    if (slot_of_dev(dev) < 0 || slot_of_dev(peerDev) < 0) return CUDA_ERROR_INVALID_DEVICE;
+    *canAccessPeer = dev != peerDev;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
+    (void)Flags;
+    struct fake_ctx *c = (struct fake_ctx *)peerContext;
+    if (!c || c->magic != CTX_MAGIC) return CUDA_ERROR_INVALID_CONTEXT;
+    return t_current && t_current->dev != c->dev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 /* ------------------------------------------------------------------ execution ---------------- */
@@ -712,6 +898,21 @@ static const struct proc {
     P("cuMemFreeAsync", cuMemFreeAsync_ptsz, 11020, 1),
     P("cuMemCreate", cuMemCreate, 10020, 0),
     P("cuMemRelease", cuMemRelease, 10020, 0),
+    P("cuMemAddressReserve", cuMemAddressReserve, 10020, 0),
+    P("cuMemAddressFree", cuMemAddressFree, 10020, 0),
+    P("cuMemMap", cuMemMap, 10020, 0),
+    P("cuMemUnmap", cuMemUnmap, 10020, 0),
+    P("cuMemSetAccess", cuMemSetAccess, 10020, 0),
+    P("cuIpcGetMemHandle", cuIpcGetMemHandle, 4010, 0),
+    P("cuIpcOpenMemHandle", cuIpcOpenMemHandle, 4010, 0),
+    P("cuIpcOpenMemHandle", cuIpcOpenMemHandle_v2, 11000, 0),
+    P("cuIpcCloseMemHandle", cuIpcCloseMemHandle, 4010, 0),
+    P("cuIpcGetEventHandle", cuIpcGetEventHandle, 4010, 0),
+    P("cuIpcOpenEventHandle", cuIpcOpenEventHandle, 4010, 0),
+    P("cuMemExportToShareableHandle", cuMemExportToShareableHandle, 10020, 0),
+    P("cuMemImportFromShareableHandle", cuMemImportFromShareableHandle, 10020, 0),
+    P("cuDeviceCanAccessPeer", cuDeviceCanAccessPeer, 4000, 0),
+    P("cuCtxEnablePeerAccess", cuCtxEnablePeerAccess, 4000, 0),
     P("cuArrayCreate", cuArrayCreate_v2, 3020, 0),
     P("cuArray3DCreate", cuArray3DCreate_v2, 3020, 0),
     P("cuMipmappedArrayCreate", cuMipmappedArrayCreate, 5000, 0),

@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     struct shim_limits l;
     char err[128];
     if (shim_parse_limits(copy, size, &l, err, sizeof err) == 0) {
-        if (l.compute < 1 || l.compute > 100 || l.scrub_on_free > 1 || l.memory > INT64_MAX) abort();
+        if (l.compute < 1 || l.compute > 100 || l.scrub_on_free > 1 || l.firewall > 1 || l.memory > INT64_MAX) abort();
     } else if (!memchr(err, '\0', sizeof err)) {
         abort();
     }
@@ -40,7 +40,7 @@ static int one(const unsigned char *data, size_t size) {
     memcpy(copy, data, size);
     struct shim_limits l;
     if (shim_parse_limits(copy, size, &l, NULL, 0) == 0)
-        printf("ok %llu %u %u\n", (unsigned long long)l.memory, l.compute, l.scrub_on_free);
+        printf("ok %llu %u %u %u\n", (unsigned long long)l.memory, l.compute, l.scrub_on_free, l.firewall);
     else
         printf("error\n");
     free(copy);

@@ -19,6 +19,7 @@ from secureml.errors import SecuremlError
 from secureml.gpu_request import MIG, GPURequest, GPURequestError, TimeSlice
 from secureml.images import ImageRef, registry_allowed
 from secureml.quantity import format_bytes
+from secureml.violation import Violation
 
 if TYPE_CHECKING:
     from secureml.profile import TenantProfile
@@ -58,19 +59,6 @@ RULES: dict[str, str] = {
 
 
 @dataclass(frozen=True, slots=True)
-class Violation:
-    """One broken rule: which task, which rule, what is wrong and how to fix it."""
-
-    task: str
-    rule: str
-    what: str
-    fix: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"task": self.task, "rule": self.rule, "what": self.what, "fix": self.fix}
-
-
-@dataclass(frozen=True, slots=True)
 class TaskView:
     """What the rules look at in one container task, read from the traced PipelineTask."""
 
@@ -98,7 +86,7 @@ def check_task(view: TaskView, profile: TenantProfile) -> list[Violation]:
     found: list[Violation] = []
 
     def add(rule: str, what: str, fix: str) -> None:
-        found.append(Violation(view.name, rule, what, fix))
+        found.append(Violation(rule, what, fix, task=view.name))
 
     _check_image(view, profile, add)
     _check_runtime(view, profile, add)

@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from secureml import contract, gpu
-from secureml.compile_rules import TaskView, Violation, check_task, task_gpu_request
+from secureml.compile_rules import TaskView, check_task, task_gpu_request
 from secureml.decorator import settings_of
 from secureml.errors import SecuremlError
 from secureml.gpu_request import ISOLATION_TIMESLICE_SHIM, TimeSlice
 from secureml.kfp_names import remembered_names
+from secureml.violation import Violation
 
 if TYPE_CHECKING:
     from kfp.dsl.graph_component import GraphComponent
@@ -308,11 +309,11 @@ def _secure_task(name: str, task: PipelineTask, ctx: _Context, step_prefix: str)
         if secured is None:
             ctx.violations.append(
                 Violation(
-                    name,
                     "pipeline.nested-unresolved",
                     f"nested pipeline {task.component_spec.name!r} is not reachable by name from the "
                     "pipeline function, so its steps cannot be secured",
                     "define or import the nested pipeline at module level and call it by that name",
+                    task=name,
                 )
             )
             return
@@ -355,10 +356,10 @@ def _command_from_image(name: str, task: PipelineTask, ctx: _Context) -> bool:
         fix = found.fix if isinstance(found, SecuremlError) else ""
         ctx.violations.append(
             Violation(
-                name,
                 "launcher.no-command",
                 f"the component has no command and its image's ENTRYPOINT could not be read: {reason}",
                 fix or "give the container component an explicit command=[...]",
+                task=name,
             )
         )
         return False
@@ -372,10 +373,10 @@ def _command_from_image(name: str, task: PipelineTask, ctx: _Context) -> bool:
     if not container.command:
         ctx.violations.append(
             Violation(
-                name,
                 "launcher.no-command",
                 f"the component has no command and image {image} has neither ENTRYPOINT nor CMD",
                 "give the container component an explicit command=[...]",
+                task=name,
             )
         )
         return False
@@ -640,10 +641,10 @@ def _apply_signatures(ctx: _Context, results: Sequence[ImageVerification]) -> No
         else:
             ctx.violations.append(
                 Violation(
-                    result.step,
                     result.rule or "image.signature-invalid",
                     result.message or "image signature check failed",
                     result.fix or "sign the image",
+                    task=result.step,
                 )
             )
 
@@ -687,10 +688,7 @@ def _check_admission(
             report.mounts = _mounts_of_main(pod)
         for violation in evaluate(pod, rules):
             ctx.violations.append(
-                Violation(
-                    task,
-                    violation.rule_id,
-                    violation.message,
-                    "see docs/admission-rules.md for this rule",
+                dataclasses.replace(
+                    violation, task=task, fix="see docs/admission-rules.md for this rule"
                 )
             )

@@ -139,7 +139,7 @@ def judge_updates(
                 fix="give the pod as it was before the update in the --before file",
             )
         found = evaluate(api_defaults(pod.pod), rules, old_obj=api_defaults(old.pod))
-        verdicts.append(PodVerdict(pod, tuple(Finding(v.rule_id, v.message) for v in found)))
+        verdicts.append(PodVerdict(pod, tuple(Finding(v.rule, v.what) for v in found)))
     return verdicts
 
 

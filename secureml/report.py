@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from secureml.compile_rules import Violation
 from secureml.gpu_request import gpu_request_from_dict
 from secureml.text_table import render_table
+from secureml.violation import Violation
 
 
 def violation_report(pipeline: str, profile: str, violations: list[Violation]) -> dict[str, Any]:

@@ -63,6 +63,6 @@ def judge_offline(pods: Iterable[PodObject], rules: Sequence[Rule]) -> list[PodV
     from secureml.rules import evaluate
 
     return [
-        PodVerdict(pod, tuple(Finding(v.rule_id, v.message) for v in evaluate(pod.pod, rules)))
+        PodVerdict(pod, tuple(Finding(v.rule, v.what) for v in evaluate(pod.pod, rules)))
         for pod in pods
     ]

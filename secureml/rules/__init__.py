@@ -26,7 +26,7 @@ Public API::
         whose scope is false for the pod is skipped (each scope evaluated once per pod).
     in_scope(obj: dict, scope: str) -> bool
         Whether rules of `scope` hold for the pod (`scope.STEP_POD`, `scope.KFP_SYSTEM_POD`).
-    Rule, Violation(rule_id, message), LEVELS
+    Rule, Violation(rule, what), LEVELS
 
 Importing this package imports the CEL engine; import it inside CLI commands.
 """
@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING
 
 from secureml.k8s_versions import DEFAULT_K8S_VERSION
 from secureml.rules.engine import evaluate, in_scope
-from secureml.rules.model import LEVELS, Rule, Violation
+from secureml.rules.model import LEVELS, Rule
 from secureml.rules.pss import rules_for_level
+from secureml.violation import Violation
 
 if TYPE_CHECKING:
     from secureml.profile import TenantProfile

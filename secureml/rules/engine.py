@@ -33,7 +33,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from secureml.rules import cel_cpp
-from secureml.rules.model import Rule, Violation
+from secureml.rules.model import Rule
+from secureml.violation import Violation
 
 if TYPE_CHECKING:
     import cel

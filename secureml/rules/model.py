@@ -1,4 +1,4 @@
-"""The two small values of the rule catalogue: a `Rule` and the `Violation` it reports."""
+"""The small value of the rule catalogue: a `Rule` (what it reports is `secureml.violation.Violation`)."""
 
 from __future__ import annotations
 
@@ -28,11 +28,3 @@ class Rule:
     message_expression: str
     applies_to: tuple[str, ...]
     scope: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """A rule a pod fails: the rule's id and the message for this pod."""
-
-    rule_id: str
-    message: str

@@ -55,7 +55,7 @@ def test_rendered_policies_judge_like_the_offline_engine(tenant: str) -> None:
     denied_by_forbidden_env_only = 0
     for path in CORPUS:
         for found in pods_in_text(Path(path).read_text(), source=str(path)):
-            offline = sorted(v.rule_id for v in evaluate(found.pod, rules))
+            offline = sorted(v.rule for v in evaluate(found.pod, rules))
             assert sorted(_api_server(policies, found.pod)) == offline, path.name
             denied_by_forbidden_env_only += offline in (
                 ["secureml.forbiddenEnv"],

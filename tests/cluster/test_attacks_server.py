@@ -79,7 +79,7 @@ def judge(
         if answer.created is not None:
             delete_pod(cluster, answer.created)
         offline = evaluate(apply_mutations(_in(pod, namespace), profile), rules)
-        return answer, [v.rule_id for v in offline]
+        return answer, [v.rule for v in offline]
     if before_name is not None:
         base = _pod(ALLOWED_DIR / before_name)
     else:
@@ -101,7 +101,7 @@ def judge(
             new["spec"]["ephemeralContainers"] = copy.deepcopy(ephemeral)
     finally:
         delete_pod(cluster, stored.created)
-    return answer, [v.rule_id for v in evaluate(new, rules, old_obj=old)]
+    return answer, [v.rule for v in evaluate(new, rules, old_obj=old)]
 
 
 def add_ephemeral_containers(

@@ -72,7 +72,7 @@ def test_previews_pass_the_tenant_admission_rules(pods: dict[str, dict]) -> None
 def test_a_privileged_preview_is_caught_by_the_same_rules(pods: dict[str, dict]) -> None:
     pod = json.loads(json.dumps(pods["prep"]))
     pod["spec"]["containers"][0]["securityContext"]["privileged"] = True
-    assert "pss.privileged" in {v.rule_id for v in evaluate(pod, rules_for_profile(make_profile()))}
+    assert "pss.privileged" in {v.rule for v in evaluate(pod, rules_for_profile(make_profile()))}
 
 
 runner = CliRunner()

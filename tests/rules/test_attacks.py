@@ -53,10 +53,10 @@ def test_attack_denied(path: Path, profile_name: str) -> None:
     annotations = pod["metadata"]["annotations"]
     violations = evaluate(pod, _rules(profile_name), old_obj=_old(pod))
     assert violations, f"{path.name} is admitted under {profile_name}"
-    assert not [v for v in violations if "could not be evaluated" in v.message]
+    assert not [v for v in violations if "could not be evaluated" in v.what]
     only_under = annotations.get(ONLY_UNDER, "").split()
     if not only_under or profile_name in only_under:
-        ids = {v.rule_id for v in violations}
+        ids = {v.rule for v in violations}
         assert annotations[EXPECT] in ids, f"{path.name} under {profile_name}: {sorted(ids)}"
 
 
@@ -68,7 +68,7 @@ def test_attack_message_names_the_offender(path: Path) -> None:
     expected = pod["metadata"]["annotations"][EXPECT]
     rule = next(r for r in _rules(profile_name) if r.id == expected)
     (violation,) = evaluate(pod, [rule], old_obj=_old(pod))
-    assert violation.message != rule.message or "container" not in rule.message_expression
+    assert violation.what != rule.message or "container" not in rule.message_expression
 
 
 def test_base_pod_of_the_corpus_is_allowed() -> None:
@@ -92,7 +92,7 @@ def test_nvidia_static_deployments_fail_both_levels(level: str) -> None:
         for pod in pods:
             violations = evaluate(pod.pod, rules_for_level(level))
             assert violations, f"{path.name} {pod.kind}/{pod.name} passes {level}"
-            assert not [v for v in violations if "could not be evaluated" in v.message]
+            assert not [v for v in violations if "could not be evaluated" in v.what]
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_update_attack_is_one_metadata_change_admitted_on_create(path: Path) -> 
     assert before is not None and before["spec"] == pod["spec"]
     immutable = [r for r in _rules("team-a") if r.id == "secureml.platformMetadataImmutable"]
     assert evaluate(pod, immutable) == []
-    assert [v.rule_id for v in evaluate(pod, immutable, old_obj=before)] == [
+    assert [v.rule for v in evaluate(pod, immutable, old_obj=before)] == [
         "secureml.platformMetadataImmutable"
     ]
     assert evaluate(before, immutable, old_obj=before) == []

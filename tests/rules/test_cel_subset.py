@@ -165,4 +165,4 @@ def test_single_strategy_mig_rule() -> None:
     }
     assert evaluate(pod, [rule]) == []
     pod["spec"]["nodeSelector"]["nvidia.com/gpu.product"] = "NVIDIA-H100-80GB-HBM3-MIG-7g.80gb"
-    assert [v.rule_id for v in evaluate(pod, [rule])] == ["secureml.migProfile.single"]
+    assert [v.rule for v in evaluate(pod, [rule])] == ["secureml.migProfile.single"]

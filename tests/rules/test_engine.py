@@ -47,7 +47,7 @@ def test_projection_changes_nothing() -> None:
     assert len(cases[0][1]) > 500
     for rules, pods in cases:
         for pod in pods:
-            got = [(v.rule_id, v.message) for v in evaluate(pod, rules)]
+            got = [(v.rule, v.what) for v in evaluate(pod, rules)]
             assert got == _unprojected(pod, rules), pod["metadata"].get("name")
 
 
@@ -56,14 +56,14 @@ def test_errors_and_non_booleans_deny() -> None:
     broken = Rule("x.error", "static", "object.spec.missing.field == 1", "'never'", ("level:test",))
     not_bool = Rule("x.type", "static", "'yes'", "'never'", ("level:test",))
     (error, wrong_type) = evaluate(pod, [broken, not_bool])
-    assert error.rule_id == "x.error" and "could not be evaluated" in error.message
-    assert wrong_type.rule_id == "x.type" and "not a boolean" in wrong_type.message
+    assert error.rule == "x.error" and "could not be evaluated" in error.what
+    assert wrong_type.rule == "x.type" and "not a boolean" in wrong_type.what
 
 
 def test_message_falls_back_to_the_static_message() -> None:
     pod = {"metadata": {}, "spec": {"containers": [{"name": "c"}]}}
     rule = Rule("x.msg", "static message", "false", "object.nope", ("level:test",))
-    assert [v.message for v in evaluate(pod, [rule])] == ["static message"]
+    assert [v.what for v in evaluate(pod, [rule])] == ["static message"]
 
 
 def test_a_rule_out_of_scope_is_skipped_and_a_broken_scope_keeps_it() -> None:
@@ -77,7 +77,7 @@ def test_a_rule_out_of_scope_is_skipped_and_a_broken_scope_keeps_it() -> None:
         "x.broken", "broken", deny, "'broken'", ("level:test",), "object.spec.missing.field"
     )
     not_bool = Rule("x.type", "type", deny, "'type'", ("level:test",), "'yes'")
-    assert [v.rule_id for v in evaluate(pod, [in_scope, out_of_scope, broken, not_bool])] == [
+    assert [v.rule for v in evaluate(pod, [in_scope, out_of_scope, broken, not_bool])] == [
         "x.in",
         "x.broken",
         "x.type",
@@ -97,4 +97,4 @@ def test_old_object_is_projected_and_null_on_create() -> None:
     changed = {"metadata": {"labels": {"a": "2"}}, "spec": {"containers": []}}
     assert evaluate(pod, [rule]) == []
     assert evaluate(pod, [rule], old_obj=pod) == []
-    assert [v.rule_id for v in evaluate(changed, [rule], old_obj=pod)] == ["t.old"]
+    assert [v.rule for v in evaluate(changed, [rule], old_obj=pod)] == ["t.old"]

@@ -31,7 +31,7 @@ def driver_pod() -> dict[str, Any]:
 
 
 def failed(pod: dict[str, Any], profile: str = "team-a") -> set[str]:
-    return {v.rule_id for v in evaluate(pod, rules_for_profile(example_profile(profile)))}
+    return {v.rule for v in evaluate(pod, rules_for_profile(example_profile(profile)))}
 
 
 def attack(name: str) -> dict[str, Any]:
@@ -238,8 +238,8 @@ def test_system_containers_of_a_step_pod_pass_the_image_rules_by_shape(
     main = next(c for c in pod["spec"]["containers"] if c["name"] == contract.KFP_MAIN_CONTAINER)
     main["image"] = main["image"].split("@")[0] + ":latest"
     violations = [v for v in evaluate(pod, rules_for_profile(example_profile("team-a")))]
-    digest = [v for v in violations if v.rule_id == "secureml.imageDigest"]
-    assert len(digest) == 1 and digest[0].message.startswith('container "main" ')
+    digest = [v for v in violations if v.rule == "secureml.imageDigest"]
+    assert len(digest) == 1 and digest[0].what.startswith('container "main" ')
 
 
 def test_argo_executor_without_its_configured_security_context_is_refused(
@@ -250,7 +250,7 @@ def test_argo_executor_without_its_configured_security_context_is_refused(
     wait = pod["spec"]["containers"][0]
     assert wait["name"] == "wait"
     wait["securityContext"] = {"readOnlyRootFilesystem": True}
-    assert {v.rule_id for v in evaluate(pod, rules_for_level("restricted"))} == {
+    assert {v.rule for v in evaluate(pod, rules_for_level("restricted"))} == {
         "pss.allowPrivilegeEscalation",
         "pss.runAsNonRoot",
         "pss.capabilities_restricted.dropAll",
@@ -352,7 +352,7 @@ def test_argos_image_in_another_shape_is_refused_in_a_step_pod(
     wait = pod["spec"]["containers"][0]
     wait["command"] = ["argoexec", "emissary", *LOG, "--", "/bin/sh", "-c", "id"]
     messages = {
-        v.rule_id: v.message for v in evaluate(pod, rules_for_profile(example_profile("team-a")))
+        v.rule: v.what for v in evaluate(pod, rules_for_profile(example_profile("team-a")))
     }
     assert {"secureml.imageRegistry", "secureml.imageDigest"} <= set(messages)
     assert messages["secureml.imageRegistry"].startswith('container "wait" ')

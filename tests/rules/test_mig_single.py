@@ -79,7 +79,7 @@ LAUNCHER_ENV = "secureml.launcherEnv"
 
 
 def failed(pod: dict[str, Any], whole_gpu: bool = True) -> set[str]:
-    return {v.rule_id for v in evaluate(pod, RULES[whole_gpu])} - PLACEMENT - {LAUNCHER_ENV}
+    return {v.rule for v in evaluate(pod, RULES[whole_gpu])} - PLACEMENT - {LAUNCHER_ENV}
 
 
 def test_catalogue_products_are_the_compilers() -> None:
@@ -244,10 +244,10 @@ def test_message_names_the_product_constraint() -> None:
     pod = mig_pod()
     pod["spec"]["nodeSelector"] = {PRODUCT: "NVIDIA-A100-SXM4-80GB"}
     (violation,) = evaluate(pod, RULES[True])
-    assert violation.message.startswith(
+    assert violation.what.startswith(
         f"MIG pod (strategy single) must pin {PRODUCT} by a nodeSelector"
     )
-    assert all(product in violation.message for product in PRODUCTS_1G)
+    assert all(product in violation.what for product in PRODUCTS_1G)
 
 
 @pytest.mark.parametrize(
@@ -289,7 +289,7 @@ def test_mixed_strategy_is_unchanged() -> None:
     pod["spec"]["nodeSelector"] = {PRODUCT: PRODUCTS_1G[0]}
     team_a = yaml.safe_load((PROFILES_DIR / "team-a.yaml").read_text())
     rules = rules_for_profile(TenantProfile.from_dict(team_a, source="team-a"))
-    assert {v.rule_id for v in evaluate(copy.deepcopy(pod), rules)} - PLACEMENT == {
+    assert {v.rule for v in evaluate(copy.deepcopy(pod), rules)} - PLACEMENT == {
         "secureml.isolationMatchesGpu",
         "secureml.dedicatedPool",
     }

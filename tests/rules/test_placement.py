@@ -22,7 +22,7 @@ def allowed(name: str = "team-a-timeslice") -> dict[str, Any]:
 
 
 def failed(pod: dict[str, Any], rules=TEAM_A) -> set[str]:
-    return {v.rule_id for v in evaluate(pod, rules)}
+    return {v.rule for v in evaluate(pod, rules)}
 
 
 def test_the_api_servers_default_tolerations_and_the_pools_own_are_allowed() -> None:

@@ -103,7 +103,7 @@ def test_row_agrees(row: dict[str, str]) -> None:
     verdict = "fail" if violations else "pass"
     expected = row["expected_result"]
     expected = DEVIATIONS.get(_key(row), expected)
-    assert verdict == expected, [v.message for v in violations]
+    assert verdict == expected, [v.what for v in violations]
 
 
 def test_agreement_figures() -> None:

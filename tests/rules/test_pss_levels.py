@@ -37,7 +37,7 @@ def restricted_pod() -> dict[str, Any]:
 
 
 def failed(pod: dict[str, Any], level: str) -> set[str]:
-    return {v.rule_id for v in evaluate(pod, rules_for_level(level))}
+    return {v.rule for v in evaluate(pod, rules_for_level(level))}
 
 
 def test_minimal_pods() -> None:
@@ -132,7 +132,7 @@ def test_sysctls(name: str, since: str | None, kubernetes: str) -> None:
     pod["spec"]["securityContext"]["sysctls"] = [{"name": name, "value": "1"}]
     allowed = since is not None and at_least(kubernetes, since)
     for level in ("baseline", "restricted"):
-        violations = {v.rule_id for v in evaluate(pod, rules_for_level(level, kubernetes))}
+        violations = {v.rule for v in evaluate(pod, rules_for_level(level, kubernetes))}
         assert violations == (set() if allowed else {"pss.sysctls"}), (level, kubernetes)
 
 
@@ -201,8 +201,8 @@ def test_every_container_kind_is_checked() -> None:
         extra["securityContext"]["privileged"] = True
         pod["spec"][list_name] = [extra]
         violations = evaluate(pod, rules_for_level("baseline"))
-        assert [v.rule_id for v in violations] == ["pss.privileged"]
-        assert '"extra"' in violations[0].message
+        assert [v.rule for v in violations] == ["pss.privileged"]
+        assert '"extra"' in violations[0].what
 
 
 def test_probe_and_lifecycle_hosts() -> None:
@@ -238,6 +238,6 @@ def test_messages_name_the_container_or_pod() -> None:
     pod = restricted_pod()
     pod["spec"]["containers"].append({"name": "second", "image": "x"})
     pod["spec"]["hostPID"] = True
-    messages = {v.rule_id: v.message for v in evaluate(pod, rules_for_level("restricted"))}
+    messages = {v.rule: v.what for v in evaluate(pod, rules_for_level("restricted"))}
     assert messages["pss.allowPrivilegeEscalation"].startswith('container "second"')
     assert "hostPID=true" in messages["pss.hostNamespaces"]

@@ -25,7 +25,7 @@ def allowed_pod(name: str) -> dict[str, Any]:
 def failed(pod: dict[str, Any], profile: TenantProfile | str = "team-a") -> set[str]:
     if isinstance(profile, str):
         profile = example_profile(profile)
-    return {v.rule_id for v in evaluate(pod, rules_for_profile(profile))}
+    return {v.rule for v in evaluate(pod, rules_for_profile(profile))}
 
 
 def profile_with(**changes: Any) -> TenantProfile:

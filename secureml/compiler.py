@@ -38,6 +38,7 @@ from secureml.decorator import settings_of
 from secureml.errors import SecuremlError
 from secureml.gpu_request import ISOLATION_TIMESLICE_SHIM, TimeSlice
 from secureml.kfp_names import remembered_names
+from secureml.kfp_nested_merge import fixed_merges
 from secureml.violation import Violation
 
 if TYPE_CHECKING:
@@ -161,7 +162,9 @@ def compile_pipeline(
         )
     ctx = _Context(profile=profile, pipeline=pipeline.name, entrypoints=entrypoint_resolver)
     try:
-        with remembered_names():  # kfp's build is quadratic in its name sanitiser (see there)
+        # kfp's build is quadratic in its name sanitiser, and its nested-pipeline merge can give
+        # a parent's executor a nested task's config (see each module)
+        with remembered_names(), fixed_merges():
             secured = _secure_graph(pipeline, ctx, step_prefix="")
     except _AbortBuildError:
         secured = None

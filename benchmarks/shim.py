@@ -80,7 +80,11 @@ def main() -> None:
                 f"version=1\nmemory={1 << 30}\ncompute={compute}\nscrub_on_free={scrub}\n"
             )
             env = gpu.env()
-            env.update(LD_PRELOAD=str(shim), SECUREML_SHIM_LIMITS_FILE=str(limits))
+            env.update(
+                LD_PRELOAD=str(shim),
+                SECUREML_SHIM_LIMITS_FILE=str(limits),
+                SECUREML_SHIM_COUNTERS_FILE=str(root / f"counters-{name}"),  # as in a real step
+            )
             envs[name] = env
         print("ns per operation against the fake driver alone (one run: with and without the shim)")
         print(f"the fake's own cost: {DRIVER_CALL_NS} ns busy wait per allocation and per free")

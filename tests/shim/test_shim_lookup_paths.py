@@ -45,7 +45,7 @@ def test_every_lookup_path_is_refused_over_the_quota(make_step) -> None:
     got = json.loads(result.stdout)
     assert got["held"] == 4 * MiB
     paths = got["paths"]
-    assert len(paths) >= 50
+    assert len(paths) == 59, sorted(paths)
     wrong = {path: rcs for path, rcs in paths.items() if rcs != [0, 2]}
     assert not wrong, wrong  # [0, 2]: allocates with room, CUDA_ERROR_OUT_OF_MEMORY over the quota
     assert got["dlmopen_new_namespace"] == "refused"

@@ -51,7 +51,13 @@ def test_child_env_arms_a_real_process(make_step, monkeypatch) -> None:
     # `fill` exits holding its memory: at exit the driver still holds it, so the charge stays (the
     # next reconciliation with the driver releases it once the process is gone).
     assert counters["devices"] == [
-        {"uuid": step.gpu.devices[0].uuid, "used": 3 * MiB, "peak": 3 * MiB, "refused": 1, "throttled": 0}
+        {
+            "uuid": step.gpu.devices[0].uuid,
+            "used": 3 * MiB,
+            "peak": 3 * MiB,
+            "refused": 1,
+            "throttled": 0,
+        }
     ]
     assert shim.region_path(step.limits_file).exists()
     shim.remove_region(step.limits_file)

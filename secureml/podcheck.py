@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from secureml.errors import InputError
 from secureml.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
-from secureml.verdicts import Finding, PodVerdict, judge_offline
+from secureml.verdicts import PodVerdict, judge_offline
+from secureml.violation import Violation
 from secureml.workloads import PodObject, read_pods
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def judge_creates(
         admitted = as_created(pod.pod, profile, mutated=mutated)
         invalid = invalid_after_mutation(admitted)
         if invalid is not None:
-            verdicts.append(PodVerdict(pod, (Finding(VALIDATION_RULE_ID, invalid),)))
+            verdicts.append(PodVerdict(pod, (Violation(VALIDATION_RULE_ID, invalid),)))
         else:
             verdicts.extend(judge_offline([replace(pod, pod=admitted)], rules))
     return verdicts
@@ -139,7 +140,7 @@ def judge_updates(
                 fix="give the pod as it was before the update in the --before file",
             )
         found = evaluate(api_defaults(pod.pod), rules, old_obj=api_defaults(old.pod))
-        verdicts.append(PodVerdict(pod, tuple(Finding(v.rule, v.what) for v in found)))
+        verdicts.append(PodVerdict(pod, tuple(found)))
     return verdicts
 
 

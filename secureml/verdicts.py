@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from secureml.violation import Violation
 from secureml.workloads import PodObject
 
 if TYPE_CHECKING:
@@ -21,21 +22,12 @@ DENIED = "denied"
 
 
 @dataclass(frozen=True)
-class Finding:
-    """Why a pod is denied: a rule id (`pss.*`, `secureml.*`, or `k8s.*` for the API server's own
-    checks) and the message for this pod."""
-
-    rule_id: str
-    message: str
-
-
-@dataclass(frozen=True)
 class PodVerdict:
     """One pod and what was decided about it; `admitted` is the pod as the server would store it
     (after mutation), when a server judged it and allowed it."""
 
     pod: PodObject
-    findings: tuple[Finding, ...] = ()
+    findings: tuple[Violation, ...] = ()  # rule ids pss.*, secureml.*, k8s.* (the server's)
     admitted: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
@@ -44,7 +36,7 @@ class PodVerdict:
 
     @property
     def rule_ids(self) -> list[str]:
-        return [finding.rule_id for finding in self.findings]
+        return [finding.rule for finding in self.findings]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -54,7 +46,7 @@ class PodVerdict:
             "file": self.pod.file,
             "doc_index": self.pod.doc_index,
             "verdict": self.verdict,
-            "violations": [{"rule": f.rule_id, "message": f.message} for f in self.findings],
+            "violations": [{"rule": f.rule, "message": f.what} for f in self.findings],
         }
 
 
@@ -62,7 +54,4 @@ def judge_offline(pods: Iterable[PodObject], rules: Sequence[Rule]) -> list[PodV
     """Each pod judged by the CEL rule engine against `rules`."""
     from secureml.rules import evaluate
 
-    return [
-        PodVerdict(pod, tuple(Finding(v.rule, v.what) for v in evaluate(pod.pod, rules)))
-        for pod in pods
-    ]
+    return [PodVerdict(pod, tuple(evaluate(pod.pod, rules))) for pod in pods]

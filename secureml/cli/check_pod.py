@@ -141,7 +141,7 @@ def _print(report: PodCheckReport, output: OutputFormat) -> None:
     )
     for v in report.verdicts:
         for finding in v.findings:
-            typer.echo(f"{v.pod.kind}/{v.pod.name}: {finding.rule_id}: {finding.message}")
+            typer.echo(f"{v.pod.kind}/{v.pod.name}: {finding.rule}: {finding.what}")
     counts = report.summary()
     typer.echo(
         f"{counts['objects']} object(s): {counts['allowed']} allowed, {counts['denied']} denied"

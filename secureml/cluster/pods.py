@@ -29,7 +29,8 @@ from typing import Any
 
 from secureml.cluster.connection import Cluster, ServerRefusedError, connect
 from secureml.errors import ClusterError
-from secureml.verdicts import Finding, PodVerdict
+from secureml.verdicts import PodVerdict
+from secureml.violation import Violation
 from secureml.workloads import PodObject
 
 DEFAULT_NAMESPACE = "default"
@@ -144,7 +145,7 @@ def creatable(pod: dict[str, Any], namespace: str, name: str) -> dict[str, Any]:
     return body
 
 
-def findings_of(refusal: ServerRefusedError) -> list[Finding]:
+def findings_of(refusal: ServerRefusedError) -> list[Violation]:
     """The findings of a refused create: rule ids from the message where it carries them."""
     message = refusal.message
     if refusal.code in (400, 422):
@@ -152,27 +153,27 @@ def findings_of(refusal: ServerRefusedError) -> list[Finding]:
             f"{c.get('field')}: {c.get('message')}" if c.get("field") else str(c.get("message"))
             for c in refusal.causes
         ]
-        return [Finding("k8s.validation", text) for text in causes] or [
-            Finding("k8s.validation", message)
+        return [Violation("k8s.validation", text) for text in causes] or [
+            Violation("k8s.validation", message)
         ]
     vap = _VAP.search(message)
     if vap:
         text = vap.group("message").strip()
         rule = _RULE_ID.match(text)
         if rule:
-            return [Finding(rule.group("id"), rule.group("message").strip())]
-        return [Finding("k8s.ValidatingAdmissionPolicy", f"{vap.group('policy')}: {text}")]
+            return [Violation(rule.group("id"), rule.group("message").strip())]
+        return [Violation("k8s.ValidatingAdmissionPolicy", f"{vap.group('policy')}: {text}")]
     psa = _PSA.search(message)
     if psa:
         return psa_findings(psa.group("level"), psa.group("detail"))
-    return [Finding(_who_refused(message), message)]
+    return [Violation(_who_refused(message), message)]
 
 
-def psa_findings(level: str, detail: str) -> list[Finding]:
+def psa_findings(level: str, detail: str) -> list[Violation]:
     """Split PodSecurity's `title (detail), title (detail)` list into one finding per check."""
     starts = [m for m in _PSA_TITLE.finditer(detail) if _top_level(detail, m.start("title"))]
     if not starts:
-        return [Finding("k8s.PodSecurity", detail)]
+        return [Violation("k8s.PodSecurity", detail)]
     findings = []
     for index, match in enumerate(starts):
         end = starts[index + 1].start() if index + 1 < len(starts) else len(detail)
@@ -182,11 +183,11 @@ def psa_findings(level: str, detail: str) -> list[Finding]:
         rule = target if isinstance(target, str) else target.get(level, f"k8s.PodSecurity.{title}")
         if title == "unrestricted capabilities":
             if 'capabilities.drop=["ALL"]' in text:
-                findings.append(Finding(f"{rule}.dropAll", text))
+                findings.append(Violation(f"{rule}.dropAll", text))
             if "capabilities.add" in text:
-                findings.append(Finding(f"{rule}.add", text))
+                findings.append(Violation(f"{rule}.add", text))
             continue
-        findings.append(Finding(rule, text))
+        findings.append(Violation(rule, text))
     return findings
 
 

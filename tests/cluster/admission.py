@@ -30,7 +30,7 @@ from secureml.cluster import Cluster, apply_bundle
 from secureml.cluster.connection import ServerRefusedError
 from secureml.cluster.pods import findings_of
 from secureml.profile import TenantProfile
-from secureml.verdicts import Finding
+from secureml.violation import Violation
 from tests.cluster.bundles import admin
 
 _INSTALLED: dict[tuple[str, str], Cluster] = {}
@@ -157,7 +157,7 @@ class ServerAnswer:
     """What the server did with a create (or update): the stored object, or the refusal."""
 
     created: dict[str, Any] | None
-    findings: tuple[Finding, ...] = ()
+    findings: tuple[Violation, ...] = ()
     message: str = ""
 
     @property

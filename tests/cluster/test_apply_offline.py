@@ -212,8 +212,8 @@ def test_vap_denial_maps_to_the_rule_id() -> None:
         'secureml.forbiddenEnv: container "main" sets LD_PRELOAD: no container may set it'
     )
     (finding,) = findings_of(refusal)
-    assert finding.rule_id == "secureml.forbiddenEnv"
-    assert finding.message == 'container "main" sets LD_PRELOAD: no container may set it'
+    assert finding.rule == "secureml.forbiddenEnv"
+    assert finding.what == 'container "main" sets LD_PRELOAD: no container may set it'
 
 
 def test_vap_expression_error_has_no_rule_id() -> None:
@@ -222,8 +222,8 @@ def test_vap_expression_error_has_no_rule_id() -> None:
         "request: expression 'object.spec.x' resulted in error: no such key: x"
     )
     (finding,) = findings_of(refusal)
-    assert finding.rule_id == "k8s.ValidatingAdmissionPolicy"
-    assert finding.message.startswith("p: expression")
+    assert finding.rule == "k8s.ValidatingAdmissionPolicy"
+    assert finding.what.startswith("p: expression")
 
 
 def test_pod_security_denial_maps_every_check() -> None:
@@ -238,7 +238,7 @@ def test_pod_security_denial_maps_every_check() -> None:
     refusal = _forbidden(
         f'pods "x" is forbidden: violates PodSecurity "restricted:v1.36": {detail}'
     )
-    assert [f.rule_id for f in findings_of(refusal)] == [
+    assert [f.rule for f in findings_of(refusal)] == [
         "pss.allowPrivilegeEscalation",
         "pss.capabilities_restricted.dropAll",
         "pss.capabilities_restricted.add",
@@ -249,13 +249,13 @@ def test_pod_security_denial_maps_every_check() -> None:
 
 def test_pod_security_titles_resolve_by_level() -> None:
     assert [
-        f.rule_id
+        f.rule
         for f in psa_findings("baseline", 'seccompProfile (pod must not set "Unconfined")')
     ] == ["pss.seccompProfile_baseline"]
-    assert [f.rule_id for f in psa_findings("restricted", 'procMount (container "m")')] == [
+    assert [f.rule for f in psa_findings("restricted", 'procMount (container "m")')] == [
         "pss.procMount_restricted"
     ]
-    assert [f.rule_id for f in psa_findings("restricted", "something new (x)")] == [
+    assert [f.rule for f in psa_findings("restricted", "something new (x)")] == [
         "k8s.PodSecurity"
     ]
 
@@ -280,7 +280,7 @@ def test_pod_security_titles_resolve_by_level() -> None:
     ],
 )
 def test_other_denials_name_who_refused(message: str, rule: str) -> None:
-    assert [f.rule_id for f in findings_of(_forbidden(message))] == [rule]
+    assert [f.rule for f in findings_of(_forbidden(message))] == [rule]
 
 
 def test_invalid_pod_is_denied_by_validation_with_each_field() -> None:
@@ -294,8 +294,8 @@ def test_invalid_pod_is_denied_by_validation_with_each_field() -> None:
         ],
     )
     findings = findings_of(refusal)
-    assert [f.rule_id for f in findings] == ["k8s.validation", "k8s.validation"]
-    assert findings[0].message == "spec.ephemeralContainers: Forbidden: cannot be set on create"
+    assert [f.rule for f in findings] == ["k8s.validation", "k8s.validation"]
+    assert findings[0].what == "spec.ephemeralContainers: Forbidden: cannot be set on create"
 
 
 # --- the CLI: exit 2 when the cluster cannot be used ------------------------------------------------

@@ -183,7 +183,7 @@ def test_attack_refused_by_the_server(k8s_cluster: ControlPlane, path: Path) -> 
     rules = _rules(profile.metadata.name)
     cluster = install_tenant(k8s_cluster, profile)
     answer, offline = judge(cluster, pod, profile)
-    server = [finding.rule_id for finding in answer.findings]
+    server = [finding.rule for finding in answer.findings]
     if path.stem in DEFUSED_BY_API:
         assert answer.created is not None and offline, (answer.message, offline)
         assert evaluate(answer.created, rules) == []

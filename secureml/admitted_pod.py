@@ -25,6 +25,8 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from secureml.podspec import CONTAINER_LISTS, CREATED_CONTAINER_LISTS
+
 if TYPE_CHECKING:
     from secureml.profile import TenantProfile
 
@@ -63,7 +65,6 @@ VOLUME_SOURCES = (
     "ephemeral",
     "image",
 )
-_CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 
 def api_defaults(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,7 +79,7 @@ def api_defaults(pod: Mapping[str, Any]) -> dict[str, Any]:
     if not spec.get("schedulerName"):
         spec["schedulerName"] = DEFAULT_SCHEDULER
     if spec.get("hostNetwork") is True:  # (containers and init containers, not ephemeral)
-        for list_name in ("initContainers", "containers"):
+        for list_name in CREATED_CONTAINER_LISTS:
             for container in spec.get(list_name) or []:
                 for port in container.get("ports") or []:
                     if not port.get("hostPort") and "containerPort" in port:
@@ -109,14 +110,14 @@ def invalid_after_mutation(pod: Mapping[str, Any]) -> str | None:
         return f'spec.volumes: the volume name "{repeated}" is used twice'
     names = [
         c.get("name")
-        for list_name in _CONTAINER_LISTS
+        for list_name in CONTAINER_LISTS
         for c in spec.get(list_name) or []
         if isinstance(c, dict)
     ]
     repeated = _first_repeat(names)
     if repeated is not None:
         return f'the container name "{repeated}" is used twice'
-    for list_name in _CONTAINER_LISTS:
+    for list_name in CONTAINER_LISTS:
         for container in spec.get(list_name) or []:
             paths = [m.get("mountPath") for m in container.get("volumeMounts") or []]
             repeated = _first_repeat(paths)

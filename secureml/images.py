@@ -30,6 +30,11 @@ _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _MAX_NAME_LENGTH = 255
 
+# What may follow a repository's name in a reference to it: `:` starts a tag, `@` a digest. A
+# reference of repository R is R itself or R followed by one of these (a path component holds
+# neither), so `R-debug`, `Rx` and `R/shell` are other repositories.
+REFERENCE_SUFFIX_STARTS = (":", "@")
+
 _FIX = "write the image as REGISTRY/REPOSITORY[:TAG]@sha256:<64 hex>, e.g. ghcr.io/acme/train@sha256:..."
 
 

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import yaml
 
 from secureml.errors import InputError
+from secureml.podspec import CONTAINER_LISTS
 
 STDIN = "-"
 
@@ -33,7 +34,6 @@ TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     "Job": ("spec", "template"),
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
-_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 # libyaml's loader when PyYAML has it (same documents as SafeLoader, several times faster).
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _FIX = "give a Pod or a workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob)"
@@ -134,7 +134,7 @@ def _as_pod(
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise InputError(f"{where}: spec.containers must be a non-empty list", fix=_FIX)
-    for list_name in _CONTAINER_LISTS:
+    for list_name in CONTAINER_LISTS:
         entries = spec.get(list_name)
         if entries is None:
             continue

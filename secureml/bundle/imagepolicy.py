@@ -24,6 +24,7 @@ from secureml.bundle.common import (
     tenant_labels,
 )
 from secureml.errors import SecuremlError
+from secureml.images import REFERENCE_SUFFIX_STARTS
 from secureml.profile import TenantProfile
 
 PUBLIC_GOOD = {"fulcio": "https://fulcio.sigstore.dev", "rekor": "https://rekor.sigstore.dev"}
@@ -39,8 +40,17 @@ def registry_globs(profile: TenantProfile) -> list[str]:
 
 
 def system_image_globs() -> list[str]:
-    """KFP/Argo repositories, any tag or digest."""
-    return sorted(f"{repository}*" for repository in contract.KFP_SYSTEM_IMAGES)
+    """KFP/Argo repositories, any tag or digest: the references `rules.scope.system_image` admits.
+
+    policy-controller matches a glob against the fully qualified reference (an untagged image reads
+    as `:latest`), `*` never crossing a `/`: `REPO:*` and `REPO@*` are exactly the tags and digests
+    of `REPO`, never `REPO-debug` or `REPOx` (which a bare `REPO*` would let through unsigned).
+    """
+    return sorted(
+        f"{repository}{start}*"
+        for repository in contract.KFP_SYSTEM_IMAGES
+        for start in REFERENCE_SUFFIX_STARTS
+    )
 
 
 def _identities(profile: TenantProfile) -> list[Manifest]:

@@ -26,6 +26,7 @@ from secureml.bundle.common import (
     pod_match_constraints,
     tenant_labels,
 )
+from secureml.cel_text import quote
 from secureml.profile import TenantProfile
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -51,16 +52,12 @@ def _policies(
             {
                 "expression": rule.expression,
                 "message": prefix + rule.message,
-                "messageExpression": f"{_cel_string(prefix)} + ({rule.message_expression})",
+                "messageExpression": f"{quote(prefix)} + ({rule.message_expression})",
                 "reason": REASON,
             }
         )
     named = ((EVERY_POD_POLICY, EVERY_POD), (STEP_POD_POLICY, STEP_POD))
     return [(suffix, scope, by_scope[scope]) for suffix, scope in named if by_scope[scope]]
-
-
-def _cel_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def render_policy(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:

@@ -1,6 +1,7 @@
 """Building blocks for rule expressions: CEL text that both the API server and `cel` accept.
 
-Every helper returns CEL source. The subset used here is the one both engines share: field access
+Literals, label tests and image tests shared with the bundle are in `secureml.cel_text`. Every
+helper returns CEL source. The subset used here is the one both engines share: field access
 guarded by `has()`, `in`, `==`, `startsWith`/`endsWith`/`matches`, `size`, `string()`, the macros
 `all`/`exists`/`filter`/`map`, list literals and `+`, and the ternary operator. No `?.`, no
 `optional`, no Kubernetes library functions (`join`, `split`, `quantity`, `find`...) that the Python
@@ -10,10 +11,9 @@ different element types in the API server's type checker, so each list is visite
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from secureml.cel_text import quote
+from secureml.podspec import CONTAINER_LISTS
 
-# Order as the API server's pod-security visitor walks them (init, regular, ephemeral).
-CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 SPEC = "object.spec"
 
 
@@ -41,17 +41,6 @@ def spec_bound_message(message_expression: str) -> str:
         return message_expression
     body = message_expression.replace(f"{SPEC}.", f"{SPEC_VAR}.")
     return f"[{SPEC}].map({SPEC_VAR}, {body})[0]"
-
-
-def quote(text: str) -> str:
-    """`text` as a single-quoted CEL string literal."""
-    escaped = text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n")
-    return f"'{escaped}'"
-
-
-def string_list(items: Iterable[str]) -> str:
-    """A CEL list literal of strings."""
-    return "[" + ", ".join(quote(item) for item in items) + "]"
 
 
 def has_path(root: str, *fields: str) -> str:

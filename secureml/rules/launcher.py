@@ -31,7 +31,8 @@ from secureml import contract
 from secureml.bundle.spiffe import spiffe_id_template
 from secureml.preview import KFP_LAUNCHER_FLAGS
 from secureml.profile import TenantProfile
-from secureml.rules._cel import SPEC, name_first, quote, string_list
+from secureml.cel_text import quote, string_list
+from secureml.rules._cel import SPEC, name_first
 from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.model import Rule
 from secureml.rules.scope import (

@@ -31,7 +31,8 @@ from secureml import contract
 from secureml.bundle.mutation.catalogue import mutations_for_profile
 from secureml.preview import BACKEND_SCRATCH, KFP_LAUNCHER_VOLUME
 from secureml.profile import TenantProfile
-from secureml.rules._cel import SPEC, container_rule_message, every_container, quote, string_list
+from secureml.cel_text import quote, string_list
+from secureml.rules._cel import SPEC, container_rule_message, every_container
 from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.model import Rule
 from secureml.rules.scope import system_image

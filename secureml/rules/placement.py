@@ -30,14 +30,10 @@ making gets no GPU, but could still sit on another tenant's dedicated node or pr
 from __future__ import annotations
 
 from secureml import gpu, gpu_catalogue
+from secureml.cel_text import quote, string_list
+from secureml.podspec import CONTAINER_LISTS
 from secureml.profile import TenantProfile
-from secureml.rules._cel import (
-    CONTAINER_LISTS,
-    SPEC,
-    has_path,
-    quote,
-    string_list,
-)
+from secureml.rules._cel import SPEC, has_path
 from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.model import Rule
 from secureml.rules.resources import granted_resources

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 
+from secureml.cel_text import quote, string_list
 from secureml.k8s_versions import DEFAULT_K8S_VERSION, at_least
 from secureml.rules._cel import (
     SPEC,
@@ -22,10 +23,8 @@ from secureml.rules._cel import (
     has_path,
     inherited_setting,
     is_true,
-    quote,
     spec_bound,
     spec_bound_message,
-    string_list,
 )
 from secureml.rules.model import LEVEL_BASELINE, LEVEL_RESTRICTED, Rule
 

@@ -26,15 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from secureml import contract, gpu_catalogue
+from secureml.cel_text import label_is, quote, string_list
+from secureml.podspec import CONTAINER_LISTS
 from secureml.profile import TenantProfile
-from secureml.rules._cel import (
-    CONTAINER_LISTS,
-    SPEC,
-    container_rule_message,
-    every_container,
-    quote,
-    string_list,
-)
+from secureml.rules._cel import SPEC, container_rule_message, every_container
 from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.model import Rule
 from secureml.rules.scope import EVERY_POD, STEP_POD
@@ -44,12 +39,9 @@ HUGEPAGES_PREFIX = "hugepages-"
 CUDA_VERSION = "CUDA_VERSION"
 NVIDIA_ENV_PREFIX = "NVIDIA_"
 
-_LABELS = "object.metadata.labels"
-
 
 def _label_is(value: str) -> str:
-    key = quote(contract.LABEL_ISOLATION)
-    return f"(has({_LABELS}) && {key} in {_LABELS} && {_LABELS}[{key}] == {quote(value)})"
+    return label_is(contract.LABEL_ISOLATION, value)
 
 
 @dataclass(frozen=True, slots=True)

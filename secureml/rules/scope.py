@@ -34,7 +34,9 @@ ValidatingAdmissionPolicy renderer puts the step rules in a policy of their own 
 from __future__ import annotations
 
 from secureml import contract
-from secureml.rules._cel import SPEC, every_container, quote, spec_bound, string_list
+from secureml.cel_text import image_of_repository, quote, string_list
+from secureml.podspec import CONTAINER_LISTS
+from secureml.rules._cel import SPEC, every_container, spec_bound
 
 EVERY_POD = ""
 
@@ -45,26 +47,15 @@ NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 def system_image(var: str = "c") -> str:
     """CEL: the container `var` runs one of KFP's or Argo's own images (any tag or digest).
 
-    The repository is compared on whole path segments: the image is `REPO` or starts with `REPO:`
-    or `REPO@`, so `kfp-driver-debug` and `kfp-driver/shell` are other repositories. The domain of a
-    reference ends at its first `/` and a path component cannot hold `:` or `@`, so nothing after
-    `REPO:` can name another repository; a malformed tag or digest there is refused by the container
-    runtime's reference parser (the pod does not start). String tests, not a pattern: the Python
-    engine compiles a pattern on every call (~150 us against ~1 us).
+    The repository is compared on whole path segments (`_cel.image_of_repository`), so
+    `kfp-driver-debug` and `kfp-driver/shell` are other repositories. The domain of a reference
+    ends at its first `/` and a path component cannot hold `:` or `@`, so nothing after `REPO:` can
+    name another repository; a malformed tag or digest there is refused by the container runtime's
+    reference parser (the pod does not start). The image policy admits the same references
+    (`bundle.imagepolicy.system_image_globs`).
     """
-    tests = " || ".join(
-        f"{var}.image == {quote(repo)} || {var}.image.startsWith({quote(repo + ':')}) || "
-        f"{var}.image.startsWith({quote(repo + '@')})"
-        for repo in contract.KFP_SYSTEM_IMAGES
-    )
+    tests = " || ".join(image_of_repository(var, repo) for repo in contract.KFP_SYSTEM_IMAGES)
     return f"(has({var}.image) && ({tests}))"
-
-
-def _image_of(var: str, repo: str) -> str:
-    return (
-        f"({var}.image == {quote(repo)} || {var}.image.startsWith({quote(repo + ':')}) || "
-        f"{var}.image.startsWith({quote(repo + '@')}))"
-    )
 
 
 ARGO_LOG_LEVELS = ("debug", "info", "warn", "error")
@@ -99,7 +90,7 @@ def system_container(var: str = "c") -> str:
     argo = contract.ARGOEXEC_REPOSITORY
     executor = (
         f"(({var}.name == {quote(contract.ARGO_INIT_CONTAINER)} || "
-        f"{var}.name == {quote(contract.ARGO_WAIT_CONTAINER)}) && {_image_of(var, argo)} && "
+        f"{var}.name == {quote(contract.ARGO_WAIT_CONTAINER)}) && {image_of_repository(var, argo)} && "
         f"has({var}.command) && size({var}.command) == {2 + ARGO_LOG_FLAGS_SIZE} && "
         f"{var}.command[0] == 'argoexec' && {var}.command[1] == {var}.name && "
         f"{argo_log_flags(f'{var}.command', 2)} && !has({var}.args))"
@@ -108,7 +99,7 @@ def system_container(var: str = "c") -> str:
     extra = string_list((*KFP_LAUNCHER_COPY_EXTRA, *NUMBERS))
     launcher = (
         f"({var}.name == {quote(contract.KFP_LAUNCHER_CONTAINER)} && "
-        f"{_image_of(var, contract.KFP_LAUNCHER_REPOSITORY)} && has({var}.command) && "
+        f"{image_of_repository(var, contract.KFP_LAUNCHER_REPOSITORY)} && has({var}.command) && "
         f"{var}.command == {string_list([contract.KFP_LAUNCHER_COPY_COMMAND])} && "
         f"has({var}.args) && size({var}.args) >= 2 && "
         f"{var}.args[0] == {quote(KFP_LAUNCHER_COPY_ARGS[0])} && "
@@ -118,7 +109,7 @@ def system_container(var: str = "c") -> str:
     end = 2 + ARGO_LOG_FLAGS_SIZE
     driver = (
         f"({var}.name == {quote(contract.KFP_MAIN_CONTAINER)} && "
-        f"{_image_of(var, contract.KFP_DRIVER_REPOSITORY)} && has({var}.command) && "
+        f"{image_of_repository(var, contract.KFP_DRIVER_REPOSITORY)} && has({var}.command) && "
         f"size({var}.command) == {end + 2} && "
         f"{var}.command[0] == {quote(contract.ARGO_EXECUTOR_BINARY)} && "
         f"{var}.command[1] == 'emissary' && {argo_log_flags(f'{var}.command', 2)} && "
@@ -137,11 +128,11 @@ def _native_resources_only(var: str = "c") -> str:
     )
 
 
-_MAIN_FIRST = ("containers", "initContainers", "ephemeralContainers")
+# `containers` first: a step pod's `main` runs the tenant's image and ends the test at once.
+_MAIN_FIRST = ("containers", *(name for name in CONTAINER_LISTS if name != "containers"))
 
 
 def _kfp_system_pod() -> str:
-    # `containers` first: a step pod's `main` runs the tenant's image and ends the test at once.
     images = every_container(system_container(), lists=_MAIN_FIRST)
     no_gpu = (
         f"{every_container(_native_resources_only())} && "

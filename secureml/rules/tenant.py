@@ -16,35 +16,32 @@ from secureml.gpu_catalogue import (
     RESOURCE_GPU,
 )
 from secureml.gpu_request import ISOLATION_TIMESLICE_SHIM, wire_pattern
+from secureml.cel_text import LABELS, label_in, label_is, quote, string_list
+from secureml.podspec import CONTAINER_LISTS
 from secureml.profile import TenantProfile
 from secureml.rules._cel import (
-    CONTAINER_LISTS,
     SPEC,
     container_rule_message,
     every_container,
     has_path,
     inherited_setting,
     int_range_regex,
-    quote,
-    string_list,
 )
 from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.model import Rule
 from secureml.rules.scope import EVERY_POD, STEP_POD, system_container
 
-_LABELS = "object.metadata.labels"
+_LABELS = LABELS
 _ANNOTATIONS = "object.metadata.annotations"
 _ISOLATION = f"{_LABELS}[{quote(contract.LABEL_ISOLATION)}]"
 
 
 def _label_is(value: str) -> str:
-    key = quote(contract.LABEL_ISOLATION)
-    return f"(has({_LABELS}) && {key} in {_LABELS} && {_ISOLATION} == {quote(value)})"
+    return label_is(contract.LABEL_ISOLATION, value)
 
 
 def _label_in(values: list[str]) -> str:
-    key = quote(contract.LABEL_ISOLATION)
-    return f"(has({_LABELS}) && {key} in {_LABELS} && {_ISOLATION} in {string_list(values)})"
+    return label_in(contract.LABEL_ISOLATION, values)
 
 
 def _annotation(name: str) -> str:

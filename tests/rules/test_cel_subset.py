@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from secureml.cel_text import quote
 from secureml.rules import Rule, rules_for_level, rules_for_profile
-from secureml.rules._cel import int_range_regex, quote
+from secureml.rules._cel import int_range_regex
 from secureml.rules.engine import compiled
 from tests.cel_literals import type_errors
 from tests.rules.conftest import EXAMPLE_PROFILES, REPO, example_profile

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -10,24 +9,19 @@ from secureml import contract
 from secureml.bundle.mutation.catalogue import mutations_for_profile
 from secureml.bundle.mutation.groups import Group, group_operations
 from secureml.bundle.mutation.model import FromLabel, LabelIs
+from secureml.cel_text import LABELS, label_in, label_present, quote
+from secureml.podspec import CREATED_CONTAINER_LISTS
 from secureml.profile import TenantProfile
 
 # Every pod has these; operations below them never need to create them.
 ALWAYS_PRESENT = ("metadata", "spec")
 
 
-def _str(text: str) -> str:
-    """A CEL string literal (JSON's escapes are valid CEL escapes)."""
-    return json.dumps(text)
-
-
 def label_test(condition: LabelIs) -> str:
     """CEL for `condition` over the submitted pod."""
-    present = f"has(object.metadata.labels) && {_str(condition.key)} in object.metadata.labels"
     if not condition.values:
-        return present
-    options = ", ".join(_str(value) for value in condition.values)
-    return f"{present} && object.metadata.labels[{_str(condition.key)}] in [{options}]"
+        return label_present(condition.key)
+    return label_in(condition.key, condition.values)
 
 
 def _pointer(name: str) -> str:
@@ -59,7 +53,7 @@ def _cel_object(at: SchemaPath, fields: list[tuple[str, str]]) -> str:
     Typed object construction (`Object.spec.volumes{name: "x", csi: ...}`) is what it accepts.
     """
     if _is_string_map(at):
-        return "{" + ", ".join(f"{_str(key)}: {value}" for key, value in fields) + "}"
+        return "{" + ", ".join(f"{quote(key)}: {value}" for key, value in fields) + "}"
     for key, _ in fields:
         if not _FIELD_NAME.fullmatch(key):
             raise ValueError(f"{key!r} under {'.'.join(at)} is no field name (a string map?)")
@@ -70,13 +64,13 @@ def _cel_object(at: SchemaPath, fields: list[tuple[str, str]]) -> str:
 def _cel_value(value: Any, at: SchemaPath) -> str:
     """`value`, to be written at schema path `at`, as a CEL expression the API server accepts."""
     if isinstance(value, FromLabel):
-        return f"object.metadata.labels[{_str(value.key)}]"
+        return f"{LABELS}[{quote(value.key)}]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return _str(value)
+        return quote(value)
     if isinstance(value, list):
         return "[" + ", ".join(_cel_value(item, at) for item in value) + "]"
     if isinstance(value, dict):
@@ -100,18 +94,18 @@ def _pointer_cel(parts: tuple[str, ...]) -> str:
     for part in parts:
         if part.startswith("string("):
             if literal:
-                pieces.append(_str(literal))
+                pieces.append(quote(literal))
                 literal = ""
             pieces.append(part)
         else:
             literal += part
     if literal:
-        pieces.append(_str(literal))
+        pieces.append(quote(literal))
     return " + ".join(pieces)
 
 
 def _patch(pointer: tuple[str, ...], value_cel: str) -> str:
-    return f'JSONPatch{{op: "add", path: {_pointer_cel(pointer)}, value: {value_cel}}}'
+    return f"JSONPatch{{op: 'add', path: {_pointer_cel(pointer)}, value: {value_cel}}}"
 
 
 def _ensure(
@@ -183,14 +177,14 @@ def _group_cel(group: Group) -> str:
             )
     else:
         lists = []
-        fields = ("containers",) if group.target == "main" else ("containers", "initContainers")
+        fields = ("containers",) if group.target == "main" else CREATED_CONTAINER_LISTS
         for field_name in fields:
             source = f"object.spec.{field_name}"
             container: SchemaPath = ("spec", field_name)
             pointer = (f"/spec/{field_name}/", f"string({source}.indexOf(c))")
             chosen = source
             if group.target == "main":
-                chosen = f"{source}.filter(c, c.name == {_str(contract.KFP_MAIN_CONTAINER)})"
+                chosen = f"{source}.filter(c, c.name == {quote(contract.KFP_MAIN_CONTAINER)})"
             if group.kind == "set":
                 value = _cel_value(group.parts[0][1], (*container, *group.path))
                 steps: list[tuple[str | None, str]] = [
@@ -204,7 +198,7 @@ def _group_cel(group: Group) -> str:
                 else f"{chosen}.filter(c, {when}).map(c, {patch})"
                 for when, patch in steps
             )
-            if field_name == "initContainers":
+            if field_name != "containers":  # the only list every pod has
                 mapped = f"(has({source}) ? {mapped} : [])"
             lists.append(mapped)
         body = " + ".join(lists)

@@ -112,17 +112,13 @@ def _notes(summaries: Sequence[StepSummary]) -> list[str]:
 
 
 def render_text(records: Iterable[AuditRecord], *, simulated_gpu: bool = False) -> str:
-    """A fixed-width table for a terminal, with the notes below it."""
+    """The table (`secureml.text_table`, at its natural width), then the identities and notes."""
     summaries = [summarize(r, simulated_gpu=simulated_gpu) for r in records]
     if not summaries:
         return "no audit records: no secure step ran under the launcher"
-    rows = [COLUMNS, *(s.cells() for s in summaries)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
+    from secureml.text_table import render_table
+
+    lines = render_table(COLUMNS, [s.cells() for s in summaries]).splitlines()
     identities = [f"  {s.step}: {s.spiffe_id}" for s in summaries if s.spiffe_id != "-"]
     if identities:
         lines += ["", "identities (X.509-SVID checked by the launcher):", *identities]

@@ -30,6 +30,7 @@ def render_table(
         title_justify="left",
         show_edge=False,
         pad_edge=False,
+        padding=(0, 1, 0, 0),  # with the box's blank divider: two spaces between columns
     )
     for header in headers:
         table.add_column(header, overflow="fold")

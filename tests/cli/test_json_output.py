@@ -24,7 +24,7 @@ runner = CliRunner()
 
 def invoke(*args: str, stdin: str | None = None) -> tuple[int, object]:
     result = runner.invoke(app, list(args), input=stdin)
-    assert "Traceback" not in result.output
+    assert "Traceback" not in result.output, result.output
     return result.exit_code, json.loads(result.stdout)
 
 

@@ -268,11 +268,13 @@ def _prefix_ok(families: tuple[str, ...], names: tuple[str, ...]) -> str:
 def _launcher_env(profile: TenantProfile) -> Rule:
     pinned = pinned_env(profile)
     names = string_list(pinned)
-    chain = "true"
-    for name, condition in reversed(pinned.items()):
-        chain = f"(e.name == {quote(name)} ? ({condition}) : {chain})"
+    # One disjunct per pinned name rather than a chain of ternaries: for a pinned name exactly one
+    # `e.name == N` holds, and `false && x` is false even where x errs, so it is the same
+    # predicate; it also stays within the C++ CEL parser's nesting limit (32 levels), which the
+    # 16-deep chain passed (the offline fast path, secureml.rules.cel_cpp).
+    chain = " || ".join(f"(e.name == {quote(n)} && ({c}))" for n, c in pinned.items())
     entry_ok = (
-        f"(e.name in {names} ? (has(e.value) && !has(e.valueFrom) && {chain}) : "
+        f"(e.name in {names} ? (has(e.value) && !has(e.valueFrom) && ({chain})) : "
         f"!e.name.startsWith({quote(contract.ENV_PREFIX)}))"
     )
     required = string_list(required_env(profile))

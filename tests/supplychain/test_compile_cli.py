@@ -130,3 +130,20 @@ def test_require_signed_profile_detects_a_loosened_profile(setup, pki):
     loosened = CliRunner().invoke(app, signed_args)
     assert loosened.exit_code == 1
     assert "may have been changed after it was signed" in loosened.output
+
+
+def test_a_registry_that_does_not_answer_is_one_environment_error(setup, tmp_path):
+    """--fetch-bundles against a registry that is down: exit 2 with one error, not an
+    image.signature-missing violation per step; nothing written."""
+    pipeline = tmp_path / "pipeline.py"
+    pipeline.write_text(PIPELINE.read_text().replace("ghcr.io/acme/", "127.0.0.1:1/acme/"))
+    data = yaml.safe_load(setup["profile"].read_text())
+    data["spec"]["images"]["allowedRegistries"] = ["127.0.0.1:1/acme/"]
+    setup["profile"].write_text(yaml.safe_dump(data, sort_keys=False))
+    args = compile_args(setup, "--fetch-bundles")
+    args[1] = str(pipeline)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.count("error: cannot fetch Sigstore bundles") == 1
+    assert "did not answer" in result.output and "signature-missing" not in result.output
+    assert not setup["out"].exists() and not setup["report"].exists()

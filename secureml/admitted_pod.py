@@ -21,10 +21,10 @@ the defaults on both.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from secureml.jsontree import copy_json
 from secureml.podspec import CONTAINER_LISTS, CREATED_CONTAINER_LISTS
 
 if TYPE_CHECKING:
@@ -68,8 +68,9 @@ VOLUME_SOURCES = (
 
 
 def api_defaults(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """`pod` (a new dict) with the Pod API defaults that change an admission verdict."""
-    result = copy.deepcopy(dict(pod))
+    """`pod` (a new dict, nothing shared with `pod`: as the API server decodes it) with the Pod API
+    defaults that change an admission verdict."""
+    result = copy_json(dict(pod))
     spec = result.get("spec")
     if not isinstance(spec, dict):
         return result

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import string
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -497,6 +498,20 @@ def _locate(path: str, locations: dict[str, tuple[int, int]]) -> tuple[int, int]
     return locations.get("(document)")
 
 
+_Parsed = Callable[..., bool]
+
+
+def _parsed(failed: set[str] | frozenset[str]) -> _Parsed:
+    """`ok(*inputs)`: none of the inputs, nor a field inside one, is in `failed`."""
+
+    def ok(*inputs: str) -> bool:
+        return not any(
+            i == f or i.startswith(f + ".") or i.startswith(f + "[") for i in inputs for f in failed
+        )
+
+    return ok
+
+
 def _contradictions(
     profile: TenantProfile, failed: set[str] | frozenset[str] = frozenset()
 ) -> list[tuple[str, str]]:
@@ -505,18 +520,25 @@ def _contradictions(
     `failed` names fields that did not parse (their value here is a default or a placeholder):
     a check that reads one of them, or a field inside one, is skipped.
     """
+    ok = _parsed(failed)
+    problems = _tier_gpu_problems(profile, ok)
+    if ok("spec.gpu.mig.allowedProfiles", "spec.gpu.models"):
+        problems += _mig_profiles_on_models(profile.spec.gpu)
+    problems += _quota_problems(profile, ok)
+    problems += _mig_strategy_problems(profile, ok)
+    strict = ok(_TIER) and profile.spec.tier in ("confidential", "restricted")
+    problems += _image_problems(profile, ok, strict)
+    if strict:
+        problems += _strict_tier_problems(profile, ok)
+    return problems
 
-    def ok(*inputs: str) -> bool:
-        return not any(
-            i == f or i.startswith(f + ".") or i.startswith(f + "[") for i in inputs for f in failed
-        )
 
-    spec = profile.spec
-    gpu = spec.gpu
+def _tier_gpu_problems(profile: TenantProfile, ok: _Parsed) -> list[tuple[str, str]]:
+    """The GPU kinds the profile offers against the weakest isolation its tier allows."""
+    gpu = profile.spec.gpu
     problems: list[tuple[str, str]] = []
     allows = profile.allows_isolation
-    tier = spec.tier
-
+    tier = profile.spec.tier
     if ok(_TIER, "spec.gpu.timeSlice", "spec.runtime.shim") and gpu.time_slice is not None:
         level = profile.timeslice_isolation()
         if not allows(level):
@@ -563,9 +585,13 @@ def _contradictions(
                     f"tier {tier} needs whole GPUs on a dedicated pool; give its node labels",
                 )
             )
+    return problems
 
-    if ok("spec.gpu.mig.allowedProfiles", "spec.gpu.models"):
-        problems += _mig_profiles_on_models(gpu)
+
+def _quota_problems(profile: TenantProfile, ok: _Parsed) -> list[tuple[str, str]]:
+    """Each quota names a GPU resource the profile allows, and is not negative."""
+    gpu = profile.spec.gpu
+    problems: list[tuple[str, str]] = []
     quota_inputs = (
         "spec.gpu.quota",
         "spec.gpu.mig.allowedProfiles",
@@ -597,7 +623,14 @@ def _contradictions(
             problems.append((path, f"{resource} is not a GPU resource this profile allows"))
         if gpu.quota[resource] < 0:
             problems.append((path, "quota must not be negative"))
+    return problems
 
+
+def _mig_strategy_problems(profile: TenantProfile, ok: _Parsed) -> list[tuple[str, str]]:
+    """MIG strategy single offers one profile per node: the profile lists one at most."""
+    gpu = profile.spec.gpu
+    allowed_mig = set(gpu.mig.allowed_profiles) if gpu.mig else set()
+    problems: list[tuple[str, str]] = []
     single_inputs = ok("spec.gpu.backend", "spec.gpu.migStrategy", "spec.gpu.mig.allowedProfiles")
     if (
         single_inputs
@@ -613,9 +646,14 @@ def _contradictions(
                 "secureml sets per product — keep one profile or use migStrategy mixed",
             )
         )
+    return problems
 
-    strict = ok(_TIER) and tier in ("confidential", "restricted")
-    images = spec.images
+
+def _image_problems(profile: TenantProfile, ok: _Parsed, strict: bool) -> list[tuple[str, str]]:
+    """Pinned and signed images where the tier needs them, signers to check, usable registries."""
+    tier = profile.spec.tier
+    problems: list[tuple[str, str]] = []
+    images = profile.spec.images
     if strict and ok("spec.images.requireDigest") and not images.require_digest:
         problems.append(("spec.images.requireDigest", f"tier {tier} requires digest-pinned images"))
     if strict and ok("spec.images.signatures.required") and not images.signatures.required:
@@ -643,14 +681,22 @@ def _contradictions(
                 "list at least one registry prefix, e.g. ghcr.io/acme/",
             )
         )
-    if strict and ok("spec.identity.required") and not spec.identity.required:
+    return problems
+
+
+def _strict_tier_problems(profile: TenantProfile, ok: _Parsed) -> list[tuple[str, str]]:
+    """What the confidential and restricted tiers require beyond images."""
+    spec = profile.spec
+    tier = spec.tier
+    problems: list[tuple[str, str]] = []
+    if ok("spec.identity.required") and not spec.identity.required:
         problems.append(("spec.identity.required", f"tier {tier} requires workload identity"))
     read_only_ok = ok("spec.hardening.readOnlyRootFilesystem")
-    if strict and read_only_ok and not spec.hardening.read_only_root_filesystem:
+    if read_only_ok and not spec.hardening.read_only_root_filesystem:
         problems.append(
             ("spec.hardening.readOnlyRootFilesystem", f"tier {tier} requires a read-only root")
         )
-    if strict and ok("spec.runtime.image") and spec.runtime.image is None:
+    if ok("spec.runtime.image") and spec.runtime.image is None:
         problems.append(
             (
                 "spec.runtime.image",
@@ -658,14 +704,14 @@ def _contradictions(
                 "shim are the step image's own; set runtime.image: REGISTRY/REPOSITORY@sha256:...",
             )
         )
-    if strict and ok("spec.runtime.allowRuntimeInstalls") and spec.runtime.allow_runtime_installs:
+    if ok("spec.runtime.allowRuntimeInstalls") and spec.runtime.allow_runtime_installs:
         problems.append(
             ("spec.runtime.allowRuntimeInstalls", f"tier {tier} forbids installs at run time")
         )
     scrub_ok = ok("spec.scrub.before", "spec.scrub.after")
-    if strict and scrub_ok and not (spec.scrub.before and spec.scrub.after):
+    if scrub_ok and not (spec.scrub.before and spec.scrub.after):
         problems.append(("spec.scrub", f"tier {tier} requires scrubbing before and after a step"))
-    if strict and ok("spec.network.egress"):
+    if ok("spec.network.egress"):
         from secureml.profile_network import egress_problems
 
         problems += egress_problems(spec.network.egress, tier)

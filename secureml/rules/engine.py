@@ -174,12 +174,15 @@ def evaluate(
             in_force[rule.scope] = _in_scope_fast(rule.scope, bound, plain)
         if not in_force[rule.scope]:
             continue
-        verdict = None if programs is None else programs[0].eval(bound).value()
-        if verdict is True:
-            continue
-        if verdict is False:
-            violations.append(Violation(rule.id, _message_fast(rule, programs[1], bound, plain)))
-            continue
+        if programs is not None:
+            verdict = programs[0].eval(bound).value()
+            if verdict is True:
+                continue
+            if verdict is False:
+                violations.append(
+                    Violation(rule.id, _message_fast(rule, programs[1], bound, plain))
+                )
+                continue
         found = _judge(rule, plain.context(rule))  # an error, a non-boolean, or no fast program
         if found is not None:
             violations.append(found)

@@ -303,3 +303,33 @@ def test_the_pod_confines_the_step(sandbox, pod):
     assert seen["preload_file"].strip() == contract.RUNTIME_SHIM
     record = podrun.audit_record(result.stderr)
     assert {s["name"]: s["status"] for s in record["stages"]}["shim-claim"] == "ok"
+
+
+def test_the_cuda_image(built_images, rootfs_cache):
+    """`cuda` FROM the runtime image: it passes the check, sets no GPU selection, and the CUDA
+    runtime library resolves through the loader's cache for any process (not only PyTorch)."""
+    from secureml.stepimage import builders, debian, platform
+
+    builder = builders.find_builder("buildah")
+    target = ImageRef.parse(f"{built_images.registry}/acme/ml-images/cuda:test")
+    cuda = platform.build(
+        "cuda",
+        builder,
+        base=debian.base_tag(),
+        push_to=target,
+        runtime=built_images.step.tag,
+        compress=False,
+    )
+    result = CliRunner().invoke(app, ["image", "check", cuda.reference or "", "--json"])
+    assert result.exit_code == 0, result.output
+    assert {f["check"]: f["status"] for f in json.loads(result.output)["findings"]}[
+        "gpu-env"
+    ] == "ok"
+    root = podrun.image_rootfs(cuda.tag, rootfs_cache)
+    probe = "import ctypes; ctypes.CDLL('libcudart.so.12'); print('loaded')"
+    loaded = subprocess.run(
+        ["bwrap", "--ro-bind", str(root), "/", "--proc", "/proc", "--dev", "/dev",
+         "--unshare-all", "--", "python3", "-c", probe],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert loaded.stdout.strip() == "loaded", loaded.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import re
 import sys
 from collections.abc import Iterator
@@ -48,12 +49,23 @@ class _Sink(io.TextIOBase):
 @contextlib.contextmanager
 def captured_output(path: Path, *, verbose: bool) -> Iterator[None]:
     """Send this process's stdout (kfp.local's logs and its tasks' output) to `path`, and to the
-    terminal too when `verbose`."""
+    terminal too when `verbose`. The root logger writes there too while the run lasts: kfp.local
+    also logs outside its own logger setup (its workspace clean-up), which would otherwise reach
+    whatever handler the root logger had, or none."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
     with path.open("w", encoding="utf-8") as log:
         sink = _Sink(log, sys.stdout if verbose else None)
-        with contextlib.redirect_stdout(sink):
-            yield
-        sink.flush()
+        handler = logging.StreamHandler(sink)
+        root.handlers = [handler]
+        root.setLevel(logging.INFO)
+        try:
+            with contextlib.redirect_stdout(sink):
+                yield
+        finally:
+            root.handlers = handlers
+            root.setLevel(level)
+            sink.flush()
 
 
 def tail(path: Path, lines: int) -> list[str]:

@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from secureml import contract, gpu
 from secureml.compile_rules import TaskView, check_task, task_gpu_request
-from secureml.decorator import settings_of
+from secureml.decorator import SecureSettings, settings_of
 from secureml.errors import SecuremlError
-from secureml.gpu_request import ISOLATION_TIMESLICE_SHIM, TimeSlice
+from secureml.gpu_request import ISOLATION_TIMESLICE_SHIM, GPURequest, TimeSlice
 from secureml.kfp_names import remembered_names
 from secureml.kfp_nested_merge import fixed_merges
 from secureml.violation import Violation
@@ -482,9 +482,6 @@ def _scratch_volume(path: str) -> str:
 
 def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> StepReport:
     """Write the tenant's controls into `task` (already checked)."""
-    from kfp import kubernetes
-    from kfp.dsl import structures
-
     from secureml.images import ImageRef
 
     profile = ctx.profile
@@ -505,16 +502,47 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
         isolation=placed.isolation,
     )
 
-    if placed.accelerator_type:  # what set_accelerator_type/limit write (see the module docstring)
+    _write_resources(task, placed, report)
+    _write_scheduling(task, placed, report)
+    _write_labels(task, ctx, step, placed, report)
+    spiffe_id = profile.spiffe_id(ctx.pipeline, step)
+    shim_on = placed.isolation == ISOLATION_TIMESLICE_SHIM
+    _write_annotations(task, ctx, spiffe_id, ref.digest, request, shim_on, report)
+    scratch = _write_pod_security(task, ctx, settings)
+    has_gpu = request is not None
+    identity = spec.identity
+    env = _launcher_env(ctx, step, placed.isolation, image, spiffe_id, request, shim_on)
+    # What task.set_env_variable does, in one step: kfp's setters call inspect.stack() each time,
+    # which made this loop the largest cost of compiling a long pipeline.
+    task.container_spec.env = {**(task.container_spec.env or {}), **env}
+
+    task.container_spec.command = [*contract.LAUNCHER_PREFIX, *view.command]
+
+    report.spiffe_id = spiffe_id if identity.required else None
+    report.controls = _controls(profile, has_gpu, shim_on, scratch)
+    return report
+
+
+def _write_resources(task: PipelineTask, placed: gpu.Placement, report: StepReport) -> None:
+    """The GPU as kfp's accelerator fields (what set_accelerator_type/limit write, see the module
+    docstring), or none where a DRA claim replaces a kfp-native request."""
+    from kfp.dsl import structures
+
+    if placed.accelerator_type:
         resources = task.container_spec.resources or structures.ResourceSpec()
         resources.accelerator_type = placed.accelerator_type
         resources.accelerator_count = str(placed.accelerator_count)
         task.container_spec.resources = resources
         report.resources = f"{placed.accelerator_type} x{placed.accelerator_count}"
-    elif task.container_spec.resources is not None:  # a kfp-native request the DRA claim replaces
+    elif task.container_spec.resources is not None:
         task.container_spec.resources.accelerator_type = None
         task.container_spec.resources.accelerator_count = None
-    # The task's own placement first (admission judges it on the preview), then the compiler's.
+
+
+def _write_scheduling(task: PipelineTask, placed: gpu.Placement, report: StepReport) -> None:
+    """The task's own placement first (admission judges it on the preview), then the compiler's."""
+    from kfp import kubernetes
+
     report.scheduling += _task_scheduling(task.platform_config.get("kubernetes", {}))
     for key, value in placed.node_selector.items():
         kubernetes.add_node_selector(task, key, value)
@@ -530,8 +558,15 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
             "tolerates " + ":".join(str(toleration.get(k, "")) for k in ("key", "value", "effect"))
         )
 
+
+def _write_labels(
+    task: PipelineTask, ctx: _Context, step: str, placed: gpu.Placement, report: StepReport
+) -> None:
+    """The pod labels admission keys on: tenant, pipeline, step, isolation, the GPU claim."""
+    from kfp import kubernetes
+
     labels = {
-        contract.LABEL_TENANT: contract.label_value(profile.metadata.name),
+        contract.LABEL_TENANT: contract.label_value(ctx.profile.metadata.name),
         contract.LABEL_PIPELINE: contract.label_value(ctx.pipeline),
         contract.LABEL_STEP: step,
         contract.LABEL_ISOLATION: placed.isolation,
@@ -542,12 +577,23 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
     for key, value in labels.items():
         kubernetes.add_pod_label(task, key, value)
 
-    spiffe_id = profile.spiffe_id(ctx.pipeline, step)
+
+def _write_annotations(
+    task: PipelineTask,
+    ctx: _Context,
+    spiffe_id: str,
+    digest: str | None,
+    request: GPURequest | None,
+    shim_on: bool,
+    report: StepReport,
+) -> None:
+    """The pod annotations: SPIFFE ID, image digest, GPU request and the shim's limits file."""
+    from kfp import kubernetes
+
     annotations = {contract.ANNOTATION_SPIFFE_ID: spiffe_id}
-    if ref.digest:
-        annotations[contract.ANNOTATION_IMAGE_DIGEST] = ref.digest
+    if digest:
+        annotations[contract.ANNOTATION_IMAGE_DIGEST] = digest
     time_slice = request if isinstance(request, TimeSlice) else None
-    shim_on = placed.isolation == ISOLATION_TIMESLICE_SHIM
     if request is not None:
         annotations[contract.ANNOTATION_GPU_REQUEST] = request.to_json()
         report.gpu_request = json.loads(request.to_json())
@@ -555,12 +601,19 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
         annotations[contract.ANNOTATION_LIMITS] = contract.render_shim_limits(
             memory_bytes=time_slice.memory_bytes,
             compute_percent=time_slice.compute,
-            scrub_on_free=spec.runtime.scrub_on_free,
+            scrub_on_free=ctx.profile.spec.runtime.scrub_on_free,
         )
     for key, value in annotations.items():
         kubernetes.add_pod_annotation(task, key, value)
 
-    hardening = spec.hardening
+
+def _write_pod_security(
+    task: PipelineTask, ctx: _Context, settings: SecureSettings | None
+) -> list[str]:
+    """User and group, non-root, the scratch emptyDirs (returned) and the step's timeout."""
+    from kfp import kubernetes
+
+    hardening = ctx.profile.spec.hardening
     kubernetes.set_security_context(
         task,
         run_as_user=hardening.run_as_user,
@@ -574,7 +627,21 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
         kubernetes.empty_dir_mount(task, volume_name=_scratch_volume(path), mount_path=path)
     if settings and settings.timeout_seconds:
         kubernetes.set_timeout(task, settings.timeout_seconds)
+    return scratch
 
+
+def _launcher_env(
+    ctx: _Context,
+    step: str,
+    isolation: str,
+    image: str,
+    spiffe_id: str,
+    request: GPURequest | None,
+    shim_on: bool,
+) -> dict[str, str]:
+    """The launcher's `SECUREML_*` settings (enforcement/config.py reads them)."""
+    profile = ctx.profile
+    spec = profile.spec
     has_gpu = request is not None
     identity = spec.identity
     env = {
@@ -582,7 +649,7 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
         contract.ENV_NAMESPACE: spec.namespace,
         contract.ENV_PIPELINE: ctx.pipeline,
         contract.ENV_STEP: step,
-        contract.ENV_ISOLATION: placed.isolation,
+        contract.ENV_ISOLATION: isolation,
         contract.ENV_IMAGE: image,
         contract.ENV_IDENTITY_REQUIRED: _flag(identity.required),
         contract.ENV_EXPECTED_SPIFFE_ID: spiffe_id,
@@ -597,15 +664,7 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
         env[contract.ENV_SHIM_LIMITS_FILE] = contract.SHIM_LIMITS_PATH
     if identity.required:
         env[contract.SPIFFE_SOCKET_ENV] = f"unix://{identity.socket_path}"
-    # What task.set_env_variable does, in one step: kfp's setters call inspect.stack() each time,
-    # which made this loop the largest cost of compiling a long pipeline.
-    task.container_spec.env = {**(task.container_spec.env or {}), **env}
-
-    task.container_spec.command = [*contract.LAUNCHER_PREFIX, *view.command]
-
-    report.spiffe_id = spiffe_id if identity.required else None
-    report.controls = _controls(profile, has_gpu, shim_on, scratch)
-    return report
+    return env
 
 
 def _flag(value: bool) -> str:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from secureml import contract, gpu
+from secureml import contract, gpu, runtime_image
 from secureml.compile_rules import TaskView, check_task, task_gpu_request
 from secureml.decorator import SecureSettings, settings_of
 from secureml.errors import SecuremlError
@@ -516,7 +516,7 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
     # which made this loop the largest cost of compiling a long pipeline.
     task.container_spec.env = {**(task.container_spec.env or {}), **env}
 
-    task.container_spec.command = [*contract.LAUNCHER_PREFIX, *view.command]
+    task.container_spec.command = [*runtime_image.launcher_prefix(profile), *view.command]
 
     report.spiffe_id = spiffe_id if identity.required else None
     report.controls = _controls(profile, has_gpu, shim_on, scratch)

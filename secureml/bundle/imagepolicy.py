@@ -8,7 +8,8 @@ the images of containers, init and ephemeral containers, and of OCI image volume
 (`volumes[].image.reference`). Kyverno's policy names them all in its `images` expression;
 policy-controller matches its `images` globs against volume images itself from the release that
 added image-volume validation (sigstore/policy-controller#1976), which docs/bundle.md requires.
-KFP's and Argo's own images (contract.KFP_SYSTEM_IMAGES) are admitted without a tenant signature.
+KFP's and Argo's own images (contract.KFP_SYSTEM_IMAGES) are admitted without a tenant signature,
+and so is the platform's runtime image (`runtime.image`), by its exact digest.
 """
 
 from __future__ import annotations
@@ -144,6 +145,25 @@ def render_cluster_image_policies(profile: TenantProfile, options: BundleOptions
             },
         }
     )
+    runtime = profile.spec.runtime.image
+    if runtime is not None:
+        # The platform's runtime image (issue 10, class 9), by its exact digest: the platform
+        # team's pin in the profile is the trust decision; no tenant signer vouches for it.
+        policies.append(
+            {
+                "apiVersion": "policy.sigstore.dev/v1beta1",
+                "kind": "ClusterImagePolicy",
+                "metadata": {
+                    "name": cluster_name(profile, "runtime-image"),
+                    "labels": tenant_labels(profile),
+                },
+                "spec": {
+                    "mode": "enforce",
+                    "images": [{"glob": runtime}],
+                    "authorities": [{"name": "platform-runtime", "static": {"action": "pass"}}],
+                },
+            }
+        )
     return policies
 
 

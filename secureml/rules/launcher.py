@@ -29,12 +29,13 @@ from __future__ import annotations
 
 from secureml import contract
 from secureml.bundle.spiffe import spiffe_id_template
+from secureml.cel_text import quote, string_list
 from secureml.preview import KFP_LAUNCHER_FLAGS
 from secureml.profile import TenantProfile
-from secureml.cel_text import quote, string_list
 from secureml.rules._cel import SPEC, name_first
 from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.model import Rule
+from secureml.rules.runtime import runtime_container, runtime_rules
 from secureml.rules.scope import (
     ARGO_LOG_FLAGS_SIZE,
     NATIVE_RESOURCES,
@@ -42,6 +43,7 @@ from secureml.rules.scope import (
     system_container,
     system_image,
 )
+from secureml.runtime_image import injected, launcher_prefix
 
 # Flags KFP's driver may repeat (`--publish_logs` is there twice): room for each one twice.
 MAX_LAUNCHER_FLAGS = 2 * len(KFP_LAUNCHER_FLAGS)
@@ -85,8 +87,9 @@ def _argv(var: str = "c") -> str:
     return f"((has({var}.command) ? {var}.command : []) + (has({var}.args) ? {var}.args : []))"
 
 
-def _launcher_after(offset: int) -> str:
-    """CEL over argv `a`: from `offset`, KFP's launcher, its flags, `--`, then ours and a step.
+def _launcher_after(offset: int, launcher: tuple[str, ...]) -> str:
+    """CEL over argv `a`: from `offset`, KFP's launcher, its flags, `--`, then ours (`launcher`)
+    and a step.
 
     `t` runs over the positions KFP's terminator can take (after 0..MAX_LAUNCHER_FLAGS flag/value
     pairs); every flag position before it must hold one of KFP's value flags.
@@ -95,10 +98,8 @@ def _launcher_after(offset: int) -> str:
     positions = (
         "[" + ", ".join(str(offset + 1 + 2 * k) for k in range(MAX_LAUNCHER_FLAGS + 1)) + "]"
     )
-    prefix = " && ".join(
-        f"a[t + {1 + i}] == {quote(part)}" for i, part in enumerate(contract.LAUNCHER_PREFIX)
-    )
-    step_at = 1 + len(contract.LAUNCHER_PREFIX)
+    prefix = " && ".join(f"a[t + {1 + i}] == {quote(part)}" for i, part in enumerate(launcher))
+    step_at = 1 + len(launcher)
     return (
         f"(size(a) > {offset} && a[{offset}] == {quote(contract.KFP_LAUNCHER_BINARY)} && "
         f"{positions}.exists(t, size(a) > t + {step_at} && a[t] == '--' && "
@@ -114,11 +115,12 @@ def _emissary() -> str:
     )
 
 
-def launcher_argv_ok(var: str = "c") -> str:
-    """CEL: container `var`'s argv runs KFP's launcher, then ours, behind Argo's emissary or not
-    (the shape KFP's driver writes, and the one Argo runs)."""
-    bare = _launcher_after(0)
-    wrapped = f"({_emissary()} && {_launcher_after(EMISSARY_SIZE)})"
+def launcher_argv_ok(var: str = "c", launcher: tuple[str, ...] = contract.LAUNCHER_PREFIX) -> str:
+    """CEL: container `var`'s argv runs KFP's launcher, then ours (`launcher`: the in-image one or
+    the injected one, `runtime_image.launcher_prefix`), behind Argo's emissary or not (the shape
+    KFP's driver writes, and the one Argo runs)."""
+    bare = _launcher_after(0, launcher)
+    wrapped = f"({_emissary()} && {_launcher_after(EMISSARY_SIZE, launcher)})"
     return f"[{_argv(var)}].all(a, {bare} || {wrapped})"
 
 
@@ -143,21 +145,32 @@ def _containers_ok(var: str = "c") -> str:
 
 
 def _tenant_containers(profile: TenantProfile) -> Rule:
-    others = ("initContainers", "ephemeralContainers")
+    # Init containers: KFP's and Argo's, and the platform's runtime init container in exactly its
+    # shape (none where the profile injects no runtime); ephemeral containers: KFP's and Argo's.
+    others = {
+        "initContainers": f"({_system_ok()} || {runtime_container(profile)})",
+        "ephemeralContainers": _system_ok(),
+    }
     expression = f"{SPEC}.containers.all(c, {_containers_ok()})" + "".join(
-        f" && (!has({SPEC}.{lst}) || {SPEC}.{lst}.all(c, {_system_ok()}))" for lst in others
+        f" && (!has({SPEC}.{lst}) || {SPEC}.{lst}.all(c, {ok}))" for lst, ok in others.items()
     )
     offenders = (
         f"({SPEC}.containers.filter(c, !{_containers_ok()}).map(c, c.name)"
         + "".join(
-            f" + (has({SPEC}.{lst}) ? {SPEC}.{lst}.filter(c, !{_system_ok()}).map(c, c.name) : [])"
-            for lst in others
+            f" + (has({SPEC}.{lst}) ? {SPEC}.{lst}.filter(c, !{ok}).map(c, c.name) : [])"
+            for lst, ok in others.items()
         )
         + ")"
     )
+    runtime = (
+        f", and the platform's {contract.RUNTIME_INIT_CONTAINER} exactly as injected"
+        if injected(profile)
+        else ""
+    )
     tail = (
         "is neither the step's main container nor one of KFP's/Argo's own in its own shape "
-        "(init and ephemeral containers: KFP's and Argo's images only, no device resources)"
+        f"(init and ephemeral containers: KFP's and Argo's images only{runtime}, no device "
+        "resources)"
     )
     return tenant_rule(
         profile,
@@ -171,11 +184,12 @@ def _tenant_containers(profile: TenantProfile) -> Rule:
 
 
 def _launcher_argv(profile: TenantProfile) -> Rule:
-    predicate = f"({system_image()} || {launcher_argv_ok()})"
+    launcher = launcher_prefix(profile)
+    predicate = f"({system_image()} || {launcher_argv_ok(launcher=launcher)})"
     wrappers = f"{contract.ARGO_EXECUTOR_BINARY} emissary <Argo's log flags> --"
     tail = (
         f"must run {wrappers} (optional), {contract.KFP_LAUNCHER_BINARY} <its flags> --, then exactly "
-        f"{' '.join(contract.LAUNCHER_PREFIX)} <step command>"
+        f"{' '.join(launcher)} <step command>"
     )
     offenders = f"{SPEC}.containers.filter(c, !{predicate}).map(c, c.name)"
     return tenant_rule(
@@ -326,10 +340,12 @@ def _interpreter_env(profile: TenantProfile) -> Rule:
 
 
 def launcher_rules(profile: TenantProfile) -> list[Rule]:
-    """The class 1 rules of `profile` (step pods only)."""
+    """The class 1 rules of `profile` and, where it injects the runtime, class 9's (step pods
+    only)."""
     return [
         _tenant_containers(profile),
         _launcher_argv(profile),
+        *runtime_rules(profile),
         _launcher_env(profile),
         _interpreter_env(profile),
     ]

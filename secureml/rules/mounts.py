@@ -6,12 +6,14 @@ with the tenant's content, the tenant's own), an emptyDir at `/etc` makes it wri
 read-only root, a `subPath` mount inside `/etc/secureml/podinfo` replaces the limits file the
 watchdog and the shim read, a volume at the image's site-packages replaces the launcher itself.
 
-`secureml.mountPaths` (step pods; the containers that are not KFP's or Argo's own) allows a
+`secureml.mountPaths` (step pods; the containers that are not KFP's or Argo's own, nor the
+platform's runtime init container, `rules.runtime.runtime_container`) allows a
 volume mount only when it is one of
 
 - the platform's own mounts, exactly as the mutating policy adds them (`bundle.mutation`: the
-  SPIFFE socket folder, the podinfo folder and the `/etc/ld.so.preload` subPath), on a volume of
-  that name with the platform's source (the CSI driver, the downward-API items);
+  SPIFFE socket folder, the podinfo folder and the `/etc/ld.so.preload` subPath, the injected
+  runtime read-only at `contract.RUNTIME_DIR`), on a volume of that name with the platform's source
+  (the CSI driver, the downward-API items, an emptyDir);
 - KFP's and Argo's own emptyDirs at their own paths (`/kfp-launcher`, `/gcs`, `/s3`, `/minio`,
   `/.local`, `/.cache`, `/.config`, `/var/run/argo`), no subPath;
 - an emptyDir at one of the profile's scratch mounts (`hardening.scratchMounts`);
@@ -29,13 +31,15 @@ from typing import Any
 
 from secureml import contract
 from secureml.bundle.mutation.catalogue import mutations_for_profile
+from secureml.cel_text import quote, string_list
 from secureml.preview import BACKEND_SCRATCH, KFP_LAUNCHER_VOLUME
 from secureml.profile import TenantProfile
-from secureml.cel_text import quote, string_list
 from secureml.rules._cel import SPEC, container_rule_message, every_container
 from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.model import Rule
+from secureml.rules.runtime import runtime_container
 from secureml.rules.scope import system_image
+from secureml.rules.token_mount import SERVICE_ACCOUNT_TOKEN_MOUNT
 
 ARGO_VAR_RUN_VOLUME = "var-run-argo"
 # KFP's and Argo's emptyDirs in `main`: (volume name, mount path).
@@ -43,22 +47,6 @@ KFP_MOUNTS = (
     (KFP_LAUNCHER_VOLUME, contract.KFP_LAUNCHER_DIR),
     *BACKEND_SCRATCH,
     (ARGO_VAR_RUN_VOLUME, contract.ARGO_VAR_RUN_DIR),
-)
-
-
-# The API server's ServiceAccount admission mounts the pod's token into every container (a
-# projected `kube-api-access-<5>` volume at this path, read-only): KFP's launcher and Argo's
-# executor read the API with it. Checked on kube-apiserver 1.36.3 (tests/cluster): without this
-# allowance every step pod is refused on a real cluster. Only that shape passes: read-only, no
-# subPath, a projected volume of a service-account token, the cluster CA ConfigMap and downward-API
-# items, nothing else.
-SERVICE_ACCOUNT_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-SERVICE_ACCOUNT_TOKEN_MOUNT = (
-    f"(m.name.startsWith('kube-api-access-') && m.mountPath == {quote(SERVICE_ACCOUNT_TOKEN_DIR)} && "
-    "!has(m.subPath) && !has(m.subPathExpr) && has(m.readOnly) && m.readOnly == true && "
-    f"has({SPEC}.volumes) && {SPEC}.volumes.exists(v, v.name == m.name && has(v.projected) && "
-    "has(v.projected.sources) && v.projected.sources.all(s, has(s.serviceAccountToken) || "
-    "(has(s.configMap) && s.configMap.name == 'kube-root-ca.crt') || has(s.downwardAPI))))"
 )
 
 
@@ -73,10 +61,20 @@ def platform_mounts(
             if op.kind != "append":
                 continue
             if op.target == "pod" and op.path == ("spec", "volumes"):
-                volumes.update({volume["name"]: volume for volume in op.value})
+                for volume in op.value:  # (podinfo: one shape per step kind; all its items)
+                    volumes[volume["name"]] = _merged(volumes.get(volume["name"]), volume)
             elif op.target == "containers" and op.path == ("volumeMounts",):
                 mounts.extend(op.value)
     return mounts, volumes
+
+
+def _merged(known: dict[str, Any] | None, volume: dict[str, Any]) -> dict[str, Any]:
+    """A platform volume's shapes as one: a downward-API volume with the items of each."""
+    if known is None or "downwardAPI" not in volume:
+        return volume
+    items = [*known["downwardAPI"]["items"]]
+    items += [item for item in volume["downwardAPI"]["items"] if item not in items]
+    return {**volume, "downwardAPI": {"items": items}}
 
 
 def _volume_is(name: str, source: str) -> str:
@@ -88,6 +86,8 @@ def _platform_source(volume: dict[str, Any]) -> str:
     """CEL over `v`: the volume's source is the platform's (its kind, driver or items)."""
     if "csi" in volume:
         return f"has(v.csi) && v.csi.driver == {quote(volume['csi']['driver'])}"
+    if "emptyDir" in volume:
+        return "has(v.emptyDir)"
     if "downwardAPI" in volume:
         items = volume["downwardAPI"]["items"]
         pairs = " || ".join(
@@ -148,7 +148,8 @@ def mount_rules(profile: TenantProfile) -> list[Rule]:
     """The class 2 rule of `profile` (step pods only)."""
     hardening = profile.spec.hardening
     predicate = (
-        f"({system_image()} || ((!has(c.volumeMounts) || c.volumeMounts.all(m, {mount_ok(profile)}))"
+        f"({system_image()} || {runtime_container(profile)} || "
+        f"((!has(c.volumeMounts) || c.volumeMounts.all(m, {mount_ok(profile)}))"
         " && !has(c.volumeDevices)))"
     )
     where = ", ".join(

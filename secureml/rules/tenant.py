@@ -9,6 +9,7 @@ docs/admission-rules.md together with the control that covers it instead.
 from __future__ import annotations
 
 from secureml import contract
+from secureml.cel_text import LABELS, label_in, label_is, quote, string_list
 from secureml.gpu_catalogue import (
     LABEL_GPU_PRODUCT,
     MIG_RESOURCE_PREFIX,
@@ -16,7 +17,6 @@ from secureml.gpu_catalogue import (
     RESOURCE_GPU,
 )
 from secureml.gpu_request import ISOLATION_TIMESLICE_SHIM, wire_pattern
-from secureml.cel_text import LABELS, label_in, label_is, quote, string_list
 from secureml.podspec import CONTAINER_LISTS
 from secureml.profile import TenantProfile
 from secureml.rules._cel import (
@@ -29,6 +29,7 @@ from secureml.rules._cel import (
 )
 from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.model import Rule
+from secureml.rules.runtime import runtime_image_container
 from secureml.rules.scope import EVERY_POD, STEP_POD, system_container
 
 _LABELS = LABELS
@@ -501,7 +502,9 @@ class _Catalogue:
         # command: the same test that makes a pod a KFP system pod (secureml.rules.scope). The
         # platform team pins them by digest in KFP's and Argo's configuration; the image policy
         # admits them without a tenant signature.
-        system_ok = system_container()
+        # The platform's runtime init container: exactly the profile's runtime image
+        # (secureml.rules.runtime; its shape is secureml.tenantContainers').
+        system_ok = f"({system_container()} || {runtime_image_container(self.profile)})"
         tenant_ok = " || ".join(f"c.image.startsWith({quote(p)})" for p in prefixes) or "false"
         rules = [
             self.container_rule(
@@ -587,12 +590,14 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     from secureml.rules.mounts import mount_rules
     from secureml.rules.placement import placement_rules
     from secureml.rules.resources import resource_rules
+    from secureml.rules.runtime_class import runtime_class_rules
     from secureml.rules.volumes import volume_rules
 
     return [
         *_Catalogue(profile).all(),
         *resource_rules(profile),
         *placement_rules(profile),
+        *runtime_class_rules(profile),
         *volume_rules(profile),
         *launcher_rules(profile),
         *mount_rules(profile),

@@ -176,10 +176,23 @@ def test_time_sliced_step_gets_every_platform_mount() -> None:
 
 
 def test_mig_step_gets_no_shim_files_and_a_preload_annotation_is_overwritten() -> None:
+    """A step that is not a shim step gets the podinfo labels and annotations the launcher reads
+    (issue 10), not the limits or the preload file."""
     profile = load("team-a")
-    mig = apply_mutations(_step_pod("team-a", "mig"), profile)
-    assert PODINFO_VOLUME not in _volumes(mig)
-    assert contract.ANNOTATION_SHIM_PRELOAD not in mig["metadata"]["annotations"]
+    for mig in (
+        apply_mutations(_step_pod("team-a", "mig"), profile),
+        cluster_admits(_step_pod("team-a", "mig"), profile),
+    ):
+        (podinfo,) = [v for v in mig["spec"]["volumes"] if v["name"] == PODINFO_VOLUME]
+        assert [item["path"] for item in podinfo["downwardAPI"]["items"]] == [
+            "labels",
+            "annotations",
+        ]
+        for container in mig["spec"]["containers"] + mig["spec"]["initContainers"]:
+            mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
+            assert contract.PODINFO_DIR in mounts
+            assert contract.SHIM_PRELOAD_FILE not in mounts
+        assert contract.ANNOTATION_SHIM_PRELOAD not in mig["metadata"]["annotations"]
     forged = _step_pod("team-a", "timeslice-shim")
     forged["metadata"]["annotations"][contract.ANNOTATION_SHIM_PRELOAD] = "/dev/null"
     for result in (apply_mutations(forged, profile), cluster_admits(forged, profile)):

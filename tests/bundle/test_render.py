@@ -220,6 +220,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
         "secureml.podAffinityNamespaces",
         "secureml.priorityClass",
         "secureml.schedulerName",
+        "secureml.runtimeClass",
         "secureml.csiVolume",
         "secureml.imageVolume",
         "secureml.serviceAccount",

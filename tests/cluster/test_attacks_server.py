@@ -144,19 +144,21 @@ INVALID_PODS = {
 }
 
 
+def ensure_runtime_class(k8s_cluster: ControlPlane, name: str) -> None:
+    """The RuntimeClass an attack names exists, as on a cluster whose nodes offer that handler:
+    otherwise the RuntimeClass admission refuses the pod before the policies judge it."""
+    body = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name},
+            "handler": name}  # fmt: skip
+    status, answer = k8s_cluster.request("POST", "/apis/node.k8s.io/v1/runtimeclasses", body)
+    assert status in (201, 409), answer  # 409: there already
+
+
 def collides_with_the_platform(pod: dict[str, Any], profile: TenantProfile) -> bool:
-    """The mutating policy's volumes or mounts would repeat a name or path of the pod's: the
-    mutated pod is invalid and the API refuses it (the designed fail-closed answer)."""
-    mutated = apply_mutations(pod, profile)
-    names = [v["name"] for v in mutated["spec"].get("volumes", [])]
-    if len(names) != len(set(names)):
-        return True
-    for kind in ("initContainers", "containers"):
-        for container in mutated["spec"].get(kind, []):
-            paths = [m["mountPath"] for m in container.get("volumeMounts", [])]
-            if len(paths) != len(set(paths)):
-                return True
-    return False
+    """The mutating policy's volumes, mounts or init container would repeat a name or path of the
+    pod's: the mutated pod is invalid and the API refuses it (the designed fail-closed answer)."""
+    from secureml.admitted_pod import invalid_after_mutation
+
+    return invalid_after_mutation(apply_mutations(pod, profile)) is not None
 
 
 def firsts(rule_ids: list[str], rules: list[Rule]) -> tuple[set[str], set[str]]:
@@ -182,6 +184,8 @@ def test_attack_refused_by_the_server(k8s_cluster: ControlPlane, path: Path) -> 
     profile = example_profile(profile_of(pod))
     rules = _rules(profile.metadata.name)
     cluster = install_tenant(k8s_cluster, profile)
+    if "runtimeClassName" in pod["spec"]:
+        ensure_runtime_class(k8s_cluster, pod["spec"]["runtimeClassName"])
     answer, offline = judge(cluster, pod, profile)
     server = [finding.rule for finding in answer.findings]
     if path.stem in DEFUSED_BY_API:

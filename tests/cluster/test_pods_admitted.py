@@ -94,6 +94,7 @@ def _no_argument_step(step: Any) -> Callable[[], Any]:
     return build
 
 
+INJECTED_RUNTIME = "registry.acme.example/platform/secureml-runtime@sha256:" + "d" * 64
 SINGLE_ONE = {"migStrategy": "single", "models": ["H100-94GB"], "mig": {"allowedProfiles": ["1g.12gb"]},
               "wholeGpu": None, "quota": None}  # fmt: skip
 SINGLE_SEVERAL = {"migStrategy": "single", "mig": {"allowedProfiles": ["1g.10gb"]}, "quota": None}
@@ -110,6 +111,11 @@ COMPILER_SHAPES = [
     Case("dra-timeslice",
          _one_step(secure_component(gpu=TimeSlice(memory="4Gi", compute=20))(plain_step)),
          lambda: _variant("shape-dra", base="team-dra")),
+    # issue 10 class 9: the reference pipeline with the platform's runtime injected (init
+    # container, emptyDir, read-only mounts, the injected launcher, the injected shim preloaded)
+    Case("reference-pipeline-injected-runtime",
+         lambda: load_pipeline(REPO / "pipelines" / "secure_finetune.py"),
+         lambda: _variant("shape-runtime", runtime={"image": INJECTED_RUNTIME})),
 ]  # fmt: skip
 
 

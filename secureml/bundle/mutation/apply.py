@@ -69,6 +69,9 @@ def apply_mutations(pod: Manifest, profile: TenantProfile) -> Manifest:
         return result
     labels = _labels(pod)
     spec = result.setdefault("spec", {})
+    # Container operations touch the containers as submitted, as the policy's CEL maps over
+    # `object.spec`: not an init container another operation appends (the injected runtime's).
+    submitted = {name: list(spec.get(name) or []) for name in ("containers", "initContainers")}
     for group in group_operations(mutations_for_profile(profile)):
         applies, value = _group_value(group, labels)
         if not applies:
@@ -76,8 +79,8 @@ def apply_mutations(pod: Manifest, profile: TenantProfile) -> Manifest:
         if group.target == "pod":
             _write(result, group.path, group.kind, value)
             continue
-        for field_name in ("containers", "initContainers"):
-            for container in spec.get(field_name) or []:
+        for field_name, containers in submitted.items():
+            for container in containers:
                 if group.target == "main" and (
                     field_name != "containers"
                     or container.get("name") != contract.KFP_MAIN_CONTAINER

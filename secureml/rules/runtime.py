@@ -1,0 +1,151 @@
+"""The launcher and the shim come from the platform's runtime image (issue 10, class 9).
+
+Where the profile names `runtime.image` (`secureml.runtime_image`), the mutating policy adds to
+every step pod the init container `contract.RUNTIME_INIT_CONTAINER` of exactly that image, running
+`contract.RUNTIME_INSTALL_COMMAND` into the emptyDir `contract.RUNTIME_VOLUME`, and mounts that
+volume read-only at `contract.RUNTIME_DIR` in `main`. `secureml.runtimeInjected` (step pods)
+requires the result, so that a pod which lost or replaced any part of it is refused:
+
+- exactly one init container of that name, in exactly that shape (`runtime_container`: image,
+  command, no args, env, working directory or restart policy, the one read-write mount and the
+  service account token the API server adds, no device resource); `secureml.tenantContainers` admits no other init container with that image;
+- the volume of that name is an emptyDir (not a tenant's PVC, ConfigMap or image volume with its
+  own launcher), and there is one;
+- each of the step's own containers mounts it read-only at `contract.RUNTIME_DIR`, and no
+  container but the init container mounts it any other way (a second, writable mount at a data
+  path would let the step replace the shim that later `exec`s preload).
+
+`secureml.launcherArgv` then requires the injected launcher in front of the step's command, and
+`secureml.mountPaths` keeps every other volume off `contract.RUNTIME_DIR` (a platform path).
+"""
+
+from __future__ import annotations
+
+from secureml import contract
+from secureml.cel_text import quote, string_list
+from secureml.profile import TenantProfile
+from secureml.rules._cel import SPEC, every_container
+from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.model import Rule
+from secureml.rules.scope import NATIVE_RESOURCES, system_image
+from secureml.rules.token_mount import SERVICE_ACCOUNT_TOKEN_MOUNT
+from secureml.runtime_image import injected
+
+VOLUME = quote(contract.RUNTIME_VOLUME)
+
+
+def _read_only_mount(var: str = "m") -> str:
+    """CEL: mount `var` is the runtime volume, read-only at RUNTIME_DIR, no subPath."""
+    return (
+        f"({var}.name == {VOLUME} && {var}.mountPath == {quote(contract.RUNTIME_DIR)} && "
+        f"has({var}.readOnly) && {var}.readOnly == true && !has({var}.subPath) && "
+        f"!has({var}.subPathExpr))"
+    )
+
+
+def _install_mount(var: str = "m") -> str:
+    """CEL: mount `var` is the init container's read-write mount of the runtime volume."""
+    return (
+        f"({var}.name == {VOLUME} && {var}.mountPath == {quote(contract.RUNTIME_DIR)} && "
+        f"(!has({var}.readOnly) || {var}.readOnly == false) && !has({var}.subPath) && "
+        f"!has({var}.subPathExpr))"
+    )
+
+
+def runtime_container(profile: TenantProfile, var: str = "c") -> str:
+    """CEL: container `var` is the platform's runtime init container, exactly as the mutating
+    policy adds it; "false" when the profile injects no runtime."""
+    image = profile.spec.runtime.image
+    if image is None:
+        return "false"
+    native = string_list(NATIVE_RESOURCES)
+    return (
+        f"({var}.name == {quote(contract.RUNTIME_INIT_CONTAINER)} && has({var}.image) && "
+        f"{var}.image == {quote(image)} && has({var}.command) && "
+        f"{var}.command == {string_list(contract.RUNTIME_INSTALL_COMMAND)} && "
+        f"!has({var}.args) && !has({var}.env) && !has({var}.envFrom) && "
+        f"!has({var}.workingDir) && !has({var}.restartPolicy) && !has({var}.volumeDevices) && "
+        f"has({var}.volumeMounts) && size({var}.volumeMounts.filter(m, {_install_mount()})) == 1 && "
+        f"{var}.volumeMounts.all(m, {_install_mount()} || {SERVICE_ACCOUNT_TOKEN_MOUNT}) && "
+        f"(!has({var}.resources) || ("
+        f"(!has(dyn({var}.resources).limits) || dyn({var}.resources).limits.all(k, k in {native})) && "
+        f"(!has(dyn({var}.resources).requests) || "
+        f"dyn({var}.resources).requests.all(k, k in {native})))))"
+    )
+
+
+def runtime_image_container(profile: TenantProfile, var: str = "c") -> str:
+    """CEL: container `var` is named and imaged as the runtime init container (its shape is
+    `secureml.tenantContainers`' and `secureml.runtimeInjected`'s concern)."""
+    image = profile.spec.runtime.image
+    if image is None:
+        return "false"
+    return (
+        f"({var}.name == {quote(contract.RUNTIME_INIT_CONTAINER)} && has({var}.image) && "
+        f"{var}.image == {quote(image)})"
+    )
+
+
+def _checks(profile: TenantProfile) -> list[tuple[str, str]]:
+    """(CEL that holds, message when it does not), in the order they are reported."""
+    name = quote(contract.RUNTIME_INIT_CONTAINER)
+    init = f"{SPEC}.initContainers"
+    one_init = (
+        f"has({init}) && size({init}.filter(c, c.name == {name})) == 1 && "
+        f"{init}.exists(c, {runtime_container(profile)})"
+    )
+    volumes = f"{SPEC}.volumes"
+    empty_dir = (
+        f"has({volumes}) && {volumes}.exists(v, v.name == {VOLUME}) && "
+        f"{volumes}.all(v, v.name != {VOLUME} || has(v.emptyDir))"
+    )
+    mounted = (
+        f"{SPEC}.containers.all(c, {system_image()} || (has(c.volumeMounts) && "
+        f"c.volumeMounts.exists(m, {_read_only_mount()})))"
+    )
+    no_other_mount = every_container(
+        f"{runtime_container(profile)} || !has(c.volumeMounts) || "
+        f"c.volumeMounts.all(m, m.name != {VOLUME} || {_read_only_mount()})"
+    )
+    command = " ".join(contract.RUNTIME_INSTALL_COMMAND)
+    return [
+        (
+            one_init,
+            f"the pod must have one init container {contract.RUNTIME_INIT_CONTAINER}, exactly "
+            f"the platform's: image {profile.spec.runtime.image}, command {command}, no args or "
+            f"env, one read-write mount of {contract.RUNTIME_VOLUME} at {contract.RUNTIME_DIR}",
+        ),
+        (empty_dir, f"the volume {contract.RUNTIME_VOLUME} must be an emptyDir (and exist)"),
+        (
+            mounted,
+            f"the step's container must mount {contract.RUNTIME_VOLUME} read-only at "
+            f"{contract.RUNTIME_DIR} (the injected launcher and shim)",
+        ),
+        (
+            no_other_mount,
+            f"no container but {contract.RUNTIME_INIT_CONTAINER} may mount "
+            f"{contract.RUNTIME_VOLUME} other than read-only at {contract.RUNTIME_DIR}",
+        ),
+    ]
+
+
+def runtime_rules(profile: TenantProfile) -> list[Rule]:
+    """`secureml.runtimeInjected` where the profile names a runtime image (step pods only)."""
+    if not injected(profile):
+        return []
+    checks = _checks(profile)
+    expression = " && ".join(f"({cel})" for cel, _ in checks)
+    message = quote(checks[-1][1])
+    for cel, text in reversed(checks[:-1]):
+        message = f"(({cel}) ? {message} : {quote(text)})"
+    return [
+        tenant_rule(
+            profile,
+            "secureml.runtimeInjected",
+            f"the launcher and the shim come from the platform's runtime image: init container "
+            f"{contract.RUNTIME_INIT_CONTAINER} ({profile.spec.runtime.image}) filling the "
+            f"emptyDir {contract.RUNTIME_VOLUME}, mounted read-only at {contract.RUNTIME_DIR}",
+            expression,
+            message,
+        )
+    ]

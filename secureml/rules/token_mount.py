@@ -1,0 +1,26 @@
+"""The one mount the API server adds to every container: the service account's token.
+
+The ServiceAccount admission mounts the pod's token into every container (a projected
+`kube-api-access-<5>` volume at SERVICE_ACCOUNT_TOKEN_DIR, read-only), also into the init container
+the mutating policy appends (it is invoked again after the policy changed the pod). KFP's launcher
+and Argo's executor read the API with it. Shared by `secureml.rules.mounts` and
+`secureml.rules.runtime`.
+"""
+
+from __future__ import annotations
+
+from secureml.cel_text import quote
+from secureml.rules._cel import SPEC
+
+# Checked on kube-apiserver 1.36.3 (tests/cluster): without this
+# allowance every step pod is refused on a real cluster. Only that shape passes: read-only, no
+# subPath, a projected volume of a service-account token, the cluster CA ConfigMap and downward-API
+# items, nothing else.
+SERVICE_ACCOUNT_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_ACCOUNT_TOKEN_MOUNT = (
+    f"(m.name.startsWith('kube-api-access-') && m.mountPath == {quote(SERVICE_ACCOUNT_TOKEN_DIR)} && "
+    "!has(m.subPath) && !has(m.subPathExpr) && has(m.readOnly) && m.readOnly == true && "
+    f"has({SPEC}.volumes) && {SPEC}.volumes.exists(v, v.name == m.name && has(v.projected) && "
+    "has(v.projected.sources) && v.projected.sources.all(s, has(s.serviceAccountToken) || "
+    "(has(s.configMap) && s.configMap.name == 'kube-root-ca.crt') || has(s.downwardAPI))))"
+)

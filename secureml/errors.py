@@ -9,9 +9,14 @@ from __future__ import annotations
 
 
 class SecuremlError(Exception):
-    """A failure a user can act on: what went wrong, why, and what to do."""
+    """A failure a user can act on: what went wrong, why, and what to do.
 
-    exit_code: int = 1
+    `exit_code` is the CLI's (docs/cli.md): 2, unusable input or environment, unless the error is
+    a checked answer of no (rule violations, a signature that does not verify, a refused object),
+    which its class marks 1.
+    """
+
+    exit_code: int = 2
 
     def __init__(self, what: str, *, why: str = "", fix: str = "", where: str = "") -> None:
         self.what = what

@@ -6,10 +6,9 @@ Exit codes, the same in every command (docs/cli.md):
 - 1  the input is usable and the answer is no: rule violations, denied pods, a signature that does
      not verify, a bundle that changes (`profile diff`), a failed run;
 - 2  unusable input or environment: a bad file or flag, an invalid profile, a registry or cluster
-     that cannot be reached. A `SecuremlError` carries its code (`InputError`, `ProfileError`,
-     `ClusterError` and `EnvironmentProblem` are 2); an `OSError` no check caught is 2 as well.
-
-Tables are `secureml.text_table`'s (rich, imported only when one is drawn).
+     that cannot be reached. A `SecuremlError` carries its code: 2 unless its class is an answer
+     of no (`SignatureError`, `BundleRefusedError`; `CompileError` is caught by `compile` and
+     `run`); an `OSError` no check caught is 2 as well.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from secureml.cli.options import FormatOption
-from secureml.cli.output import emit_json, run_cli
+from secureml.cli.output import NO, emit_json, run_cli
 from secureml.errors import InputError
 
 if TYPE_CHECKING:
@@ -93,17 +93,23 @@ def run(
             "only local runs are supported: add --local",
             why="to run in a cluster, compile with `secureml compile` and submit the YAML to KFP",
         )
+    from secureml.compiler import CompileError
+
     layout = RunLayout(output_dir or default_output_dir(file))
-    result = run_pipeline_file(
-        file,
-        profile,
-        layout,
-        pipeline_name=pipeline,
-        arguments=_arguments(args),
-        dev_identity=dev_identity,
-        simulate_gpu=simulate_gpu,
-        verbose=verbose,
-    )
+    try:
+        result = run_pipeline_file(
+            file,
+            profile,
+            layout,
+            pipeline_name=pipeline,
+            arguments=_arguments(args),
+            dev_identity=dev_identity,
+            simulate_gpu=simulate_gpu,
+            verbose=verbose,
+        )
+    except CompileError as err:  # the pipeline breaks the profile: an answer of no, exit 1
+        typer.echo(f"error: {err.diagnostics()}", err=True)
+        raise typer.Exit(NO) from None
     if output == "json":
         emit_json(_as_json(result))
         raise typer.Exit(0 if result.succeeded else 1)

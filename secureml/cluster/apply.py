@@ -60,7 +60,9 @@ class ApplyResult:
 
 
 class BundleRefusedError(SecuremlError):
-    """The server refused objects of the bundle; `applied` lists what was written before."""
+    """The server refused objects of the bundle; `applied` lists what was written before (exit 1)."""
+
+    exit_code = 1
 
     def __init__(self, refusals: list[SecuremlError], applied: list[AppliedObject], dry_run: bool):
         self.refusals = refusals

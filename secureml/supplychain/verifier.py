@@ -42,7 +42,9 @@ FailureKind = Literal["missing", "invalid", "untrusted"]
 
 
 class SignatureError(SecuremlError):
-    """A signature that is absent, does not verify, or is by an untrusted signer."""
+    """A signature that is absent, does not verify, or is by an untrusted signer (exit 1)."""
+
+    exit_code = 1
 
     def __init__(
         self, kind: FailureKind, what: str, *, why: str = "", fix: str = "", where: str = ""

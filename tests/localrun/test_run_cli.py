@@ -61,7 +61,7 @@ def test_refusals_are_one_message_and_exit_codes(tmp_path: Path) -> None:
             str(tmp_path / "a"),
         ],
     )
-    assert no_identity.exit_code == 1
+    assert no_identity.exit_code == 2  # a missing --dev-identity is an unusable flag set
     assert "--dev-identity" in no_identity.output and "Traceback" not in no_identity.output
     not_local = runner.invoke(app, ["run", str(PIPELINES), "--profile", str(PROFILE)])
     assert not_local.exit_code == 2 and "--local" in not_local.output

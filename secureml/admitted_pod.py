@@ -7,8 +7,9 @@ offline verdict is the cluster's:
 
 1. `api_defaults`: the Pod API's defaulting where it changes a verdict: a volume with no source is
    an emptyDir (Pod Security allows it: Kubernetes' own `restrictedvolumes0` fixture), a pod
-   without `schedulerName` gets `default-scheduler`, and with `hostNetwork` a container port's
-   `hostPort` defaults to its `containerPort`;
+   without `schedulerName` gets `default-scheduler`, the deprecated `serviceAccount` alias is set
+   to `serviceAccountName` (or gives it, when that is unset), and with `hostNetwork` a container
+   port's `hostPort` defaults to its `containerPort`;
 2. the tenant's mutations (`bundle.apply_mutations`, on CREATE only; `mutated=True` for a pod that
    already went through them, e.g. one read back from a cluster);
 3. `invalid_after_mutation`: what the Pod API then refuses: the mutating policy appends platform
@@ -79,6 +80,10 @@ def api_defaults(pod: Mapping[str, Any]) -> dict[str, Any]:
             volume["emptyDir"] = {}
     if not spec.get("schedulerName"):
         spec["schedulerName"] = DEFAULT_SCHEDULER
+    # `serviceAccount` is the deprecated alias: the API keeps one name, serviceAccountName's first.
+    account = spec.get("serviceAccountName") or spec.get("serviceAccount")
+    if account:
+        spec["serviceAccountName"] = spec["serviceAccount"] = account
     if spec.get("hostNetwork") is True:  # (containers and init containers, not ephemeral)
         for list_name in CREATED_CONTAINER_LISTS:
             for container in spec.get(list_name) or []:

@@ -126,3 +126,11 @@ def test_cli_flags(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "before the update" in missing.output
     server = runner.invoke(app, ["check-pod", attack, "--server", "--mutated"])
     assert server.exit_code == 2 and "--mutated" in server.output
+
+
+def test_the_deprecated_service_account_alias_follows_the_name() -> None:
+    """As the API stores it (tests/cluster: t23-deprecated-service-account-alias is admitted)."""
+    both = api_defaults({"spec": {"serviceAccountName": "runner", "serviceAccount": "editor"}})
+    assert (both["spec"]["serviceAccountName"], both["spec"]["serviceAccount"]) == ("runner",) * 2
+    alias = api_defaults({"spec": {"serviceAccount": "editor"}})
+    assert alias["spec"]["serviceAccountName"] == "editor"

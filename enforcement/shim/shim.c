@@ -1388,9 +1388,9 @@ static void control_update(struct region_device *d, int slot, uint64_t t) {
     uint64_t n = launches - d->launches_at_update;
     d->launches_at_update = launches;
     d->last_update_ns = t;
-    if (!last || !r_nvmlDeviceGetUtilizationRates) return;
-    nvmlDevice_t h = nvml_handle(slot);
-    if (!h) return;
+    if (!last) return;
+    nvmlDevice_t h = nvml_handle(slot); /* initialises NVML on first use */
+    if (!h || !r_nvmlDeviceGetUtilizationRates) return;
     if (n == 0) return;
     unsigned busy;
     if (step_utilisation(h, &busy)) {

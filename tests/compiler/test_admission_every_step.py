@@ -1,0 +1,37 @@
+"""The compiler's admission check judges every previewed pod on its own: steps alike but for one
+rule-relevant field each get their violations (nothing is judged once for several pods)."""
+
+import sys
+from pathlib import Path
+
+from kfp import dsl
+
+from secureml.compiler import _check_admission, _Context, _documents, compile_pipeline
+from secureml.profile import load_profile
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from chain import chained  # noqa: E402
+
+
+def test_steps_differing_in_one_field_each_get_their_violation() -> None:
+    profile = load_profile(REPO / "profiles" / "team-a.yaml")
+    pipeline = dsl.pipeline(name="chain")(chained(8))
+    compiled = compile_pipeline(pipeline, profile, check_admission=False)
+    assert compiled.component is not None
+    documents = _documents(compiled.component)
+    executors = documents[0]["deploymentSpec"]["executors"]
+    assert len(executors) == 8  # one executor (one pod) per step
+    changed = sorted(executors)[2:4]  # two steps, same component as others, one env entry more
+    for label in changed:
+        executors[label]["container"].setdefault("env", []).append(
+            {"name": "LD_PRELOAD", "value": "/tmp/hook.so"}
+        )
+    ctx = _Context(profile=profile, pipeline=pipeline.name)
+    _check_admission(documents, profile, ctx)
+    tasks = {v.task for v in ctx.violations if v.rule == "secureml.forbiddenEnv"}
+    assert tasks == {label.removeprefix("exec-") for label in changed}, ctx.violations
+    untouched = _Context(profile=profile, pipeline=pipeline.name)
+    _check_admission(_documents(compiled.component), profile, untouched)
+    assert untouched.violations == []

@@ -71,6 +71,7 @@ class AuditRecord(TypedDict, total=False):
     shim_launcher: dict[str, Any]
     shim_counters: dict[str, Any] | None
     shim_counters_error: str
+    firewall_refused: int  # the shim's CUDA firewall refusals (shim_counters' firewall_refused)
     peak_gpu_memory_bytes: int
     violations: list[dict[str, Any]]
     stages: list[StageRecord]

@@ -257,17 +257,24 @@ def load_config(
 
 @dataclass(frozen=True)
 class ShimLimits:
-    """What the shim will enforce: bytes per device, percent of compute, scrub freed memory."""
+    """What the shim will enforce: bytes per device, percent of compute, scrub freed memory, and
+    whether its CUDA firewall refuses imports and peers from outside the step."""
 
     memory: int
     compute: int
     scrub_on_free: bool
+    firewall: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"memory": self.memory, "compute": self.compute, "scrub_on_free": self.scrub_on_free}
+        return {
+            "memory": self.memory,
+            "compute": self.compute,
+            "scrub_on_free": self.scrub_on_free,
+            "firewall": self.firewall,
+        }
 
 
-_LIMIT_KEYS = ("version", "memory", "compute", "scrub_on_free")
+_LIMIT_KEYS = ("version", "memory", "compute", "scrub_on_free", "firewall")
 
 
 def read_shim_limits(path: Path) -> ShimLimits:
@@ -301,7 +308,9 @@ def read_shim_limits(path: Path) -> ShimLimits:
         memory=values["memory"],
         compute=values.get("compute", 100),
         scrub_on_free=bool(values.get("scrub_on_free", 1)),
+        firewall=bool(values.get("firewall", 0)),
     )
-    if not 1 <= limits.compute <= 100 or values.get("scrub_on_free", 1) > 1:
-        raise ConfigError("compute must be 1..100 and scrub_on_free 0 or 1", where=where)
+    flags_ok = values.get("scrub_on_free", 1) <= 1 and values.get("firewall", 0) <= 1
+    if not 1 <= limits.compute <= 100 or not flags_ok:
+        raise ConfigError("compute must be 1..100, scrub_on_free and firewall 0 or 1", where=where)
     return limits

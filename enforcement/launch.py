@@ -295,11 +295,31 @@ def collect_shim_counters(run: StepRun) -> None:
                 f"shim: {counted['launcher_claims_refused']} claim(s) of the launcher's role by the "
                 "step's processes were refused"
             )
+        record_firewall_refusals(run, counted)
     shim.remove_region(limits_file)
     # the counters file lives in a private folder of its own (shim_stage's mkdtemp): both go
     with contextlib.suppress(OSError):
         counters.unlink(missing_ok=True)
         counters.parent.rmdir()
+
+
+def record_firewall_refusals(run: StepRun, counted: dict[str, Any]) -> None:
+    """The CUDA firewall's refusals into the record: always the count, a violation when any.
+
+    The step is not failed for them: the shim already refused each import or peer access (nothing
+    crossed), and the step's own code sees the CUDA error. The violation is the evidence that a
+    step tried to reach memory outside its account (docs/audit.md).
+    """
+    refused = int(counted.get("firewall_refused", 0))
+    run.record["firewall_refused"] = refused
+    if refused:
+        run.record.setdefault("violations", []).append(
+            {"kind": "cuda-firewall", "count": refused, "action": "refused"}
+        )
+        _log(
+            f"shim: the CUDA firewall refused {refused} import(s) or peer access(es) from outside "
+            "the step"
+        )
 
 
 def run_child(run: StepRun, config: LauncherConfig) -> None:

@@ -602,6 +602,7 @@ def _write_annotations(
             memory_bytes=time_slice.memory_bytes,
             compute_percent=time_slice.compute,
             scrub_on_free=ctx.profile.spec.runtime.scrub_on_free,
+            firewall=ctx.profile.cuda_firewall(),
         )
     for key, value in annotations.items():
         kubernetes.add_pod_annotation(task, key, value)

@@ -185,11 +185,17 @@ def label_value(text: str) -> str:
     return value[:63].rstrip("-_.")
 
 
-def render_shim_limits(*, memory_bytes: int, compute_percent: int, scrub_on_free: bool) -> str:
-    """The shim limits file (and the ANNOTATION_LIMITS value) for one step."""
+def render_shim_limits(
+    *, memory_bytes: int, compute_percent: int, scrub_on_free: bool, firewall: bool = False
+) -> str:
+    """The shim limits file (and the ANNOTATION_LIMITS value) for one step.
+
+    `firewall=1` is written only when the CUDA firewall is on: the shim's default is off, so an
+    absent line and `firewall=0` mean the same and admission accepts only one spelling of each.
+    """
     return (
         "version=1\n"
         f"memory={memory_bytes}\n"
         f"compute={compute_percent}\n"
-        f"scrub_on_free={int(scrub_on_free)}\n"
+        f"scrub_on_free={int(scrub_on_free)}\n" + ("firewall=1\n" if firewall else "")
     )

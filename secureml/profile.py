@@ -305,6 +305,14 @@ class RuntimeSettings(_Model):
         "enforce", description="Native quota shim on time-sliced GPUs."
     )
     scrub_on_free: bool = Field(True, description="The shim zeroes each block before freeing it.")
+    cuda_firewall: Annotated[Literal["off", "enforce"], _yaml_false_is_off(("off", "enforce"))] = (
+        Field(
+            "enforce",
+            description="The shim's CUDA firewall on time slices (timeslice-shim): refuse importing "
+            "memory or events exported outside the step and peer access to devices outside it. "
+            "off is refused for tiers confidential and restricted.",
+        )
+    )
     image: str | None = Field(
         None,
         description="The platform's runtime image, REGISTRY/REPOSITORY@sha256:<64 hex> (no tag): "
@@ -438,6 +446,10 @@ class TenantProfile(_Model):
     def timeslice_isolation(self) -> str:
         """The isolation of this tenant's time slices: `timeslice-shim` where the shim is enforced."""
         return timeslice_isolation(self.spec.runtime.shim == "enforce")
+
+    def cuda_firewall(self) -> bool:
+        """The shim's CUDA firewall is on for this tenant's time slices (limits `firewall=1`)."""
+        return self.spec.runtime.shim == "enforce" and self.spec.runtime.cuda_firewall == "enforce"
 
     def spiffe_id(self, pipeline: str, step: str) -> str:
         """The SPIFFE ID a step must hold; pipeline and step as the pod labels spell them."""
@@ -702,6 +714,13 @@ def _strict_tier_problems(profile: TenantProfile, ok: _Parsed) -> list[tuple[str
                 "spec.runtime.image",
                 f"tier {tier} needs the platform's runtime image: without it the launcher and the "
                 "shim are the step image's own; set runtime.image: REGISTRY/REPOSITORY@sha256:...",
+            )
+        )
+    if ok("spec.runtime.cudaFirewall") and spec.runtime.cuda_firewall != "enforce":
+        problems.append(
+            (
+                "spec.runtime.cudaFirewall",
+                f"tier {tier} requires the CUDA firewall: set runtime.cudaFirewall: enforce",
             )
         )
     if ok("spec.runtime.allowRuntimeInstalls") and spec.runtime.allow_runtime_installs:

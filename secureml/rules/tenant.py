@@ -401,7 +401,13 @@ class _Catalogue:
         memory = int_range_regex(1, ts.max_memory)
         compute = int_range_regex(1, ts.max_compute)
         scrub = "1" if self.spec.runtime.scrub_on_free else "[01]"
-        limits_re = f"^version=1\\nmemory={memory}\\ncompute={compute}\\nscrub_on_free={scrub}\\n$"
+        # The compiler writes `firewall=1` or no line (the shim's default is off): an enforcing
+        # profile accepts only the line, an `off` one also its absence, never `firewall=0`.
+        firewall = "firewall=1\\n" if self.profile.cuda_firewall() else "(firewall=1\\n)?"
+        limits_re = (
+            f"^version=1\\nmemory={memory}\\ncompute={compute}\\nscrub_on_free={scrub}\\n"
+            f"{firewall}$"
+        )
         # The request is JSON, which CEL cannot parse: it must be exactly the compact form the
         # compiler writes (TimeSlice.to_json), with the bounds as number patterns. One fixed
         # shape leaves no room for a repeated or nested member that a JSON reader would prefer.
@@ -419,11 +425,13 @@ class _Catalogue:
             f"{_annotation(contract.ANNOTATION_GPU_REQUEST)}.matches({quote(request_re)})"
         )
         bounds = f"memory <= {ts.max_memory} bytes, compute <= {ts.max_compute}%"
+        firewall_text = "firewall=1" if self.profile.cuda_firewall() else "firewall=1 or none"
         return [
             self.rule(
                 "secureml.shimLimits",
                 f"a time-sliced pod must carry the shim limits annotation {contract.ANNOTATION_LIMITS} "
-                f"({bounds}, scrub_on_free={'1' if self.spec.runtime.scrub_on_free else '0|1'})",
+                f"({bounds}, scrub_on_free={'1' if self.spec.runtime.scrub_on_free else '0|1'}, "
+                f"{firewall_text})",
                 f"!{time_sliced} || ({limits_ok})",
                 f"!{_has_annotation(contract.ANNOTATION_LIMITS)} ? "
                 f"{quote('time-sliced pod has no ' + contract.ANNOTATION_LIMITS + ' annotation')} : "

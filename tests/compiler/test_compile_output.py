@@ -97,7 +97,7 @@ def test_time_sliced_step_carries_shim_limits(reference_yaml: str) -> None:
     assert container["resources"]["accelerator"]["resourceType"] == "nvidia.com/gpu.shared"
     assert k8s["nodeSelector"] == {"labels": {"nvidia.com/gpu.sharing-strategy": "time-slicing"}}
     assert k8s["podMetadata"]["annotations"]["secureml.dev/limits"] == (
-        "version=1\nmemory=8589934592\ncompute=25\nscrub_on_free=1\n"
+        "version=1\nmemory=8589934592\ncompute=25\nscrub_on_free=1\nfirewall=1\n"
     )
 
 

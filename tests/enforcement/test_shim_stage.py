@@ -70,6 +70,7 @@ def test_shim_refuses_what_exceeds_the_limit_and_the_scrub_runs_outside_it(
         "memory": LIMIT,
         "compute": 50,
         "scrub_on_free": True,
+        "firewall": False,
         "source": str(tmp_path / "podinfo" / "limits"),
     }
     assert record["shim_counters"]["refused"] >= 1

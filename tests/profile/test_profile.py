@@ -211,3 +211,16 @@ def test_mig_needs_models_listed() -> None:
     data = team_a()
     data["spec"]["gpu"]["models"] = []
     assert "spec.gpu.models" in dict(problems_of(data))
+
+
+def test_cuda_firewall_defaults_to_enforce_and_off_is_refused_for_strict_tiers() -> None:
+    assert load_profile(ROOT / "profiles/team-a.yaml").cuda_firewall() is True
+    data = team_a()
+    data["spec"]["runtime"] = {**data["spec"].get("runtime", {}), "cudaFirewall": "off"}
+    assert TenantProfile.from_dict(data, source="off").cuda_firewall() is False
+    conf = yaml.safe_load((ROOT / "profiles/team-conf.yaml").read_text())
+    conf["spec"].setdefault("runtime", {})["cudaFirewall"] = "off"
+    with pytest.raises(ProfileError) as caught:
+        TenantProfile.from_dict(conf, source="team-conf")
+    assert "spec.runtime.cudaFirewall" in caught.value.diagnostics()
+    assert "requires the CUDA firewall" in caught.value.diagnostics()

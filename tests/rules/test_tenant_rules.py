@@ -81,7 +81,7 @@ def _timeslice(memory: int, compute: int, request: str | None = None) -> dict[st
     pod = allowed_pod("team-a-timeslice")
     annotations = pod["metadata"]["annotations"]
     annotations[contract.ANNOTATION_LIMITS] = contract.render_shim_limits(
-        memory_bytes=memory, compute_percent=compute, scrub_on_free=True
+        memory_bytes=memory, compute_percent=compute, scrub_on_free=True, firewall=True
     )
     annotations[contract.ANNOTATION_GPU_REQUEST] = request or (
         f'{{"kind":"timeslice","memory":{memory},"compute":{compute}}}'
@@ -139,6 +139,29 @@ def test_scrub_on_free_zero_allowed_only_when_the_profile_allows_it() -> None:
     pod["metadata"]["annotations"][contract.ANNOTATION_LIMITS] = limits
     assert "secureml.shimLimits" in failed(pod)
     assert failed(pod, profile_with(**{"spec.runtime.scrubOnFree": False})) == set()
+
+
+def _with_limits_firewall(pod: dict[str, Any], line: str) -> dict[str, Any]:
+    """The pod with its limits' `firewall=1` line replaced by `line` (empty: left out)."""
+    annotations = pod["metadata"]["annotations"]
+    annotations[contract.ANNOTATION_LIMITS] = annotations[contract.ANNOTATION_LIMITS].replace(
+        "firewall=1\n", line
+    )
+    return pod
+
+
+def test_firewall_line_required_when_the_profile_enforces_it() -> None:
+    """runtime.cudaFirewall: enforce (the default) admits only `firewall=1`; off also none."""
+    off = profile_with(**{"spec.runtime.cudaFirewall": "off"})
+    assert failed(_timeslice(GIB, 10)) == set()
+    assert failed(_timeslice(GIB, 10), off) == set()  # stricter than the profile: allowed
+    for line in ("firewall=0\n", "", "firewall=01\n", "firewall=1\nfirewall=0\n"):
+        pod = _with_limits_firewall(_timeslice(GIB, 10), line)
+        assert failed(pod) == {"secureml.shimLimits"}, line
+    assert failed(_with_limits_firewall(_timeslice(GIB, 10), ""), off) == set()
+    assert failed(_with_limits_firewall(_timeslice(GIB, 10), "firewall=0\n"), off) == {
+        "secureml.shimLimits"
+    }
 
 
 @pytest.mark.parametrize(

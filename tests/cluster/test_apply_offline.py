@@ -249,15 +249,12 @@ def test_pod_security_denial_maps_every_check() -> None:
 
 def test_pod_security_titles_resolve_by_level() -> None:
     assert [
-        f.rule
-        for f in psa_findings("baseline", 'seccompProfile (pod must not set "Unconfined")')
+        f.rule for f in psa_findings("baseline", 'seccompProfile (pod must not set "Unconfined")')
     ] == ["pss.seccompProfile_baseline"]
     assert [f.rule for f in psa_findings("restricted", 'procMount (container "m")')] == [
         "pss.procMount_restricted"
     ]
-    assert [f.rule for f in psa_findings("restricted", "something new (x)")] == [
-        "k8s.PodSecurity"
-    ]
+    assert [f.rule for f in psa_findings("restricted", "something new (x)")] == ["k8s.PodSecurity"]
 
 
 @pytest.mark.parametrize(

@@ -351,9 +351,7 @@ def test_argos_image_in_another_shape_is_refused_in_a_step_pod(
     pod = copy.deepcopy(step_pods["train"])
     wait = pod["spec"]["containers"][0]
     wait["command"] = ["argoexec", "emissary", *LOG, "--", "/bin/sh", "-c", "id"]
-    messages = {
-        v.rule: v.what for v in evaluate(pod, rules_for_profile(example_profile("team-a")))
-    }
+    messages = {v.rule: v.what for v in evaluate(pod, rules_for_profile(example_profile("team-a")))}
     assert {"secureml.imageRegistry", "secureml.imageDigest"} <= set(messages)
     assert messages["secureml.imageRegistry"].startswith('container "wait" ')
 

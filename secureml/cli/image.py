@@ -10,18 +10,20 @@ The logic is secureml.stepimage (docs/images.md); this module parses options and
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from secureml.cli.output import run_cli
+from secureml.cli.options import FormatOption
+from secureml.cli.output import emit_json, run_cli
 from secureml.errors import InputError
 from secureml.images import ImageRef
 
 if TYPE_CHECKING:
     from secureml.stepimage.platform import BuiltImage
+
+SCHEMA = "secureml.dev/image-check/v1"  # docs/schemas/image-check.schema.json
 
 app = typer.Typer(
     name="image",
@@ -104,7 +106,9 @@ def build_runtime(
 ) -> None:
     """Build the platform runtime image (images/runtime-injector): the launcher and the shim the
     profile's `runtime.image` injects into every step. Prints REGISTRY/REPOSITORY@sha256:...
-    for the profile when pushed."""
+    for the profile when pushed.
+
+    Exit 0: built (and pushed). 2: unusable input, no builder, or a build or push that failed."""
     _build_platform("runtime-injector", tag, push, builder, base, record)
 
 
@@ -118,7 +122,9 @@ def build_base(
     base: BaseOpt = "docker.io/library/debian:bookworm-slim",
     record: RecordOpt = None,
 ) -> None:
-    """Build a step base image of images/ (runtime, or cuda on top of the local runtime)."""
+    """Build a step base image of images/ (runtime, or cuda on top of the local runtime).
+
+    Exit 0: built (and pushed). 2: unusable input, no builder, or a build or push that failed."""
     if name not in ("runtime", "cuda"):
         raise InputError(
             f"no base image {name!r}", why="images/ holds runtime and cuda", fix="pass one of them"
@@ -145,7 +151,9 @@ def build(
     ] = False,
 ) -> None:
     """Write CONTEXT/Containerfile for the step's requirements and build it; with --push, print
-    the digest-pinned reference to use as the component's image."""
+    the digest-pinned reference to use as the component's image.
+
+    Exit 0: built (and pushed). 2: unusable input, no builder, or a build or push that failed."""
     from secureml.stepimage import userimage
     from secureml.stepimage.builders import find_builder
 
@@ -171,10 +179,12 @@ def check(
             "step image need not carry it.",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+    output_format: FormatOption = "text",
 ) -> None:
-    """Say whether the image can run a secure step (or serve as the platform runtime image):
-    exit 0 when it can, 1 with what it lacks."""
+    """Say whether the image can run a secure step (or serve as the platform runtime image).
+
+    Exit 0: it can. 1: it lacks something (each finding says what). 2: unusable input, or a
+    registry that cannot be reached."""
     from secureml.stepimage.check import check as check_image
     from secureml.stepimage.check import problems
 
@@ -184,12 +194,12 @@ def check(
 
         injected = load_profile(profile).spec.runtime.image is not None
     opened, findings = check_image(image, injected=injected)
-    if as_json:
+    if output_format == "json":
         rows = [
             {"check": f.check, "status": f.status, "message": f.message, "fix": f.fix}
             for f in findings
         ]
-        print(json.dumps({"image": image, "digest": opened.digest, "findings": rows}, indent=2))
+        emit_json({"schema": SCHEMA, "image": image, "digest": opened.digest, "findings": rows})
     else:
         print(f"{image}")
         for finding in findings:

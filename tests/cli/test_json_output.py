@@ -32,7 +32,15 @@ def test_every_schema_is_a_valid_json_schema() -> None:
     names = sorted(p.name for p in SCHEMAS.glob("*.schema.json"))
     assert names == [
         f"{n}.schema.json"
-        for n in ("check-pod", "compile", "profile-diff", "profile-validate", "run", "verify")
+        for n in (
+            "check-pod",
+            "compile",
+            "image-check",
+            "profile-diff",
+            "profile-validate",
+            "run",
+            "verify",
+        )
     ]
     for name in names:
         jsonschema.Draft202012Validator.check_schema(json.loads((SCHEMAS / name).read_text()))

@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from secureml import contract
 from secureml.cli import app
 from secureml.images import ImageRef
+from tests.cli.schemas import check
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "supplychain"))
 import podrun
@@ -203,9 +204,13 @@ def test_a_bare_debian_image_is_refused(built_images):
 
     target = ImageRef.parse(f"{built_images.registry}/acme/bare:test")
     digest = builders.find_builder("buildah").push(debian.base_tag(), target)
-    result = CliRunner().invoke(app, ["image", "check", f"{target.name}@{digest}", "--json"])
+    result = CliRunner().invoke(
+        app, ["image", "check", f"{target.name}@{digest}", "--format", "json"]
+    )
     assert result.exit_code == 1, result.output
-    findings = {f["check"]: f["status"] for f in json.loads(result.output)["findings"]}
+    document = json.loads(result.output)
+    check("image-check", document)
+    findings = {f["check"]: f["status"] for f in document["findings"]}
     assert findings["python"] == findings["kfp-executor"] == findings["user"] == "problem"
     assert findings["launcher"] == findings["shim"] == "problem"
 
@@ -320,7 +325,7 @@ def test_the_cuda_image(built_images, rootfs_cache):
         runtime=built_images.step.tag,
         compress=False,
     )
-    result = CliRunner().invoke(app, ["image", "check", cuda.reference or "", "--json"])
+    result = CliRunner().invoke(app, ["image", "check", cuda.reference or "", "--format", "json"])
     assert result.exit_code == 0, result.output
     assert {f["check"]: f["status"] for f in json.loads(result.output)["findings"]}[
         "gpu-env"

@@ -69,6 +69,14 @@ def compile_command(
             "--fetch-bundles", help="Read missing image bundles from the registry (OCI referrers)."
         ),
     ] = False,
+    check_images: Annotated[
+        bool,
+        typer.Option(
+            "--check-images",
+            help="Read each step image from the registry and check it can run a secure step "
+            "(rule image.no-launcher, as `secureml image check`).",
+        ),
+    ] = False,
     resolve_entrypoints: Annotated[
         bool,
         typer.Option(
@@ -133,6 +141,10 @@ def compile_command(
         typer.echo(f"warning: {warning}", err=True)
     graph = load_pipeline(file, pipeline)
     verifier = _image_verifier(tenant, profile, bundles, fetch_bundles)
+    if check_images:
+        from secureml.stepimage.compilecheck import chain, image_checks
+
+        verifier = chain(verifier, image_checks(tenant))
     try:
         result = compile_pipeline(
             graph,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from secureml.errors import SecuremlError
+from secureml.errors import NetworkError, SecuremlError
 from secureml.stepimage.check import check, problems
 
 RULE = "image.no-launcher"
@@ -47,6 +47,8 @@ def image_checks(profile: Any) -> Verifier:
 def _verdict(image: str, injected: bool) -> tuple[str, str] | None:
     try:
         _, findings = check(image, injected=injected)
+    except NetworkError:
+        raise  # the environment, not the image: one error, exit 2 (as --fetch-bundles)
     except SecuremlError as err:
         return f"image {image} could not be checked: {err.what}", err.fix or "check the reference"
     found = problems(findings)

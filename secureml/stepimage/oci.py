@@ -26,7 +26,7 @@ from typing import Any
 
 import requests
 
-from secureml.errors import InputError
+from secureml.errors import InputError, NetworkError
 from secureml.images import ImageRef
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -131,7 +131,7 @@ class _Registry(_Source):
         try:
             response = self.client.do_request(url, headers={"Accept": accept})
         except requests.RequestException as err:
-            raise InputError(
+            raise NetworkError(
                 f"cannot read {self.ref.name} from its registry",
                 why=f"{type(err).__name__}: {err}".splitlines()[0],
                 fix="check network access and credentials (docker login)",

@@ -147,3 +147,21 @@ def test_a_registry_that_does_not_answer_is_one_environment_error(setup, tmp_pat
     assert result.output.count("error: cannot fetch Sigstore bundles") == 1
     assert "did not answer" in result.output and "signature-missing" not in result.output
     assert not setup["out"].exists() and not setup["report"].exists()
+
+
+def test_check_images_against_a_registry_that_does_not_answer(setup, tmp_path):
+    """--check-images (rule image.no-launcher) reads each step image from its registry: one
+    that does not answer is one environment error (exit 2), not a violation per step."""
+    pipeline = tmp_path / "pipeline.py"
+    pipeline.write_text(PIPELINE.read_text().replace("ghcr.io/acme/", "127.0.0.1:1/acme/"))
+    data = yaml.safe_load(setup["profile"].read_text())
+    data["spec"]["images"]["allowedRegistries"] = ["127.0.0.1:1/acme/"]
+    data["spec"]["images"]["signatures"]["required"] = False
+    setup["profile"].write_text(yaml.safe_dump(data, sort_keys=False))
+    args = compile_args(setup, "--check-images")
+    args[1] = str(pipeline)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.count("error: cannot read 127.0.0.1:1/acme/") == 1, result.output
+    assert "image.no-launcher" not in result.output
+    assert not setup["out"].exists() and not setup["report"].exists()

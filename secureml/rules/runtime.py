@@ -22,7 +22,7 @@ requires the result, so that a pod which lost or replaced any part of it is refu
 from __future__ import annotations
 
 from secureml import contract
-from secureml.cel_text import quote, string_list
+from secureml.cel_text import label_is, quote, string_list
 from secureml.profile import TenantProfile
 from secureml.rules._cel import SPEC, every_container
 from secureml.rules._tenant_rule import tenant_rule
@@ -109,6 +109,7 @@ def _checks(profile: TenantProfile) -> list[tuple[str, str]]:
     )
     command = " ".join(contract.RUNTIME_INSTALL_COMMAND)
     return [
+        (_preload_empty_unless_shim(), _PRELOAD_MESSAGE),
         (
             one_init,
             f"the pod must have one init container {contract.RUNTIME_INIT_CONTAINER}, exactly "
@@ -127,6 +128,25 @@ def _checks(profile: TenantProfile) -> list[tuple[str, str]]:
             f"{contract.RUNTIME_VOLUME} other than read-only at {contract.RUNTIME_DIR}",
         ),
     ]
+
+
+_PRELOAD_MESSAGE = (
+    f"the annotation {contract.ANNOTATION_SHIM_PRELOAD} must be empty or absent on a step "
+    f"without the shim: it is the step's {contract.SHIM_PRELOAD_FILE}, which the injected "
+    "launcher's own loader reads too"
+)
+
+
+def _preload_empty_unless_shim() -> str:
+    """CEL: outside shim steps (where the mutating policy sets it to the injected shim) the
+    preload annotation, the content of the step's /etc/ld.so.preload, names nothing."""
+    annotations = "object.metadata.annotations"
+    key = quote(contract.ANNOTATION_SHIM_PRELOAD)
+    shim_step = label_is(contract.LABEL_ISOLATION, contract.ISOLATION_LEVELS[1])  # timeslice-shim
+    return (
+        f"{shim_step} || !has({annotations}) || !({key} in {annotations}) || "
+        f"{annotations}[{key}] == ''"
+    )
 
 
 def runtime_rules(profile: TenantProfile) -> list[Rule]:

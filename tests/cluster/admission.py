@@ -63,7 +63,7 @@ KUBEFLOW_ACCOUNTS = ("default-editor", "default-viewer")
 PROBE_POD = Path(__file__).resolve().parents[1] / "rules" / "allowed" / "kfp-driver.yaml"
 
 
-def wait_in_force(cluster: Cluster, profile: TenantProfile, timeout_s: float = 30.0) -> None:
+def wait_in_force(cluster: Cluster, profile: TenantProfile, timeout_s: float = 90.0) -> None:
     """Wait until the API server enforces the bundle's admission policies: the policy plugins
     load new policies and bindings from informers, so the first pods after an apply may pass
     unjudged. Probes (dry runs), from KFP's driver pod, which both policies admit:

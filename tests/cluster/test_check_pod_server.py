@@ -27,6 +27,7 @@ from secureml.pipeline_loader import load_pipeline
 from secureml.preview import preview_driver_pods, preview_pods
 from secureml.profile import TenantProfile, load_profile
 from secureml.workloads import pods_in_text
+from tests.cluster.admission import wait_in_force
 from tests.cluster.bundles import REPO, admin
 
 TEAM_A = REPO / "profiles" / "team-a.yaml"
@@ -46,10 +47,12 @@ REFUSED = {
 @pytest.fixture(scope="module")
 def team_a(k8s_cluster: ControlPlane) -> TenantProfile:
     profile = load_profile(TEAM_A)
-    apply_bundle(
-        render_objects(profile, BundleOptions()), cluster=admin(k8s_cluster), typecheck_timeout_s=0
-    )
+    cluster = admin(k8s_cluster)
+    apply_bundle(render_objects(profile, BundleOptions()), cluster=cluster, typecheck_timeout_s=0)
     k8s_cluster.create_default_service_account(profile.spec.namespace)
+    # the policy plugins load new bindings from informers: without this wait the first pod sent
+    # (in whichever test xdist runs first) can pass unjudged
+    wait_in_force(cluster, profile)
     return profile
 
 

@@ -281,4 +281,5 @@ def test_docs_list_every_rule_id() -> None:
         "image.signature-missing",
         "image.signature-invalid",
         "image.signer-untrusted",
+        "image.no-launcher",  # compile --check-images (secureml.stepimage.compilecheck)
     }

@@ -105,19 +105,20 @@ def _item(path: str, field_path: str) -> dict[str, Any]:
     return {"path": path, "fieldRef": {"fieldPath": field_path}}
 
 
-def _podinfo_volume(*, shim: bool) -> dict[str, Any]:
-    """The downward-API volume of the pod's own metadata; on shim steps also the shim's limits
-    and the preload file's content."""
+def _podinfo_volume(*, shim: bool, preload: bool) -> dict[str, Any]:
+    """The downward-API volume of the pod's own metadata; on shim steps also the shim's limits,
+    and where `preload` the preload file's content (the preload annotation)."""
     items = []
+    annotation = "metadata.annotations['{}']"
     if shim:
-        annotation = "metadata.annotations['{}']"
-        items += [
+        items.append(
             _item(
                 posixpath.relpath(contract.SHIM_LIMITS_PATH, contract.PODINFO_DIR),
                 annotation.format(contract.ANNOTATION_LIMITS),
-            ),
-            _item(PRELOAD_ITEM, annotation.format(contract.ANNOTATION_SHIM_PRELOAD)),
-        ]
+            )
+        )
+    if preload:
+        items.append(_item(PRELOAD_ITEM, annotation.format(contract.ANNOTATION_SHIM_PRELOAD)))
     # the launcher's pod-level settings (enforcement/podinfo.py)
     items += [
         _item(posixpath.basename(contract.PODINFO_LABELS), "metadata.labels"),
@@ -128,8 +129,21 @@ def _podinfo_volume(*, shim: bool) -> dict[str, Any]:
 
 def _podinfo(profile: TenantProfile) -> PodMutation:
     """The podinfo files, read-only, in every step: the launcher of every step reads its
-    pod-level settings from them; shim steps also get the limits and `/etc/ld.so.preload`."""
+    pod-level settings from them; shim steps also get the limits and `/etc/ld.so.preload`.
+
+    Where the platform injects the launcher, every other step gets the platform's
+    `/etc/ld.so.preload` too, empty (`secureml.runtimeInjected` requires the annotation empty or
+    absent there): the injected launcher's own loader reads that file, and the image's copy
+    could preload a library of the tenant's into it."""
     folder = {"name": PODINFO_VOLUME, "mountPath": contract.PODINFO_DIR, "readOnly": True}
+    preload = {
+        "name": PODINFO_VOLUME,
+        "mountPath": contract.SHIM_PRELOAD_FILE,
+        "subPath": PRELOAD_ITEM,
+        "readOnly": True,
+    }
+    guard = injected(profile)
+    other_mounts = [folder, preload] if guard else [folder]
     spec = profile.spec
     if spec.gpu.time_slice is None or spec.runtime.shim != "enforce":
         every_step = LabelIs(contract.LABEL_ISOLATION)
@@ -138,17 +152,15 @@ def _podinfo(profile: TenantProfile) -> PodMutation:
             "the pod's own labels and annotations, read-only, for the launcher",
             (
                 Operation(
-                    "pod", ("spec", "volumes"), "append", [_podinfo_volume(shim=False)], every_step
+                    "pod",
+                    ("spec", "volumes"),
+                    "append",
+                    [_podinfo_volume(shim=False, preload=guard)],
+                    every_step,
                 ),
-                Operation("containers", ("volumeMounts",), "append", [folder], every_step),
+                Operation("containers", ("volumeMounts",), "append", other_mounts, every_step),
             ),
         )
-    preload = {
-        "name": PODINFO_VOLUME,
-        "mountPath": contract.SHIM_PRELOAD_FILE,
-        "subPath": PRELOAD_ITEM,
-        "readOnly": True,
-    }
     return PodMutation(
         "podinfo-shim-limits-and-preload",
         "the pod's own labels and annotations for the launcher, read-only; on shim steps also "
@@ -162,13 +174,21 @@ def _podinfo(profile: TenantProfile) -> PodMutation:
                 SHIM_STEP,
             ),
             Operation(
-                "pod", ("spec", "volumes"), "append", [_podinfo_volume(shim=True)], SHIM_STEP
+                "pod",
+                ("spec", "volumes"),
+                "append",
+                [_podinfo_volume(shim=True, preload=True)],
+                SHIM_STEP,
             ),
             Operation(
-                "pod", ("spec", "volumes"), "append", [_podinfo_volume(shim=False)], NOT_SHIM_STEP
+                "pod",
+                ("spec", "volumes"),
+                "append",
+                [_podinfo_volume(shim=False, preload=guard)],
+                NOT_SHIM_STEP,
             ),
             Operation("containers", ("volumeMounts",), "append", [folder, preload], SHIM_STEP),
-            Operation("containers", ("volumeMounts",), "append", [folder], NOT_SHIM_STEP),
+            Operation("containers", ("volumeMounts",), "append", other_mounts, NOT_SHIM_STEP),
         ),
     )
 

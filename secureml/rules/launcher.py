@@ -38,8 +38,8 @@ from secureml.rules.model import Rule
 from secureml.rules.runtime import runtime_container, runtime_rules
 from secureml.rules.scope import (
     ARGO_LOG_FLAGS_SIZE,
-    NATIVE_RESOURCES,
     argo_log_flags,
+    native_resources_only,
     system_container,
     system_image,
 )
@@ -124,18 +124,9 @@ def launcher_argv_ok(var: str = "c", launcher: tuple[str, ...] = contract.LAUNCH
     return f"[{_argv(var)}].all(a, {bare} || {wrapped})"
 
 
-def _native_only(var: str = "c") -> str:
-    native = string_list(NATIVE_RESOURCES)
-    return (
-        f"(!has({var}.resources) || ("
-        f"(!has(dyn({var}.resources).limits) || dyn({var}.resources).limits.all(k, k in {native})) && "
-        f"(!has(dyn({var}.resources).requests) || dyn({var}.resources).requests.all(k, k in {native}))))"
-    )
-
-
 def _system_ok(var: str = "c") -> str:
     """A KFP/Argo container of a step pod: exactly its own shape, and no device resource."""
-    return f"({system_container(var)} && {_native_only(var)})"
+    return f"({system_container(var)} && {native_resources_only(var)})"
 
 
 def _containers_ok(var: str = "c") -> str:

@@ -119,7 +119,8 @@ def system_container(var: str = "c") -> str:
     return f"(has({var}.image) && ({executor} || {launcher} || {driver}))"
 
 
-def _native_resources_only(var: str = "c") -> str:
+def native_resources_only(var: str = "c") -> str:
+    """CEL: container `var` asks for cpu, memory and ephemeral storage only (no GPU)."""
     native = string_list(NATIVE_RESOURCES)
     return (
         f"(!has({var}.resources) || ("
@@ -135,7 +136,7 @@ _MAIN_FIRST = ("containers", *(name for name in CONTAINER_LISTS if name != "cont
 def _kfp_system_pod() -> str:
     images = every_container(system_container(), lists=_MAIN_FIRST)
     no_gpu = (
-        f"{every_container(_native_resources_only())} && "
+        f"{every_container(native_resources_only())} && "
         f"(!has({SPEC}.resourceClaims) || size({SPEC}.resourceClaims) == 0)"
     )
     return spec_bound(f"{images} && {no_gpu}")

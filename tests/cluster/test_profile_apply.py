@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harness.controlplane import ControlPlane
@@ -66,31 +67,16 @@ def test_type_checking_warnings_are_read_back_with_their_rule(k8s_cluster: Contr
     controller): apply reports it with the rule id its message starts with."""
     cluster = admin(k8s_cluster)
     name = f"secureml-typo-{uuid.uuid4().hex[:6]}"
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                    }
-                ]
+    policy = _pod_policy(
+        name,
+        [
+            {"expression": "true", "message": "test.fine: always holds"},
+            {
+                "expression": "object.spec.hostPIDs == false",
+                "message": "test.typo: the field is misspelt",
             },
-            "validations": [
-                {"expression": "true", "message": "test.fine: always holds"},
-                {
-                    "expression": "object.spec.hostPIDs == false",
-                    "message": "test.typo: the field is misspelt",
-                },
-            ],
-        },
-    }
+        ],
+    )
     result = apply_bundle([policy], cluster=cluster, typecheck_timeout_s=60)
     assert len(result.warnings) == 1, (result.warnings, result.notes)
     (warning,) = result.warnings
@@ -170,25 +156,7 @@ def test_beta_map_bundle_on_a_1_36_server_says_render_for_1_36(
 def test_refused_object_names_kind_name_field_and_message(k8s_cluster: ControlPlane) -> None:
     cluster = admin(k8s_cluster)
     name = f"secureml-broken-{uuid.uuid4().hex[:6]}"
-    broken = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                    }
-                ]
-            },
-            "validations": [{"expression": "object.spec.containers.all(c, c.name ==)"}],
-        },
-    }
+    broken = _pod_policy(name, [{"expression": "object.spec.containers.all(c, c.name ==)"}])
     with pytest.raises(BundleRefusedError) as raised:
         apply_bundle([broken], cluster=cluster)
     text = raised.value.diagnostics()
@@ -229,3 +197,26 @@ def test_conflict_with_another_manager_is_refused_then_forced(
     assert code == 0, output
     labels = cluster.get(f"/api/v1/namespaces/{namespace}")["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def _pod_policy(name: str, validations: list[dict[str, str]]) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy over pod CREATEs with these validations (no binding)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ]
+            },
+            "validations": validations,
+        },
+    }

@@ -11,12 +11,13 @@ import pytest
 
 from secureml.rules import rules_for_level, rules_for_profile
 from secureml.rules.engine import _fast_programs, evaluate, evaluate_plain
-from tests.rules.conftest import EXAMPLE_PROFILES, example_profile
+from tests.rules.conftest import EXAMPLE_PROFILES, example_profile, fixture_dir
 from tests.rules.test_engine import _pods
 
 
 @pytest.mark.parametrize("level", ["baseline", "restricted"])
 def test_pod_security_paths_agree_on_every_corpus_pod(level: str) -> None:
+    fixture_dir("kyverno-pod-security", "pod-security")  # the corpus, or a skip that says so
     rules = rules_for_level(level)
     pods = _pods(kyverno=True)
     assert len(pods) > 500

@@ -9,7 +9,13 @@ import cel
 from secureml.rules import Rule, evaluate, rules_for_level, rules_for_profile
 from secureml.rules.engine import admission_view, compiled
 from secureml.workloads import pods_in_text
-from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, FIXTURES, example_profile
+from tests.rules.conftest import (
+    ATTACKS_DIR,
+    EXAMPLE_PROFILES,
+    FIXTURES,
+    example_profile,
+    fixture_dir,
+)
 
 
 def _unprojected(pod: dict, rules: list[Rule]) -> list[tuple[str, str]]:
@@ -40,6 +46,7 @@ def _pods(*, kyverno: bool) -> list[dict]:
 
 def test_projection_changes_nothing() -> None:
     """Pod Security over every corpus pod, each example profile over the secureml pods."""
+    fixture_dir("kyverno-pod-security", "pod-security")  # the corpus, or a skip that says so
     cases = [(rules_for_level(level), _pods(kyverno=True)) for level in ("baseline", "restricted")]
     cases += [
         (rules_for_profile(example_profile(n)), _pods(kyverno=False)) for n in EXAMPLE_PROFILES

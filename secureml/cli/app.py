@@ -18,10 +18,19 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from secureml.cli import check_pod, compile, image, profile, run, verify
+from secureml.cli import check_pod, compile, doctor, image, profile, run, verify
 
 # `secureml --help` lists the commands in this order (typer would put groups last).
-ORDER = ("compile", "run", "image", "profile", "check-pod", "verify-image", "verify-bundle")
+ORDER = (
+    "compile",
+    "run",
+    "image",
+    "profile",
+    "check-pod",
+    "verify-image",
+    "verify-bundle",
+    "doctor",
+)
 
 EPILOG = "Exit codes, the same in every command: 0 ok; 1 violations, denied or failed; 2 unusable input or environment. docs/cli.md has each command's JSON output."
 
@@ -83,3 +92,4 @@ app.command("verify-image", short_help="Who signed an image, and is the signer t
 app.command("verify-bundle", short_help="Verify a Sigstore bundle (sigstore-conformance).")(
     verify.verify_bundle
 )
+app.add_typer(doctor.app, name="doctor", short_help="Check a GPU node, a cluster or node logs.")

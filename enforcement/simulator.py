@@ -167,6 +167,33 @@ class FakeDevice:
     remapped_rows_pending: bool = False
     remapped_rows_failure: bool = False
     xids: list[int] = field(default_factory=list)
+    persistence_mode: bool = True
+    ecc_mode: bool = True
+    ecc_corrected: int = 0
+    ecc_uncorrected: int = 0
+
+
+@dataclass
+class FakeConfidential:
+    """The machine's confidential-computing state as NVML reports it (system-wide).
+
+    `mode` is off / on / devtools (`nvmlSystemGetConfComputeState`'s ccFeature and devToolsMode);
+    `ready` is whether the GPUs accept work (`...GpusReadyState`); `capable` whether they are
+    CC-capable and `cpu` the CPU's CC capability (`...Capabilities`: 0 none, 1 SEV, 2 TDX, 3 SEV-SNP).
+    """
+
+    mode: str = "off"
+    ready: bool = False
+    capable: bool = False
+    cpu: int = 0
+    multi_gpu: int = 0
+
+    def render(self) -> str:
+        environment = 2 if self.capable else 0  # NVML_CC_SYSTEM_ENVIRONMENT_PROD / UNAVAILABLE
+        return (
+            f"confidential mode={self.mode} ready={int(self.ready)} capable={int(self.capable)}"
+            f" cpu={self.cpu} multigpu={self.multi_gpu} environment={environment}"
+        )
 
 
 @dataclass
@@ -239,6 +266,7 @@ class FakeGPU:
         teardown_ms: int = 0,
         call_ns: int = 0,
         nvml_pid_offset: int = 0,
+        confidential: FakeConfidential | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.devices = devices if devices is not None else [FakeDevice()]
@@ -254,6 +282,7 @@ class FakeGPU:
         self.teardown_ms = teardown_ms
         self.call_ns = call_ns
         self.nvml_pid_offset = nvml_pid_offset
+        self.confidential = confidential or FakeConfidential()
         self.lib_dir = build_fake_libs()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.config_path = self.directory / "fakegpu.conf"
@@ -274,6 +303,7 @@ class FakeGPU:
         fail_words = [f"{k}={v}" for k, v in fail.items() if v is not None]
         if fail_words:
             lines.append("fail " + " ".join(fail_words))
+        lines.append(self.confidential.render())
         for index, dev in enumerate(self.devices):
             words = [
                 "device",
@@ -290,6 +320,10 @@ class FakeGPU:
                 f"remapped_unc={dev.remapped_rows_unc}",
                 f"remapped_pending={int(dev.remapped_rows_pending)}",
                 f"remapped_failure={int(dev.remapped_rows_failure)}",
+                f"persistence={int(dev.persistence_mode)}",
+                f"ecc={int(dev.ecc_mode)}",
+                f"ecc_corrected={dev.ecc_corrected}",
+                f"ecc_uncorrected={dev.ecc_uncorrected}",
             ]
             if dev.residue is not None:
                 words.append(f"residue={dev.residue}")

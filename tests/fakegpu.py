@@ -24,6 +24,7 @@ from secureml.enforcement.simulator import (  # noqa: F401  (the tests' API)
     CONFIG_ENV,
     FAKE_DIR,
     SHIM_DIR,
+    FakeConfidential,
     FakeDevice,
     FakeGPU,
     FakeMig,

@@ -77,6 +77,38 @@ typedef struct nvmlEventData_st {
     unsigned int computeInstanceId;
 } nvmlEventData_t;
 
+typedef enum nvmlMemoryErrorType_enum {
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = 0,
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+} nvmlMemoryErrorType_t;
+typedef enum nvmlEccCounterType_enum { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 } nvmlEccCounterType_t;
+
+/* Confidential computing (system-wide, as in nvml.h). */
+typedef struct nvmlConfComputeSystemCaps_st {
+    unsigned int cpuCaps;
+    unsigned int gpusCaps;
+} nvmlConfComputeSystemCaps_t;
+typedef struct nvmlConfComputeSystemState_st {
+    unsigned int environment;
+    unsigned int ccFeature;
+    unsigned int devToolsMode;
+} nvmlConfComputeSystemState_t;
+typedef struct {
+    unsigned int version;
+    unsigned int environment;
+    unsigned int ccFeature;
+    unsigned int devToolsMode;
+    unsigned int multiGpuMode;
+} nvmlSystemConfComputeSettings_v1_t;
+typedef nvmlSystemConfComputeSettings_v1_t nvmlSystemConfComputeSettings_t;
+#define nvmlSystemConfComputeSettings_v1 ((unsigned int)(sizeof(nvmlSystemConfComputeSettings_v1_t) | (1 << 24U)))
+#define NVML_CC_SYSTEM_FEATURE_DISABLED 0
+#define NVML_CC_SYSTEM_FEATURE_ENABLED 1
+#define NVML_CC_SYSTEM_ENVIRONMENT_UNAVAILABLE 0
+#define NVML_CC_SYSTEM_ENVIRONMENT_PROD 2
+#define NVML_CC_SYSTEM_GPUS_CC_NOT_CAPABLE 0
+#define NVML_CC_SYSTEM_GPUS_CC_CAPABLE 1
+
 #define nvmlEventTypeXidCriticalError 0x0000000000000008LL
 #define NVML_DEVICE_MIG_ENABLE 1
 #define NVML_DEVICE_MIG_DISABLE 0

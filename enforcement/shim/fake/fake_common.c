@@ -81,6 +81,7 @@ static int parse_device(struct fake_config *c, char **w, int n, int line) {
     snprintf(d->name, sizeof d->name, "NVIDIA A100-SXM4-80GB");
     d->memory = 256ULL << 20;
     d->cc_major = 8, d->cc_minor = 0, d->sms = 108, d->residue = -1;
+    d->persistence = 1, d->ecc_mode = 1;
     d->first_mig = c->nmigs;
     default_uuid(d->uuid, sizeof d->uuid, "GPU", (unsigned)c->ndevices, 0);
     for (int i = 1; i < n; i++) {
@@ -106,6 +107,10 @@ static int parse_device(struct fake_config *c, char **w, int n, int line) {
         else if (!strcmp(k, "remapped_unc")) bad = parse_uint(v, &d->remap_unc);
         else if (!strcmp(k, "remapped_pending")) bad = parse_uint(v, &d->remap_pending);
         else if (!strcmp(k, "remapped_failure")) bad = parse_uint(v, &d->remap_failure);
+        else if (!strcmp(k, "persistence")) bad = parse_uint(v, &d->persistence) || d->persistence > 1;
+        else if (!strcmp(k, "ecc")) bad = parse_uint(v, &d->ecc_mode) || d->ecc_mode > 1;
+        else if (!strcmp(k, "ecc_corrected")) bad = parse_u64(v, &d->ecc_corrected);
+        else if (!strcmp(k, "ecc_uncorrected")) bad = parse_u64(v, &d->ecc_uncorrected);
         else if (!strcmp(k, "xid")) {
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
@@ -156,6 +161,23 @@ static int parse_mig(struct fake_config *c, char **w, int n, int line) {
     return 0;
 }
 
+/* One key of the `confidential` directive: 0 parsed, 1 bad value, -1 unknown key. */
+static int parse_confidential(struct fake_config *c, const char *k, const char *v) {
+    if (!strcmp(k, "mode")) {
+        if (!strcmp(v, "off")) c->cc_feature = 0, c->cc_devtools = 0;
+        else if (!strcmp(v, "on")) c->cc_feature = 1, c->cc_devtools = 0;
+        else if (!strcmp(v, "devtools")) c->cc_feature = 1, c->cc_devtools = 1;
+        else return 1;
+        return 0;
+    }
+    if (!strcmp(k, "ready")) return parse_uint(v, &c->cc_ready) || c->cc_ready > 1;
+    if (!strcmp(k, "capable")) return parse_uint(v, &c->cc_gpus_capable) || c->cc_gpus_capable > 1;
+    if (!strcmp(k, "cpu")) return parse_uint(v, &c->cc_cpu) || c->cc_cpu > 4;
+    if (!strcmp(k, "multigpu")) return parse_uint(v, &c->cc_multigpu) || c->cc_multigpu > 2;
+    if (!strcmp(k, "environment")) return parse_uint(v, &c->cc_environment) || c->cc_environment > 2;
+    return -1;
+}
+
 static int parse_kv_line(struct fake_config *c, const char *kind, char **w, int n, int line) {
     for (int i = 1; i < n; i++) {
         char *eq = strchr(w[i], '=');
@@ -175,7 +197,10 @@ static int parse_kv_line(struct fake_config *c, const char *kind, char **w, int 
         else if (!strcmp(kind, "fail") && !strcmp(k, "cuinit")) bad = parse_uint(v, (unsigned *)&c->fail_cuinit);
         else if (!strcmp(kind, "fail") && !strcmp(k, "nvmlinit")) bad = parse_uint(v, (unsigned *)&c->fail_nvmlinit);
         else if (!strcmp(kind, "fail") && !strcmp(k, "alloc_after")) bad = parse_u64(v, &x), c->fail_alloc_after = (long long)x;
-        else if (!strcmp(kind, "process") && !strcmp(k, "device")) bad = parse_uint(v, (unsigned *)&c->procs[c->nprocs].device);
+        else if (!strcmp(kind, "confidential")) {
+            bad = parse_confidential(c, k, v);
+            if (bad < 0) return cfg_error(c->path, line, "unknown confidential key", k);
+        } else if (!strcmp(kind, "process") && !strcmp(k, "device")) bad = parse_uint(v, (unsigned *)&c->procs[c->nprocs].device);
         else if (!strcmp(kind, "process") && !strcmp(k, "mig")) bad = parse_uint(v, (unsigned *)&c->procs[c->nprocs].mig);
         else if (!strcmp(kind, "process") && !strcmp(k, "pid")) bad = parse_uint(v, &c->procs[c->nprocs].pid);
         else if (!strcmp(kind, "process") && !strcmp(k, "used")) bad = parse_u64(v, &c->procs[c->nprocs].used);
@@ -215,7 +240,8 @@ static int parse_config(struct fake_config *c, const char *path) {
                     rc = cfg_error(path, line, "process names a device or mig instance not declared above", NULL);
                 if (!rc) c->nprocs++;
             }
-        } else if (!strcmp(w[0], "driver") || !strcmp(w[0], "launch") || !strcmp(w[0], "fail"))
+        } else if (!strcmp(w[0], "driver") || !strcmp(w[0], "launch") || !strcmp(w[0], "fail") ||
+                   !strcmp(w[0], "confidential"))
             rc = parse_kv_line(c, w[0], w, n, line);
         else rc = cfg_error(path, line, "unknown directive", w[0]);
     }

@@ -29,6 +29,8 @@ struct fake_device_cfg {
     int residue;            /* byte planted in all device memory when the state is created; -1: none */
     unsigned retired_sbe, retired_dbe, retired_pending;
     unsigned remap_corr, remap_unc, remap_pending, remap_failure;
+    unsigned persistence, ecc_mode;              /* 0/1: persistence mode, ECC mode */
+    uint64_t ecc_corrected, ecc_uncorrected; /* total ECC error counts */
     unsigned xids[FAKE_MAX_XIDS];
     int nxid;
     int first_mig, nmig;    /* indices into fake_config.migs */
@@ -52,6 +54,8 @@ struct fake_config {
     char path[4096];
     char driver_version[80];
     int cuda_version;
+    /* Confidential computing (the `confidential` directive): NVML's system-wide CC state. */
+    unsigned cc_feature, cc_devtools, cc_ready, cc_gpus_capable, cc_cpu, cc_environment, cc_multigpu;
     uint64_t kernel_ns;
     uint64_t queue_depth;
     uint64_t util_window_ns;

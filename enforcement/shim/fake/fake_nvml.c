@@ -117,6 +117,41 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlSystemGetCudaDriverVersion_v2(int *cudaDriv
     return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
 }
 
+/* Confidential computing is system-wide in NVML: one state for every GPU of the machine. */
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlSystemGetConfComputeState(nvmlConfComputeSystemState_t *state) {
+    nvmlReturn_t rc = ready();
+    if (rc) return rc;
+    if (!state) return NVML_ERROR_INVALID_ARGUMENT;
+    *state = (nvmlConfComputeSystemState_t){G.cfg.cc_environment, G.cfg.cc_feature, G.cfg.cc_devtools};
+    return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlSystemGetConfComputeSettings(nvmlSystemConfComputeSettings_t *settings) {
+    nvmlReturn_t rc = ready();
+    if (rc) return rc;
+    if (!settings) return NVML_ERROR_INVALID_ARGUMENT;
+    if (settings->version != nvmlSystemConfComputeSettings_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    settings->environment = G.cfg.cc_environment, settings->ccFeature = G.cfg.cc_feature;
+    settings->devToolsMode = G.cfg.cc_devtools, settings->multiGpuMode = G.cfg.cc_multigpu;
+    return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlSystemGetConfComputeCapabilities(nvmlConfComputeSystemCaps_t *capabilities) {
+    nvmlReturn_t rc = ready();
+    if (rc) return rc;
+    if (!capabilities) return NVML_ERROR_INVALID_ARGUMENT;
+    *capabilities = (nvmlConfComputeSystemCaps_t){G.cfg.cc_cpu, G.cfg.cc_gpus_capable};
+    return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlSystemGetConfComputeGpusReadyState(unsigned int *isAcceptingWork) {
+    nvmlReturn_t rc = ready();
+    if (rc) return rc;
+    if (!isAcceptingWork) return NVML_ERROR_INVALID_ARGUMENT;
+    *isAcceptingWork = G.cfg.cc_ready;
+    return NVML_SUCCESS;
+}
+
 /* ------------------------------------------------------------------ devices ------------------ */
 
 FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
@@ -428,6 +463,36 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevi
     if (!dc) return rc;
     if (!isPending) return NVML_ERROR_INVALID_ARGUMENT;
     *isPending = dc->retired_pending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode) {
+    nvmlReturn_t rc;
+    const struct fake_device_cfg *dc = health_of(device, &rc);
+    if (!dc) return rc;
+    if (!mode) return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = dc->persistence ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending) {
+    nvmlReturn_t rc;
+    const struct fake_device_cfg *dc = health_of(device, &rc);
+    if (!dc) return rc;
+    if (!current || !pending) return NVML_ERROR_INVALID_ARGUMENT;
+    *current = *pending = dc->ecc_mode ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+/* Volatile and aggregate counts are the same configured totals; none with ECC off, as on hardware. */
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
+                                                           nvmlEccCounterType_t counterType, unsigned long long *eccCounts) {
+    nvmlReturn_t rc;
+    const struct fake_device_cfg *dc = health_of(device, &rc);
+    if (!dc) return rc;
+    if (!eccCounts || (unsigned)errorType > 1 || (unsigned)counterType > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!dc->ecc_mode) return NVML_ERROR_NOT_SUPPORTED;
+    *eccCounts = errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED ? dc->ecc_uncorrected : dc->ecc_corrected;
     return NVML_SUCCESS;
 }
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from secureml.cli import check_pod, compile, doctor, image, profile, run, verify
+from secureml.cli import check_pod, compile, doctor, image, profile, run, verify, verify_pipeline
 
 # `secureml --help` lists the commands in this order (typer would put groups last).
 ORDER = (
@@ -29,6 +29,7 @@ ORDER = (
     "check-pod",
     "verify-image",
     "verify-bundle",
+    "verify-pipeline",
     "doctor",
 )
 
@@ -92,4 +93,7 @@ app.command("verify-image", short_help="Who signed an image, and is the signer t
 app.command("verify-bundle", short_help="Verify a Sigstore bundle (sigstore-conformance).")(
     verify.verify_bundle
 )
+app.command(
+    "verify-pipeline", short_help="Was a pipeline YAML compiled by secureml, for this profile."
+)(verify_pipeline.verify_pipeline)
 app.add_typer(doctor.app, name="doctor", short_help="Check a GPU node, a cluster or node logs.")

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from secureml.compiler import ImageVerifier
     from secureml.profile import TenantProfile
     from secureml.supplychain.compile import ImageVerification
+    from secureml.supplychain.dsse_key import SigningKey
 
 SCHEMA = "secureml.dev/compile/v1"
 
@@ -104,11 +105,37 @@ def compile_command(
     certificate_identity_regexp: IdentityRegexpOption = None,
     certificate_oidc_issuer: IssuerOption = None,
     trusted_root: TrustedRootOption = None,
+    attest: Annotated[
+        Path | None,
+        typer.Option(
+            "--attest",
+            metavar="FILE",
+            help="Also write a signed in-toto attestation of this compile (a Sigstore bundle; "
+            "keyless with the CI job's identity unless --attest-key).",
+        ),
+    ] = None,
+    attest_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--attest-key",
+            metavar="PEM",
+            help="Sign the attestation with this private key instead of keylessly.",
+        ),
+    ] = None,
+    attest_trust_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--attest-trust-config",
+            metavar="FILE",
+            help="Keyless signing with a private Sigstore instance's ClientTrustConfig JSON "
+            "(default: the public-good instance).",
+        ),
+    ] = None,
     output_format: FormatOption = "text",
 ) -> None:
     """Compile FILE for a tenant: every violation at once, or the YAML and a per-step report.
 
-    Exit 0: compliant, YAML written. 1: rule violations (nothing written but --report). 2: unusable input (pipeline file, profile, flags, output path) or a registry that cannot be reached.
+    Exit 0: compliant, YAML written. 1: rule violations (nothing written but --report). 2: unusable input (pipeline file, profile, flags, output path, --attest-key), a registry or Sigstore instance that cannot be reached, or no CI identity to sign --attest with.
     """
     from secureml import report as reports
     from secureml import runtime_image
@@ -120,6 +147,9 @@ def compile_command(
     check_output(target, "-o" if output else "the default output", inputs)
     if report is not None:
         check_output(report, "--report", [*inputs, target])
+    signing_key = _attestation_inputs(
+        attest, attest_key, attest_trust_config, inputs, target, report
+    )
 
     from secureml.compiler import CompileError, compile_pipeline
     from secureml.pipeline_loader import load_pipeline
@@ -141,6 +171,11 @@ def compile_command(
         typer.echo(f"warning: {warning}", err=True)
     graph = load_pipeline(file, pipeline)
     verifier = _image_verifier(tenant, profile, bundles, fetch_bundles)
+    signatures_checked = verifier is not None
+    if tenant.spec.images.attestations:
+        from secureml.stepimage.compilecheck import chain
+
+        verifier = chain(verifier, _attestation_verifier(tenant, profile, bundles, fetch_bundles))
     if check_images:
         from secureml.stepimage.compilecheck import chain, image_checks
 
@@ -158,11 +193,105 @@ def compile_command(
             write_text(report, reports.to_json(data), "--report")
         _print(data, output_format, None)
         raise typer.Exit(NO) from None
-    write_text(target, result.yaml_text, "-o")
     data = result.report()
+    attestation = (
+        _attestation(
+            result.yaml_text.encode("utf-8"),
+            target,
+            (profile, content, tenant),
+            data,
+            signatures=signatures_checked,
+            image_checks=check_images,
+            signing_key=signing_key,
+            trust_config=attest_trust_config,
+        )
+        if attest is not None
+        else None
+    )  # signed before anything is written: a failed signing leaves no unattested YAML behind
+    write_text(target, result.yaml_text, "-o")
     if report is not None:
         write_text(report, reports.to_json(data), "--report")
+    if attest is not None and attestation is not None:
+        write_text(attest, attestation.decode(), "--attest")
     _print(data, output_format, target)
+    if attest is not None and output_format == "text":
+        typer.echo(f"wrote {attest}")
+
+
+def _attestation_inputs(
+    attest: Path | None,
+    key: Path | None,
+    trust_config: Path | None,
+    inputs: list[Path],
+    target: Path,
+    report: Path | None,
+) -> SigningKey | None:
+    """Check the --attest flags before compiling; the loaded key when signing with one."""
+    from secureml.errors import InputError
+    from secureml.output_paths import check_output
+
+    if attest is None:
+        if key is not None or trust_config is not None:
+            raise InputError(
+                "--attest-key and --attest-trust-config need --attest FILE",
+                why="they say how to sign the attestation, which only --attest writes",
+                fix="add --attest pipeline.intoto.sigstore.json",
+            )
+        return None
+    if key is not None and trust_config is not None:
+        raise InputError(
+            "--attest-key and --attest-trust-config both given",
+            why="an attestation is signed either with a key or keylessly through a Sigstore instance",
+            fix="drop one of them",
+        )
+    given = [p for p in (report, key, trust_config) if p is not None]
+    check_output(attest, "--attest", [*inputs, target, *given])
+    if key is None:
+        return None
+    from secureml.supplychain.dsse_key import load_signing_key
+
+    try:
+        pem = key.read_bytes()
+    except OSError as err:
+        raise InputError(
+            f"cannot read --attest-key {key}", why=err.strerror or str(err), fix="check the path"
+        ) from None
+    return load_signing_key(pem, str(key))
+
+
+def _attestation(
+    pipeline_yaml: bytes,
+    target: Path,
+    profile: tuple[Path, bytes, TenantProfile],
+    data: dict[str, Any],
+    *,
+    signatures: bool,
+    image_checks: bool,
+    signing_key: SigningKey | None,
+    trust_config: Path | None,
+) -> bytes:
+    """The signed in-toto statement of this compile (secureml.supplychain.pipeline_attestation)."""
+    from secureml.supplychain import pipeline_attestation as records
+
+    path, content, tenant = profile
+    statement = records.compile_statement(
+        pipeline_yaml=pipeline_yaml,
+        output_name=target.name,
+        profile_bytes=content,
+        profile_file=str(path),
+        profile=tenant,
+        report=data,
+        rules=records.checked_rules(tenant, data, signatures=signatures, image_checks=image_checks),
+        signatures=signatures,
+    )
+    payload = records.statement_bytes(statement)
+    if signing_key is not None:
+        from secureml.supplychain.dsse_key import sign_statement
+
+        return sign_statement(payload, signing_key)
+    from secureml.supplychain.sigstore_sign import ambient_token, sign_statement_keyless
+
+    return sign_statement_keyless(payload, ambient_token(), trust_config)
 
 
 def _resolver(enabled: bool) -> Any:
@@ -196,6 +325,21 @@ def _image_verifier(
         from secureml.supplychain.compile import verify_images_for_compile
 
         return verify_images_for_compile(
+            steps, tenant, bundles, fetch, profile_dir=profile_path.resolve().parent
+        )
+
+    return verify
+
+
+def _attestation_verifier(
+    tenant: TenantProfile, profile_path: Path, bundles: Path | None, fetch: bool
+) -> ImageVerifier:
+    """The profile's required attestations (`images.attestations`), checked whenever it lists any."""
+
+    def verify(steps: Sequence[tuple[str, str]]) -> list[ImageVerification]:
+        from secureml.supplychain.compile import verify_attestations_for_compile
+
+        return verify_attestations_for_compile(
             steps, tenant, bundles, fetch, profile_dir=profile_path.resolve().parent
         )
 

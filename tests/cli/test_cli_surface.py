@@ -75,6 +75,7 @@ def test_commands_in_the_order_a_user_meets_them() -> None:
         "check-pod",
         "verify-image",
         "verify-bundle",
+        "verify-pipeline",
         "doctor",
     ]
     profile = help_text("profile").split("Commands:")[1]

@@ -5,13 +5,15 @@ sigstore-python ships as the bootstrap of its TUF client, read directly from the
 so verification needs no network and no TUF cache. `online=True` refreshes it through TUF instead.
 Anything else names a `trusted_root.json` file (a private Sigstore deployment, or a test root).
 
-Verifiers are cached per root: building one parses certificates and keys, verifying with a warm
-one costs only the signature checks.
+Every root is loaded with its timestamp authorities' validity windows closed at the end (see
+`closed_tsa_windows`). Verifiers are cached per root: building one parses certificates and keys,
+verifying with a warm one costs only the signature checks.
 """
 
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,12 +67,12 @@ def load_trusted_root(spec: str | Path, *, online: bool = False) -> TrustedRoot:
                     why=str(err),
                     fix="check network access, or drop --online to use the root shipped with sigstore",
                 ) from None
-            return config.trusted_root
+            return closed_tsa_windows(config.trusted_root)
         path = _embedded_root_path(text)
     else:
         path = Path(text)
     try:
-        return TrustedRoot.from_file(str(path))
+        return closed_tsa_windows(TrustedRoot.from_file(str(path)))
     except FileNotFoundError:
         raise InputError(
             f"trusted root {path} does not exist",
@@ -83,6 +85,25 @@ def load_trusted_root(spec: str | Path, *, online: bool = False) -> TrustedRoot:
             why=f"{type(err).__name__}: {err}".splitlines()[0],
             fix="give a Sigstore trusted_root.json (mediaType application/vnd.dev.sigstore.trustedroot+json;version=0.1)",
         ) from None
+
+
+def closed_tsa_windows(root: TrustedRoot) -> TrustedRoot:
+    """The root with each timestamp authority's `validFor.end` made inclusive, as TimeRange specifies.
+
+    sigstore-python 4.x accepts an RFC 3161 timestamp only if `genTime < end`
+    (`Verifier._verify_signed_timestamp`), whereas a trusted root's TimeRange is a closed interval
+    (sigstore-conformance `trust-root-tsa-validity-end-inclusive`). Both times are microsecond
+    datetimes, so `genTime < end + 1 µs` is exactly `genTime <= end`: the end moves by that one
+    microsecond and nothing else changes. The start (`start <= genTime`) is already inclusive.
+    """
+    from sigstore.models import TrustedRoot
+
+    inner = root._inner.model_copy(deep=True)
+    for authority in inner.timestamp_authorities:
+        window = authority.valid_for
+        if window is not None and window.end is not None:
+            window.end = window.end + timedelta(microseconds=1)
+    return TrustedRoot(inner)
 
 
 @functools.lru_cache(maxsize=16)

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from secureml.errors import SecuremlError
 from secureml.images import ImageRef
 from secureml.supplychain.identity import IdentityPolicy, TrustedIdentity, UntrustedSignerError
+from secureml.supplychain.intoto_entry import INTOTO_KIND, log_entry_kind, verify_intoto_dsse
 from secureml.supplychain.trust import resolve_trusted_root, verifier_for
 
 COSIGN_SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"
@@ -185,7 +186,9 @@ class SignatureVerifier:
         policy = IdentityPolicy(identities)
         is_dsse = "dsseEnvelope" in document
         try:
-            if is_dsse:
+            if is_dsse and log_entry_kind(document) == INTOTO_KIND:
+                payload_type, payload = verify_intoto_dsse(self._verifier, document, policy)
+            elif is_dsse:
                 payload_type, payload = self._verifier.verify_dsse(bundle, policy)
             else:
                 hashed = Hashed(algorithm=HashAlgorithm.SHA2_256, digest=bytes.fromhex(hex_digest))

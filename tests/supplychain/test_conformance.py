@@ -1,7 +1,9 @@
 """`secureml verify-bundle` over every sigstore-conformance case, in file and in digest mode.
 
-Cases ending in `_fail` must fail, all others must verify. The managed-key (`--key`) cases must also
-give their outcome for the right reason, checked by name in `EXPECTED_OUTPUT`.
+The 70 bundle-verify cases of sigstore-conformance @ a73de497: 47 in ../shared/fixtures, the other
+23 vendored in `conformance_upstream/` (its MANIFEST). Cases ending in `_fail` must fail, all others
+must verify. The managed-key (`--key`) cases must also give their outcome for the right reason,
+checked by name in `EXPECTED_OUTPUT`. In-process (CliRunner): the 140 runs take about 7 s.
 """
 
 from __future__ import annotations
@@ -25,7 +27,19 @@ EXPECTED_OUTPUT = {
     # its key.pub is corrupted in its last base64 characters: no key at all, so nothing can verify
     "managed-key-wrong-key_fail": "managed-key-wrong-key_fail/key.pub is not a PEM public key",
 }
-CASES = sorted(p.name for p in CONFORMANCE.iterdir() if p.is_dir()) if CONFORMANCE.is_dir() else []
+UPSTREAM = Path(__file__).parent / "conformance_upstream"
+UPSTREAM_CASE_COUNT = 70  # test/assets/bundle-verify at the commit in conformance_upstream/MANIFEST
+
+
+def _case_dirs() -> dict[str, Path]:
+    found = {p.name: p for p in UPSTREAM.iterdir() if p.is_dir()}
+    if CONFORMANCE.is_dir():
+        found.update({p.name: p for p in CONFORMANCE.iterdir() if p.is_dir()})
+    return dict(sorted(found.items()))
+
+
+CASE_DIRS = _case_dirs()
+CASES = list(CASE_DIRS)
 
 
 def protocol_args(case: Path, digest_mode: bool) -> list[str]:
@@ -42,7 +56,7 @@ def protocol_args(case: Path, digest_mode: bool) -> list[str]:
         args += ["--certificate-identity", identity, "--certificate-oidc-issuer", issuer]
     if (case / "trusted_root.json").exists():
         args += ["--trusted-root", str(case / "trusted_root.json")]
-    artifact = case / "artifact" if (case / "artifact").exists() else CONFORMANCE / "a.txt"
+    artifact = case / "artifact" if (case / "artifact").exists() else case.parent / "a.txt"
     args.append(
         "sha256:" + hashlib.sha256(artifact.read_bytes()).hexdigest()
         if digest_mode
@@ -52,13 +66,17 @@ def protocol_args(case: Path, digest_mode: bool) -> list[str]:
 
 
 def test_every_case_is_collected():
-    assert len(CASES) == 47
+    vendored = {p.name for p in UPSTREAM.iterdir() if p.is_dir()}
+    listed = (UPSTREAM / "MANIFEST").read_text().split("cases:", 1)[1].split()
+    assert sorted(listed) == sorted(vendored)
+    assert not vendored & {p.name for p in CONFORMANCE.iterdir()}  # vendored only what is missing
+    assert len(CASES) == UPSTREAM_CASE_COUNT
 
 
 @pytest.mark.parametrize("mode", ["file", "digest"])
 @pytest.mark.parametrize("name", CASES)
 def test_conformance_case(name, mode):
-    case = CONFORMANCE / name
+    case = CASE_DIRS[name]
     result = CliRunner().invoke(app, protocol_args(case, mode == "digest"))
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert EXPECTED_OUTPUT.get(name, "") in result.output

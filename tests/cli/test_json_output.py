@@ -35,6 +35,7 @@ def test_every_schema_is_a_valid_json_schema() -> None:
         for n in (
             "check-pod",
             "compile",
+            "doctor-logs",
             "image-check",
             "profile-diff",
             "profile-validate",

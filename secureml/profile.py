@@ -196,6 +196,33 @@ class SignatureSettings(_Model):
     )
 
 
+class BuilderSettings(_Model):
+    id: str = Field(
+        min_length=1, description="The SLSA builder.id the provenance must name exactly."
+    )
+
+
+class AttestationRequirement(_Model):
+    type: str = Field(
+        pattern=r"^https?://[^\s]+$",
+        description="in-toto predicate type, e.g. https://cyclonedx.org/bom, "
+        "https://cosign.sigstore.dev/attestation/vuln/v1, https://slsa.dev/provenance/v1.",
+    )
+    max_severity: Literal["NONE", "LOW", "MEDIUM", "HIGH", "CRITICAL"] | None = Field(
+        None,
+        description="Vulnerability scans (cosign vuln type) only: the worst finding allowed; "
+        "UNKNOWN counts as CRITICAL.",
+    )
+    builder: BuilderSettings | None = Field(
+        None, description="SLSA provenance only: the builder that must have built the image."
+    )
+    identities: list[SignerIdentity] = Field(
+        default_factory=list,
+        description="Who may sign this attestation (e.g. the SLSA builder's workflow); "
+        "empty: images.signatures.identities.",
+    )
+
+
 class ImageSettings(_Model):
     allowed_registries: list[str] = Field(
         default_factory=list,
@@ -203,6 +230,10 @@ class ImageSettings(_Model):
     )
     require_digest: bool = Field(True, description="Images must be pinned by @sha256 digest.")
     signatures: SignatureSettings = Field(default_factory=SignatureSettings)
+    attestations: list[AttestationRequirement] = Field(
+        default_factory=list,
+        description="Signed in-toto attestations every image must carry (docs/supply-chain.md).",
+    )
 
 
 _TEMPLATE_FIELDS = {"trustDomain", "namespace", "tenant", "pipeline", "step"}
@@ -679,6 +710,10 @@ def _image_problems(profile: TenantProfile, ok: _Parsed, strict: bool) -> list[t
                 "subject or subjectRegExp",
             )
         )
+    if ok("spec.images.attestations", "spec.images.signatures.identities"):
+        from secureml.profile_attestations import attestation_problems
+
+        problems += attestation_problems(images.attestations, images.signatures.identities)
     from secureml.images import allowed_registry_problem
 
     registries_ok = ok("spec.images.allowedRegistries")

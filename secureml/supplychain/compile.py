@@ -138,3 +138,79 @@ def _failed(step: str, image: str, err: SignatureError, source: str | None) -> I
         message=message,
         fix=err.fix or None,
     )
+
+
+def verify_attestations_for_compile(
+    steps: Sequence[tuple[str, str]],
+    profile: TenantProfile,
+    bundles_dir: Path | None,
+    fetch: bool = False,
+    *,
+    profile_dir: Path | None = None,
+    verifier: SignatureVerifier | None = None,
+) -> list[ImageVerification]:
+    """One failed `ImageVerification` per step and unmet `spec.images.attestations` requirement
+    (rules in `supplychain.attestations.RULES`); none when every image meets every requirement.
+
+    Each distinct digest is checked once. The registry is read (with `fetch`) only for an image
+    the `--bundles` files leave a requirement unmet for; one that does not answer raises
+    `NetworkError`.
+    """
+    requirements = profile.spec.images.attestations
+    if not requirements:
+        return []
+    from secureml.supplychain.attestations import (
+        AttestationFailure,
+        attestation_files,
+        check_requirements,
+        registry_candidates,
+    )
+
+    signatures = profile.spec.images.signatures
+    verifier = verifier or SignatureVerifier(signatures.trusted_root, base_dir=profile_dir)
+    signers = identities_from_profile(profile)
+    decided: dict[str, list[AttestationFailure]] = {}
+    results: list[ImageVerification] = []
+    for step, image in steps:
+        try:
+            ref = ImageRef.parse(image)
+        except SecuremlError:
+            continue  # the signature and admission checks report a malformed reference
+        if ref.digest_hex is None:
+            results.append(
+                ImageVerification(
+                    step,
+                    image,
+                    False,
+                    rule="image.attestation-missing",
+                    message=f"image {ref} is not pinned by digest: attestations are about a digest",
+                    fix="reference the image as REPOSITORY@sha256:<digest>",
+                )
+            )
+            continue
+        key = ref.by_digest()
+        if key not in decided:
+            candidates = attestation_files(bundles_dir, ref.digest_hex) if bundles_dir else []
+            looked = f"in {bundles_dir}" if bundles_dir else "nowhere (no --bundles, no fetching)"
+            failures = check_requirements(ref, candidates, requirements, verifier, signers, looked)
+            if failures and fetch:
+                candidates += registry_candidates(ref)
+                looked += " and in the registry" if bundles_dir else ""
+                looked = "in the registry" if not bundles_dir else looked
+                failures = check_requirements(
+                    ref, candidates, requirements, verifier, signers, looked
+                )
+            decided[key] = failures
+        results += [
+            ImageVerification(
+                step,
+                image,
+                False,
+                bundle=failure.source,
+                rule=failure.rule,
+                message=failure.message,
+                fix=failure.fix,
+            )
+            for failure in decided[key]
+        ]
+    return results

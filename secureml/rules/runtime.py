@@ -6,7 +6,8 @@ every step pod the init container `contract.RUNTIME_INIT_CONTAINER` of exactly t
 volume read-only at `contract.RUNTIME_DIR` in `main`. `secureml.runtimeInjected` (step pods)
 requires the result, so that a pod which lost or replaced any part of it is refused:
 
-- exactly one init container of that name, in exactly that shape (`runtime_container`: image,
+- exactly one init container of that name, the first (it fills the folder the preload file of
+  every later container names), in exactly that shape (`runtime_container`: image,
   command, no args, env, working directory or restart policy, the one read-write mount and the
   service account token the API server adds, no device resource); `secureml.tenantContainers` admits no other init container with that image;
 - the volume of that name is an emptyDir (not a tenant's PVC, ConfigMap or image volume with its
@@ -90,9 +91,11 @@ def _checks(profile: TenantProfile) -> list[tuple[str, str]]:
     """(CEL that holds, message when it does not), in the order they are reported."""
     name = quote(contract.RUNTIME_INIT_CONTAINER)
     init = f"{SPEC}.initContainers"
+    # First, before KFP's and Argo's own init containers: on shim steps every container mounts
+    # the preload file naming the injected shim, which must exist before any of them starts.
     one_init = (
         f"has({init}) && size({init}.filter(c, c.name == {name})) == 1 && "
-        f"{init}.exists(c, {runtime_container(profile)})"
+        f"{runtime_container(profile, f'{init}[0]')}"
     )
     volumes = f"{SPEC}.volumes"
     empty_dir = (
@@ -112,8 +115,8 @@ def _checks(profile: TenantProfile) -> list[tuple[str, str]]:
         (_preload_empty_unless_shim(), _PRELOAD_MESSAGE),
         (
             one_init,
-            f"the pod must have one init container {contract.RUNTIME_INIT_CONTAINER}, exactly "
-            f"the platform's: image {profile.spec.runtime.image}, command {command}, no args or "
+            f"the pod's first init container must be its one {contract.RUNTIME_INIT_CONTAINER}, "
+            f"exactly the platform's: image {profile.spec.runtime.image}, command {command}, no args or "
             f"env, one read-write mount of {contract.RUNTIME_VOLUME} at {contract.RUNTIME_DIR}",
         ),
         (empty_dir, f"the volume {contract.RUNTIME_VOLUME} must be an emptyDir (and exist)"),

@@ -34,23 +34,38 @@ def test_runtime_init_container_volume_and_read_only_mounts() -> None:
     python, cel = _mutated("team-conf", "mig")
     assert python == cel
     init = python["spec"]["initContainers"]
-    assert [c["name"] for c in init] == ["kfp-launcher", contract.RUNTIME_INIT_CONTAINER]
-    assert init[-1] == runtime_init_container(profile)
-    assert init[-1]["image"] == profile.spec.runtime.image
-    assert init[-1]["command"] == list(contract.RUNTIME_INSTALL_COMMAND)
+    # first: KFP's launcher copy already starts with the preload file mounted on shim steps
+    assert [c["name"] for c in init] == [contract.RUNTIME_INIT_CONTAINER, "kfp-launcher"]
+    injected, *submitted = init
+    assert injected == runtime_init_container(profile)
+    assert injected["image"] == profile.spec.runtime.image
+    assert injected["command"] == list(contract.RUNTIME_INSTALL_COMMAND)
     volumes = {v["name"]: v for v in python["spec"]["volumes"]}
     assert volumes[contract.RUNTIME_VOLUME] == {"name": contract.RUNTIME_VOLUME, "emptyDir": {}}
     # every submitted container mounts it read-only; the injected one alone writes it
-    for container in [*python["spec"]["containers"], *init[:-1]]:
+    for container in [*python["spec"]["containers"], *submitted]:
         assert {
             "name": contract.RUNTIME_VOLUME,
             "mountPath": contract.RUNTIME_DIR,
             "readOnly": True,
         } in container["volumeMounts"]
-    assert init[-1]["volumeMounts"] == [
+    assert injected["volumeMounts"] == [
         {"name": contract.RUNTIME_VOLUME, "mountPath": contract.RUNTIME_DIR}
     ]
     kubernetes_validate.validate(python, "1.33", strict=True)
+
+
+def test_runtime_init_container_first_in_a_pod_without_init_containers() -> None:
+    """The policy creates the list, then adds at index 0: the same pod from CEL and Python."""
+    profile = load("team-conf")
+    pod = _step_pod("team-conf", "mig")
+    pod["metadata"]["namespace"] = profile.spec.namespace
+    del pod["spec"]["initContainers"]
+    python, cel = apply_mutations(pod, profile), cluster_admits(pod, profile)
+    assert python == cel
+    assert [c["name"] for c in python["spec"]["initContainers"]] == [
+        contract.RUNTIME_INIT_CONTAINER
+    ]
 
 
 def test_no_runtime_image_no_injection() -> None:

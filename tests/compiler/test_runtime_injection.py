@@ -43,7 +43,7 @@ def test_injected_launcher_in_front_and_previewed_pods_admitted() -> None:
         assert evaluate(pod, rules_for_level("restricted")) == [], task
     for task, pod in pods.items():
         init = [c["name"] for c in pod["spec"]["initContainers"]]
-        assert init[-1] == contract.RUNTIME_INIT_CONTAINER, (task, init)
+        assert init[0] == contract.RUNTIME_INIT_CONTAINER, (task, init)
         (main,) = [c for c in pod["spec"]["containers"] if c["name"] == "main"]
         argv = [*main.get("command", []), *main.get("args", [])]
         assert contract.RUNTIME_LAUNCHER in argv and contract.LAUNCHER_MODULE not in argv

@@ -55,6 +55,8 @@ def _write(node: dict[str, Any], path: tuple[str, ...], kind: str, value: Any) -
         node = node.setdefault(name, {})
     if kind == "set":
         node[leaf] = copy.deepcopy(value)
+    elif kind == "prepend":
+        node[leaf] = copy.deepcopy(value) + list(node.get(leaf) or [])
     else:
         node[leaf] = list(node.get(leaf) or []) + copy.deepcopy(value)
 

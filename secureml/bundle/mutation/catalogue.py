@@ -228,7 +228,7 @@ def _runtime(profile: TenantProfile) -> PodMutation:
                 [{"name": contract.RUNTIME_VOLUME, "emptyDir": {}}],
             ),
             Operation(
-                "pod", ("spec", "initContainers"), "append", [runtime_init_container(profile)]
+                "pod", ("spec", "initContainers"), "prepend", [runtime_init_container(profile)]
             ),
             Operation(
                 "containers",

@@ -16,7 +16,7 @@ from secureml.bundle.mutation.model import LabelIs, Operation, PodMutation, Targ
 class Group:
     target: Target
     path: tuple[str, ...]
-    kind: Literal["set", "append"]
+    kind: Literal["set", "append", "prepend"]
     parts: tuple[tuple[LabelIs | None, Any], ...]  # (condition, value or items) in order
 
 

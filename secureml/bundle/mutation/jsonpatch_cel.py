@@ -127,10 +127,11 @@ def _ensure(
 def _appends(
     var: str, at: SchemaPath, pointer: tuple[str, ...], group: Group
 ) -> list[tuple[str | None, str]]:
-    """(condition or None, JSONPatch) pairs that append `group`'s items at its path under `var`.
+    """(condition or None, JSONPatch) pairs that add `group`'s items at its path under `var`.
 
-    Every item is its own `add .../-`, after patches that create the missing parents (typed empty
-    objects) and the missing list (`[]`). A list literal of typed objects as a patch value
+    Every item is its own `add .../-` (append) or `add .../N` (prepend: the first item at index 0,
+    the next at 1, ..., so they keep their order before the list's own), after patches that create
+    the missing parents (typed empty objects) and the missing list (`[]`). A list literal of typed objects as a patch value
     (`value: [Object.spec.resourceClaims{...}]`, also `[] + [...]`) panics kube-apiserver 1.36.3
     (cel-go's list ConvertToNative: "*structpb.Struct is not assignable to *structpb.Value"), and
     the request gets no answer; single typed objects and `[]` are converted fine.
@@ -149,11 +150,17 @@ def _appends(
         empty = "[]" if last else _cel_object((*at, *group.path[: depth + 1]), [])
         steps.append((f"!({' && '.join(present)})", _patch(here, empty)))
     single = len(group.parts) == 1  # its condition already guards the whole group
+    if group.kind == "prepend" and not single:
+        # Indexes would depend on which conditional parts apply; one part needs none.
+        raise ValueError(f"a conditional prepend at {group.path} is not supported")
+    index = 0
     for when, items in group.parts:
         condition = None if when is None or single else label_test(when)
         for item in items:
             value = _cel_value(item, (*at, *group.path))
-            steps.append((condition, _patch((*here, "/-"), value)))
+            position = f"/{index}" if group.kind == "prepend" else "/-"
+            steps.append((condition, _patch((*here, position), value)))
+            index += 1
     return steps
 
 

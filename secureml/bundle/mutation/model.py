@@ -30,7 +30,8 @@ class LabelIs:
 
 @dataclass(frozen=True)
 class Operation:
-    """One change: `set` a value or `append` items at `path` under `target`.
+    """One change: `set` a value, `append` items or `prepend` them (before the list's own items,
+    e.g. an init container that must run first) at `path` under `target`.
 
     `target`: `pod` (the path starts at the pod's root), `containers` (every container and init
     container), `main` (the KFP executor container, contract.KFP_MAIN_CONTAINER). The last path
@@ -39,7 +40,7 @@ class Operation:
 
     target: Target
     path: tuple[str, ...]
-    kind: Literal["set", "append"]
+    kind: Literal["set", "append", "prepend"]
     value: Any
     when: LabelIs | None = None
 

@@ -26,8 +26,11 @@ from secureml.gpu_request import (
     TimeSlice,
     decode_gpu_request,
 )
+from secureml.verify_inputs import VerifiedInput
+from secureml.verify_inputs import from_json as verify_inputs_from_json
 
 from .podinfo import PodInfo, PodInfoError, read_podinfo
+from .trainer_node import node_spiffe_id
 
 ScrubVerify = Literal["off", "sample", "full"]
 ShimMode = Literal["off", "enforce"]
@@ -67,9 +70,12 @@ class LauncherConfig:
     scrub_verify: ScrubVerify
     shim_mode: ShimMode
     shim_limits_file: Path
+    confidential_computing: bool
     watchdog_interval_s: float
     watchdog_grace_s: float
     audit_dir: Path | None
+    verify_inputs: tuple[VerifiedInput, ...] = ()  # inputs whose model signature must verify
+    model_trust: str = ""  # the profile's model trust (secureml.supplychain.model_trust JSON)
 
     @property
     def uses_gpu(self) -> bool:
@@ -129,6 +135,12 @@ PODINFO_SETTINGS = (
     (contract.ENV_STEP, "labels", contract.LABEL_STEP),
     (contract.ENV_GPU_REQUEST, "annotations", contract.ANNOTATION_GPU_REQUEST),
     (contract.ENV_EXPECTED_SPIFFE_ID, "annotations", contract.ANNOTATION_SPIFFE_ID),
+    (contract.ENV_VERIFY_INPUTS, "annotations", contract.ANNOTATION_VERIFY_INPUTS),
+    (
+        contract.ENV_CONFIDENTIAL_COMPUTING,
+        "annotations",
+        contract.ANNOTATION_CONFIDENTIAL_COMPUTING,
+    ),
 )
 
 
@@ -165,6 +177,32 @@ def settle_with_podinfo(env: Mapping[str, str], podinfo: PodInfo) -> dict[str, s
             )
         settled[name] = from_pod
     return settled
+
+
+def _confidential(env: Mapping[str, str]) -> bool:
+    """`required` (the profile's gpu.confidentialComputing) or unset/`off`; anything else stops."""
+    value = env.get(contract.ENV_CONFIDENTIAL_COMPUTING) or "off"
+    if value not in (contract.CONFIDENTIAL_COMPUTING_REQUIRED, "off"):
+        raise ConfigError(
+            f"{contract.ENV_CONFIDENTIAL_COMPUTING} must be required or off, got {value!r}",
+            where=contract.ENV_CONFIDENTIAL_COMPUTING,
+        )
+    return value == contract.CONFIDENTIAL_COMPUTING_REQUIRED
+
+
+def _verify_inputs(env: Mapping[str, str]) -> tuple[VerifiedInput, ...]:
+    """The inputs to verify (`secureml.verify_inputs` JSON), or `ConfigError`."""
+    raw = env.get(contract.ENV_VERIFY_INPUTS) or ""
+    if not raw:
+        return ()
+    try:
+        return verify_inputs_from_json(raw)
+    except ValueError as err:
+        raise ConfigError(
+            f"{contract.ENV_VERIFY_INPUTS} is malformed: {err}",
+            fix="recompile the pipeline with `secureml compile`",
+            where=contract.ENV_VERIFY_INPUTS,
+        ) from None
 
 
 def _gpu_request(text: str) -> GPURequest:
@@ -215,7 +253,12 @@ def load_config(
             where=contract.ENV_GPU_REQUEST,
         )
     identity_required = _flag(env, contract.ENV_IDENTITY_REQUIRED, False)
-    expected_spiffe_id = env.get(contract.ENV_EXPECTED_SPIFFE_ID) or ""
+    try:
+        expected_spiffe_id = node_spiffe_id(
+            env.get(contract.ENV_EXPECTED_SPIFFE_ID) or "", env, podinfo
+        )
+    except SecuremlError as err:
+        raise ConfigError(err.what, why=err.why, fix=err.fix, where=err.where) from None
     if identity_required and not expected_spiffe_id:
         raise ConfigError(
             f"{contract.ENV_IDENTITY_REQUIRED}=true but {contract.ENV_EXPECTED_SPIFFE_ID} is empty",
@@ -244,11 +287,14 @@ def load_config(
         scrub_verify=_choice(env, contract.ENV_SCRUB_VERIFY, SCRUB_VERIFY_MODES, "off"),  # type: ignore[arg-type]
         shim_mode=shim_mode,  # type: ignore[arg-type]
         shim_limits_file=Path(env.get(contract.ENV_SHIM_LIMITS_FILE) or contract.SHIM_LIMITS_PATH),
+        confidential_computing=_confidential(env),
         watchdog_interval_s=_seconds(
             env, contract.ENV_WATCHDOG_INTERVAL, DEFAULT_WATCHDOG_INTERVAL_S
         ),
         watchdog_grace_s=_seconds(env, contract.ENV_WATCHDOG_GRACE, DEFAULT_WATCHDOG_GRACE_S),
         audit_dir=Path(audit_dir) if audit_dir else None,
+        verify_inputs=_verify_inputs(env),
+        model_trust=env.get(contract.ENV_MODEL_TRUST) or "",
     )
 
 

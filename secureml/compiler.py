@@ -86,6 +86,7 @@ class StepReport:
     spiffe_id: str | None = None
     controls: list[str] = field(default_factory=list)
     signature: dict[str, Any] | None = None
+    trainjob: dict[str, Any] | None = None  # a trainer step's TrainJob (docs/trainer.md)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -129,6 +130,7 @@ class _Context:
     )  # nested pipelines with violations reported
     entrypoints: EntrypointResolver | None = None
     resolved: dict[str, Any] = field(default_factory=dict)  # image -> ImageProcess or error
+    trainer_argv: dict[str, list[str]] = field(default_factory=dict)  # step -> command, preview
 
 
 class _AbortBuildError(Exception):
@@ -334,6 +336,17 @@ def _secure_task(name: str, task: PipelineTask, ctx: _Context, step_prefix: str)
             return
     view = _view(name, task)
     found = check_task(view, ctx.profile)
+    if view.settings is not None and view.settings.trains:
+        from secureml.trainer.checks import check_trainer_step
+
+        check_trainer_step(
+            view.settings,
+            task_gpu_request(view, ctx.profile),
+            view.command + view.args,
+            len(task.component_spec.outputs or {}),
+            ctx.profile,
+            lambda rule, what, fix: found.append(Violation(rule, what, fix, task=name)),
+        )
     if found:
         ctx.violations.extend(_explain_default_image(view, found))
         return
@@ -488,7 +501,10 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
     spec = profile.spec
     settings = view.settings
     request = task_gpu_request(view, profile)  # gpu=, or kfp's own set_accelerator_type/limit
-    placed = gpu.placement(request, profile)
+    trains = settings is not None and settings.trains
+    # A trainer step's pod only submits the TrainJob: the GPUs go to the job's nodes.
+    step_request = None if trains else request
+    placed = gpu.placement(step_request, profile)
     # The fully qualified reference (docker.io/library/python:3.11 for python:3.11): what the
     # compile rules judged is then literally what the admission policy and the runtime see.
     ref = ImageRef.parse(view.image)
@@ -507,20 +523,73 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
     _write_labels(task, ctx, step, placed, report)
     spiffe_id = profile.spiffe_id(ctx.pipeline, step)
     shim_on = placed.isolation == ISOLATION_TIMESLICE_SHIM
-    _write_annotations(task, ctx, spiffe_id, ref.digest, request, shim_on, report)
+    _write_annotations(task, ctx, spiffe_id, ref.digest, step_request, shim_on, report)
     scratch = _write_pod_security(task, ctx, settings)
-    has_gpu = request is not None
+    has_gpu = step_request is not None
     identity = spec.identity
-    env = _launcher_env(ctx, step, placed.isolation, image, spiffe_id, request, shim_on)
+    env = _launcher_env(ctx, step, placed.isolation, image, spiffe_id, step_request, shim_on)
+    env.update(_verify_inputs_settings(task, ctx, settings, report))
     # What task.set_env_variable does, in one step: kfp's setters call inspect.stack() each time,
     # which made this loop the largest cost of compiling a long pipeline.
     task.container_spec.env = {**(task.container_spec.env or {}), **env}
 
-    task.container_spec.command = [*runtime_image.launcher_prefix(profile), *view.command]
+    command = list(view.command)
+    if trains:
+        assert settings is not None
+        command = _trainer_submit(ctx, view, settings, step, image, ref.digest, request, report)
+    task.container_spec.command = [*runtime_image.launcher_prefix(profile), *command]
 
     report.spiffe_id = spiffe_id if identity.required else None
     report.controls = _controls(profile, has_gpu, shim_on, scratch)
+    if contract.ENV_VERIFY_INPUTS in env:  # e.g. "verify model"
+        names = [i["name"] for i in json.loads(env[contract.ENV_VERIFY_INPUTS])]
+        report.controls.append("verify " + ",".join(names))
+    if trains:
+        report.controls.append(f"trainjob {settings.nodes if settings else 1} node(s)")
     return report
+
+
+def _trainer_submit(
+    ctx: _Context,
+    view: TaskView,
+    settings: SecureSettings,
+    step: str,
+    image: str,
+    digest: str | None,
+    request: GPURequest | None,
+    report: StepReport,
+) -> list[str]:
+    """A trainer step: the TrainJob its nodes run (in the report), and the submitter's command
+    that creates it with the step's command behind the launcher on every node."""
+    from secureml.trainer import manifest, submit
+
+    profile = ctx.profile
+    placed = gpu.placement(request, profile)
+    spiffe_id = profile.spiffe_id(ctx.pipeline, step)
+    scratch = tuple(
+        dict.fromkeys([*profile.spec.hardening.scratch_mounts, *settings.scratch_mounts])
+    )
+    node = manifest.NodeSpec(
+        pipeline=ctx.pipeline,
+        step=step,
+        image=image,
+        digest=digest,
+        nodes=settings.nodes,
+        runtime=settings.trainer_runtime or "",
+        request=request,
+        placement=placed,
+        env=_launcher_env(ctx, step, placed.isolation, image, spiffe_id, request, False),
+        scratch=scratch,
+        launcher=runtime_image.launcher_prefix(profile),
+        timeout_seconds=settings.timeout_seconds,
+    )
+    trainjob = manifest.trainjob_manifest(profile, node)
+    report.trainjob = trainjob
+    report.isolation = placed.isolation
+    per_node = f"{placed.accelerator_type} x{placed.accelerator_count}" if request else "no GPU"
+    report.resources = f"{settings.nodes} node(s), each {per_node}"
+    ctx.trainer_argv[step] = list(view.command)
+    return submit.submit_command(trainjob, list(view.command))
 
 
 def _write_resources(task: PipelineTask, placed: gpu.Placement, report: StepReport) -> None:
@@ -597,6 +666,10 @@ def _write_annotations(
     if request is not None:
         annotations[contract.ANNOTATION_GPU_REQUEST] = request.to_json()
         report.gpu_request = json.loads(request.to_json())
+        if gpu.confidential_selector(ctx.profile):
+            annotations[contract.ANNOTATION_CONFIDENTIAL_COMPUTING] = (
+                contract.CONFIDENTIAL_COMPUTING_REQUIRED
+            )
     if time_slice is not None and shim_on:
         annotations[contract.ANNOTATION_LIMITS] = contract.render_shim_limits(
             memory_bytes=time_slice.memory_bytes,
@@ -661,11 +734,43 @@ def _launcher_env(
     }
     if request is not None:
         env[contract.ENV_GPU_REQUEST] = request.to_json()
+        if gpu.confidential_selector(profile):
+            env[contract.ENV_CONFIDENTIAL_COMPUTING] = contract.CONFIDENTIAL_COMPUTING_REQUIRED
     if shim_on:
         env[contract.ENV_SHIM_LIMITS_FILE] = contract.SHIM_LIMITS_PATH
     if identity.required:
         env[contract.SPIFFE_SOCKET_ENV] = f"unix://{identity.socket_path}"
     return env
+
+
+def _verify_inputs_settings(
+    task: PipelineTask, ctx: _Context, settings: SecureSettings | None, report: StepReport
+) -> dict[str, str]:
+    """`verify_inputs=`: the annotation and the launcher's variables that make it verify those
+    inputs' model signatures against the profile's `spec.models` (docs/supply-chain.md)."""
+    from kfp import kubernetes
+
+    from secureml import verify_inputs
+    from secureml.supplychain.model_trust import profile_trust_json
+
+    if settings is None or not settings.verify_inputs:
+        return {}
+    trust = profile_trust_json(ctx.profile)
+    if not trust:
+        ctx.violations.append(
+            Violation(
+                "model.no-trusted-signers",
+                "the step verifies its inputs' model signatures, but the profile trusts no model "
+                "signer",
+                "list the signers under spec.models.signers (issuer and subject or "
+                "subjectRegExp) or their public keys under spec.models.keys",
+                task=report.task,
+            )
+        )
+        return {}
+    wire = verify_inputs.to_json(settings.verify_inputs)
+    kubernetes.add_pod_annotation(task, contract.ANNOTATION_VERIFY_INPUTS, wire)
+    return {contract.ENV_VERIFY_INPUTS: wire, contract.ENV_MODEL_TRUST: trust}
 
 
 def _flag(value: bool) -> str:
@@ -689,6 +794,8 @@ def _controls(
         controls.append("scrub after")
     if shim_on:
         controls.append("shim")
+    if has_gpu and gpu.confidential_selector(profile):
+        controls.append("confidential computing")
     return controls
 
 
@@ -755,3 +862,31 @@ def _check_admission(
                     violation, task=task, fix="see docs/admission-rules.md for this rule"
                 )
             )
+    _check_trainer_nodes(profile, ctx, rules)
+
+
+def _check_trainer_nodes(profile: TenantProfile, ctx: _Context, rules: Sequence[Any]) -> None:
+    """The tenant's rules on the node pods of every trainer step's TrainJob (as Trainer and
+    JobSet would create them, mutated as the bundle's MAP would)."""
+    from secureml.bundle.mutation.apply import apply_mutations
+    from secureml.rules import evaluate
+    from secureml.trainer.manifest import NAME_PLACEHOLDER, with_run
+    from secureml.trainer.pods import node_pods
+
+    for report in ctx.steps:
+        if report.trainjob is None:
+            continue
+        job = with_run(report.trainjob, NAME_PLACEHOLDER, ctx.trainer_argv.get(report.step, []))
+        seen: set[tuple[str, str]] = set()
+        for pod in node_pods(job):
+            for violation in evaluate(apply_mutations(pod, profile), rules):
+                if (violation.rule, violation.what) in seen:
+                    continue
+                seen.add((violation.rule, violation.what))
+                ctx.violations.append(
+                    dataclasses.replace(
+                        violation,
+                        task=f"{report.task} (trainer node)",
+                        fix="see docs/trainer.md and docs/admission-rules.md for this rule",
+                    )
+                )

@@ -27,6 +27,11 @@ ANNOTATION_SPIFFE_ID = "secureml.dev/spiffe-id"
 ANNOTATION_IMAGE_DIGEST = "secureml.dev/image-digest"  # "sha256:<hex>"
 ANNOTATION_GPU_REQUEST = "secureml.dev/gpu-request"  # compact JSON of the GPU request
 ANNOTATION_LIMITS = "secureml.dev/limits"  # the shim limits file, verbatim (format below)
+# "required" on a GPU step of a profile with gpu.confidentialComputing: required (admission pins
+# it); the launcher's preflight then verifies the GPUs' CC mode through NVML (docs/confidential-computing.md).
+ANNOTATION_CONFIDENTIAL_COMPUTING = "secureml.dev/confidential-computing"
+CONFIDENTIAL_COMPUTING_REQUIRED = "required"
+ANNOTATION_VERIFY_INPUTS = "secureml.dev/verify-inputs"  # JSON: the inputs the launcher verifies
 
 # --- the shim limits file ------------------------------------------------------------------------
 # In a cluster the MutatingAdmissionPolicy mounts the pod's own ANNOTATION_LIMITS through a
@@ -143,10 +148,20 @@ ENV_SCRUB_AFTER = "SECUREML_SCRUB_AFTER"
 ENV_SCRUB_VERIFY = "SECUREML_SCRUB_VERIFY"  # off | sample | full
 ENV_SHIM_MODE = "SECUREML_SHIM"  # off | enforce
 ENV_SHIM_LIMITS_FILE = "SECUREML_SHIM_LIMITS_FILE"  # default SHIM_LIMITS_PATH
+ENV_CONFIDENTIAL_COMPUTING = (
+    "SECUREML_CONFIDENTIAL_COMPUTING"  # same as ANNOTATION_CONFIDENTIAL_COMPUTING
+)
 ENV_SHIM_COUNTERS_FILE = "SECUREML_SHIM_COUNTERS_FILE"  # where the shim writes its counters
 ENV_SHIM_LOG_LEVEL = "SECUREML_SHIM_LOG_LEVEL"  # off (default) | error | warn | info | debug
 ENV_SHIM_LIBRARY = "SECUREML_SHIM_LIBRARY"  # launcher side only: another build of the shim
 ENV_AUDIT_DIR = "SECUREML_AUDIT_DIR"
+# Signed inputs (docs/supply-chain.md "Signed models"): which of the step's input artifacts the
+# launcher verifies (same JSON as ANNOTATION_VERIFY_INPUTS), and the profile's model trust (JSON:
+# signers, keys, trusted root), which admission pins to the profile's own rendering.
+ENV_VERIFY_INPUTS = "SECUREML_VERIFY_INPUTS"
+ENV_MODEL_TRUST = "SECUREML_MODEL_TRUST"
+# Exported by the launcher's verify-inputs stage to the step: the JSON file of what it verified.
+ENV_VERIFIED_INPUTS = "SECUREML_VERIFIED_INPUTS"
 # Launcher tuning (defaults in docs/launcher.md); the compiler need not set them.
 ENV_IDENTITY_TIMEOUT = "SECUREML_IDENTITY_TIMEOUT"  # seconds for the Workload API, default 10
 ENV_IDENTITY_DIR = "SECUREML_IDENTITY_DIR"  # parent of the step's private SVID folder
@@ -175,6 +190,23 @@ FORBIDDEN_ENV = (
     "NVIDIA_MIG_CONFIG_DEVICES",
     "NVIDIA_MIG_MONITOR_DEVICES",
 )
+
+# --- multi-node training through Kubeflow Trainer (docs/trainer.md) ------------------------------
+# Every node pod of a step's TrainJob carries LABEL_TRAINER_NODE ("true") beside the step labels;
+# admission holds such a pod to the node shape (one container TRAINER_NODE_CONTAINER running the
+# launcher, no KFP launcher) and SPIRE issues it `<step's ID>/node/<index>`, the index being the
+# Job controller's LABEL_JOB_COMPLETION_INDEX, which the launcher reads from its podinfo labels.
+LABEL_TRAINER_NODE = "secureml.dev/trainer-node"
+LABEL_JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+LABEL_JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"  # the TrainJob's name, set by JobSet
+TRAINER_GROUP = "trainer.kubeflow.org"
+TRAINER_API_VERSION = f"{TRAINER_GROUP}/v1alpha1"
+TRAINER_NODE_CONTAINER = "node"  # the trainer container of Trainer's runtimes
+TRAINER_REPLICATED_JOB = "node"  # the replicated job of the trainer ancestor
+TRAINER_PATCH_MANAGER = "secureml.dev/compiler"
+SPIFFE_NODE_SEGMENT = "/node/"
+ENV_TRAINER_NODE = "SECUREML_TRAINER_NODE"  # local runs only: the node index (no podinfo there)
+ENV_TRAINER_LOCAL = "SECUREML_TRAINER_LOCAL"  # local runs only: nodes as local processes
 
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 

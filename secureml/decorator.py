@@ -10,14 +10,16 @@ cluster (GPU placement, launcher prefix, labels, environment).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from secureml.decorator_errors import did_you_mean, recorded_or_raised
 from secureml.errors import SecuremlError
 from secureml.gpu_request import MIG, GPURequest, TimeSlice, WholeGPU
+from secureml.verify_inputs import ModelSignature, VerifiedInput, check_verify_inputs
 
 _SETTINGS_ATTR = "_secureml_settings"
 
@@ -29,6 +31,14 @@ class SecureSettings:
     gpu: GPURequest | None = None
     timeout_seconds: int | None = None  # the pod's activeDeadlineSeconds
     scratch_mounts: tuple[str, ...] = ()  # writable emptyDir paths beyond the profile's
+    verify_inputs: tuple[VerifiedInput, ...] = ()  # signed inputs the launcher verifies first
+    nodes: int = 1  # training nodes of a TrainJob (docs/trainer.md); 1 without trainer_runtime
+    trainer_runtime: str | None = None  # the ClusterTrainingRuntime: the step becomes a TrainJob
+
+    @property
+    def trains(self) -> bool:
+        """The step runs as a Kubeflow Trainer TrainJob, not as one pod."""
+        return self.trainer_runtime is not None
 
 
 def settings_of(component_spec: object) -> SecureSettings | None:
@@ -36,7 +46,14 @@ def settings_of(component_spec: object) -> SecureSettings | None:
     return getattr(component_spec, _SETTINGS_ATTR, None)
 
 
-def _check_settings(gpu: object, timeout: object, scratch: object, where: str) -> SecureSettings:
+def _check_settings(
+    gpu: object,
+    timeout: object,
+    scratch: object,
+    where: str,
+    nodes: object = 1,
+    trainer_runtime: object = None,
+) -> SecureSettings:
     if gpu is not None and not isinstance(gpu, (MIG, TimeSlice, WholeGPU)):
         raise SecuremlError(
             f"gpu={gpu!r} is not a GPU request",
@@ -57,7 +74,35 @@ def _check_settings(gpu: object, timeout: object, scratch: object, where: str) -
             fix="write e.g. scratch=['/workspace']",
             where=where,
         )
-    return SecureSettings(gpu=gpu, timeout_seconds=timeout, scratch_mounts=tuple(scratch))
+    _check_trainer(nodes, trainer_runtime, where)
+    assert isinstance(nodes, int) and (trainer_runtime is None or isinstance(trainer_runtime, str))
+    return SecureSettings(
+        gpu=gpu,
+        timeout_seconds=timeout,
+        scratch_mounts=tuple(scratch),
+        nodes=nodes,
+        trainer_runtime=trainer_runtime,
+    )
+
+
+def _check_trainer(nodes: object, runtime: object, where: str) -> None:
+    """`nodes=` is a whole number >= 1 and needs `trainer_runtime=` above 1 (docs/trainer.md)."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise SecuremlError(f"nodes={nodes!r} must be a whole number >= 1", where=where)
+    if runtime is not None and (not isinstance(runtime, str) or not runtime):
+        raise SecuremlError(
+            f"trainer_runtime={runtime!r} must name a ClusterTrainingRuntime",
+            fix="write e.g. trainer_runtime='torch-distributed'",
+            where=where,
+        )
+    if nodes > 1 and runtime is None:
+        raise SecuremlError(
+            f"nodes={nodes} needs trainer_runtime=",
+            why="a step on more than one node runs as a Kubeflow Trainer TrainJob, which names "
+            "its runtime",
+            fix="add trainer_runtime='torch-distributed' (a runtime the profile allows)",
+            where=where,
+        )
 
 
 def _absolute_paths(value: object) -> TypeGuard[Iterable[str]]:
@@ -90,14 +135,21 @@ def secure_component(
     gpu: GPURequest | None = None,
     timeout: int | None = None,
     scratch: list[str] | tuple[str, ...] = (),
+    nodes: int = 1,
+    trainer_runtime: str | None = None,
+    verify_inputs: Sequence[str] | Mapping[str, ModelSignature] | None = None,
     **component_kwargs: Any,
 ) -> Any:
     """Make a KFP component that `secureml compile` turns into a secure step.
 
     `image` is the digest-pinned image the step runs in (`base_image` of `@dsl.component`); `gpu`
     one of `MIG`, `TimeSlice`, `WholeGPU`; `timeout` seconds before the pod is stopped; `scratch`
-    extra writable paths. Every other keyword goes to `kfp.dsl.component` unchanged, except that
+    extra writable paths; `nodes` and `trainer_runtime` run the step as a Kubeflow Trainer TrainJob
+    on that many nodes, `gpu` being each node's (docs/trainer.md). Every other keyword goes to `kfp.dsl.component` unchanged, except that
     `install_kfp_package` defaults to False: secure images are prebuilt and install nothing.
+    `verify_inputs` names input artifacts (`["model"]`, or `{"model": ModelSignature("model.sig")}`)
+    whose OpenSSF model-signing signature the launcher verifies, against the profile's
+    `spec.models` signers, before the step's code runs (docs/supply-chain.md "Signed models").
 
     Works on a Python function (lightweight or `target_image` component), on a function returning
     `dsl.ContainerSpec` (container component; its image comes from the ContainerSpec), and on an
@@ -116,18 +168,26 @@ def secure_component(
         from kfp.dsl import base_component
 
         where = f"@secure_component on {getattr(target, '__name__', None) or getattr(target, 'name', target)!r}"
-        known = ["image", "gpu", "timeout", "scratch", *_component_keywords()]
+        known = [
+            "image",
+            "gpu",
+            "timeout",
+            "scratch",
+            "nodes",
+            "trainer_runtime",
+            *_component_keywords(),
+        ]
         unknown = sorted(set(component_kwargs) - set(known))
         if unknown:
             raise SecuremlError(
                 "unknown keyword(s) "
                 + ", ".join(f"{name}={did_you_mean(name, known)}" for name in unknown),
-                why="@secure_component takes image=, gpu=, timeout=, scratch= and the keywords of "
+                why="@secure_component takes image=, gpu=, timeout=, scratch=, nodes=, trainer_runtime= and the keywords of "
                 "kfp.dsl.component",
-                fix="use image=, gpu=, timeout=, scratch= or a keyword of kfp.dsl.component",
+                fix="use image=, gpu=, timeout=, scratch=, nodes=, trainer_runtime= or a keyword of kfp.dsl.component",
                 where=where,
             )
-        settings = _check_settings(gpu, timeout, scratch, where)
+        settings = _check_settings(gpu, timeout, scratch, where, nodes, trainer_runtime)
         if isinstance(target, base_component.BaseComponent):
             if image is not None or component_kwargs:
                 raise SecuremlError(
@@ -174,6 +234,8 @@ def secure_component(
                 fix="decorate a function or pass a KFP component",
                 where=where,
             )
+        checked = check_verify_inputs(verify_inputs, component.component_spec, where)
+        settings = dataclasses.replace(settings, verify_inputs=checked)
         setattr(component.component_spec, _SETTINGS_ATTR, settings)
         return component
 

@@ -26,6 +26,7 @@ from pydantic import (
     PlainSerializer,
     ValidationError,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -163,6 +164,13 @@ class GpuSettings(_Model):
         default_factory=dict,
         description="Namespace quota per extended resource, e.g. nvidia.com/mig-1g.10gb: 8.",
     )
+    confidential_computing: Literal["off", "required"] = Field(
+        "off",
+        description="required: GPU steps run only on nodes whose GPUs are in confidential-computing "
+        "mode (the GPU operator's CC manager labels them), and the launcher verifies the mode "
+        "through NVML. Tiers confidential and restricted only, with CC-capable models only "
+        "(H100, H200, B200).",
+    )
 
 
 class SignerIdentity(_Model):
@@ -234,6 +242,41 @@ class ImageSettings(_Model):
         default_factory=list,
         description="Signed in-toto attestations every image must carry (docs/supply-chain.md).",
     )
+
+
+class ModelSettings(_Model):
+    """Who may sign the models and datasets a step verifies (`verify_inputs=`, docs/supply-chain.md)."""
+
+    signers: list[SignerIdentity] = Field(
+        default_factory=list,
+        description="Sigstore identities trusted to sign models (OpenSSF model-signing).",
+    )
+    keys: list[str] = Field(
+        default_factory=list,
+        description="PEM public keys (ECDSA P-256/P-384/P-521) trusted to sign models, inline.",
+    )
+    trusted_root: str | None = Field(
+        None,
+        description="production | staging | path to a trusted_root.json for the signers; "
+        "absent: images.signatures.trustedRoot.",
+    )
+
+    @field_validator("keys")
+    @classmethod
+    def _public_keys(cls, keys: list[str]) -> list[str]:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        for index, pem in enumerate(keys):
+            try:
+                key = serialization.load_pem_public_key(pem.encode("ascii"))
+            except (ValueError, TypeError, UnicodeEncodeError):
+                raise ValueError(f"keys[{index}] is not a PEM public key") from None
+            if not isinstance(key, ec.EllipticCurvePublicKey):
+                raise ValueError(
+                    f"keys[{index}] is not an ECDSA key (model-signing signs with P-256/384/521)"
+                )
+        return keys
 
 
 _TEMPLATE_FIELDS = {"trustDomain", "namespace", "tenant", "pipeline", "step"}
@@ -409,6 +452,20 @@ class SchedulingSettings(_Model):
     )
 
 
+class TrainerSettings(_Model):
+    """Multi-node training through Kubeflow Trainer (docs/trainer.md); absent: forbidden."""
+
+    max_nodes: int = Field(ge=1, le=1024, description="Most nodes (pods) one TrainJob may use.")
+    max_gpus_per_node: int = Field(
+        ge=0, le=64, description="Most whole GPUs each node may request (0: CPU-only training)."
+    )
+    allowed_runtimes: list[Annotated[str, Field(pattern=_DNS_SUBDOMAIN)]] = Field(
+        min_length=1,
+        description="ClusterTrainingRuntimes a step may name, e.g. torch-distributed; namespaced "
+        "TrainingRuntimes are never allowed (the tenant could write their pod template).",
+    )
+
+
 class MonitoringSettings(_Model):
     alerts: bool = Field(True, description="Render DCGM PrometheusRule alerts for the tenant.")
 
@@ -426,6 +483,10 @@ class Spec(_Model):
     network: NetworkSettings = Field(default_factory=NetworkSettings)
     scheduling: SchedulingSettings = Field(default_factory=SchedulingSettings)
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
+    models: ModelSettings = Field(default_factory=ModelSettings)
+    trainer: TrainerSettings | None = Field(
+        None, description="Multi-node TrainJobs (Kubeflow Trainer); absent: forbidden."
+    )
 
 
 class TenantProfile(_Model):
@@ -569,6 +630,10 @@ def _contradictions(
         problems += _mig_profiles_on_models(profile.spec.gpu)
     problems += _quota_problems(profile, ok)
     problems += _mig_strategy_problems(profile, ok)
+    if ok(_TIER, "spec.gpu.confidentialComputing", "spec.gpu.models"):
+        from secureml.profile_confidential import confidential_problems
+
+        problems += confidential_problems(profile)
     strict = ok(_TIER) and profile.spec.tier in ("confidential", "restricted")
     problems += _image_problems(profile, ok, strict)
     if strict:

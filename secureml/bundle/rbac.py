@@ -5,6 +5,10 @@ tenant namespace: Argo's executor reports step results (`workflowtaskresults`), 
 and driver read pods, their logs and the `kfp-launcher` ConfigMap, and read the object-store
 credentials Secret. Nothing else: no pods/exec, attach or port-forward, no changing pods, no
 ephemeral containers, no writing ConfigMaps or Secrets, no creating workloads.
+
+Where the profile allows multi-node training (`spec.trainer`, docs/trainer.md), a trainer step's
+pod creates its TrainJob, watches and deletes it, and creates the job's own NetworkPolicy: the
+Role grants exactly that (`TRAINER_RULES`); the bundle's admission policies judge what it creates.
 """
 
 from __future__ import annotations
@@ -38,6 +42,22 @@ RUNNER_RULES: tuple[Manifest, ...] = (
 )
 
 
+TRAINER_RULES: tuple[Manifest, ...] = (
+    {
+        "apiGroups": ["trainer.kubeflow.org"],
+        "resources": ["trainjobs"],
+        "verbs": ["create", "get", "list", "watch", "delete"],
+    },
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
+)
+
+
+def runner_rules(profile: TenantProfile) -> list[Manifest]:
+    """The runner's Role rules for `profile`."""
+    extra = TRAINER_RULES if profile.spec.trainer is not None else ()
+    return [dict(rule) for rule in (*RUNNER_RULES, *extra)]
+
+
 def render_service_account(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
     return [
         {
@@ -54,7 +74,7 @@ def render_role(profile: TenantProfile, options: BundleOptions) -> list[Manifest
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": metadata(profile, RUNNER_NAME),
-            "rules": [dict(rule) for rule in RUNNER_RULES],
+            "rules": runner_rules(profile),
         }
     ]
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from secureml import contract
 from secureml.bundle.spiffe import spiffe_id_template
-from secureml.cel_text import quote, string_list
+from secureml.cel_text import label_is, quote, string_list
 from secureml.preview import KFP_LAUNCHER_FLAGS
 from secureml.profile import TenantProfile
 from secureml.rules._cel import SPEC, name_first
@@ -44,6 +44,7 @@ from secureml.rules.scope import (
     system_image,
 )
 from secureml.runtime_image import injected, launcher_prefix
+from secureml.supplychain.model_trust import profile_trust_json
 
 # Flags KFP's driver may repeat (`--publish_logs` is there twice): room for each one twice.
 MAX_LAUNCHER_FLAGS = 2 * len(KFP_LAUNCHER_FLAGS)
@@ -124,6 +125,17 @@ def launcher_argv_ok(var: str = "c", launcher: tuple[str, ...] = contract.LAUNCH
     return f"[{_argv(var)}].all(a, {bare} || {wrapped})"
 
 
+# A trainer node pod (docs/trainer.md): Trainer and JobSet create it from the step's TrainJob, so
+# its one tenant container is the runtime's `node` and its argv the launcher, without KFP's.
+TRAINER_NODE_POD = label_is(contract.LABEL_TRAINER_NODE, "true")
+
+
+def node_argv_ok(var: str = "c", launcher: tuple[str, ...] = contract.LAUNCHER_PREFIX) -> str:
+    """CEL: a trainer node's argv is exactly `launcher` and then a command."""
+    prefix = " && ".join(f"a[{i}] == {quote(part)}" for i, part in enumerate(launcher))
+    return f"[{_argv(var)}].all(a, size(a) > {len(launcher)} && {prefix})"
+
+
 def _system_ok(var: str = "c") -> str:
     """A KFP/Argo container of a step pod: exactly its own shape, and no device resource."""
     return f"({system_container(var)} && {native_resources_only(var)})"
@@ -132,7 +144,9 @@ def _system_ok(var: str = "c") -> str:
 def _containers_ok(var: str = "c") -> str:
     """A container of `containers`: KFP's/Argo's in its own shape, or the launcher's `main`."""
     main = quote(contract.KFP_MAIN_CONTAINER)
-    return f"({_system_ok(var)} || (!{system_image(var)} && {var}.name == {main}))"
+    node = quote(contract.TRAINER_NODE_CONTAINER)
+    name = f"({TRAINER_NODE_POD} ? {node} : {main})"
+    return f"({_system_ok(var)} || (!{system_image(var)} && {var}.name == {name}))"
 
 
 def _tenant_containers(profile: TenantProfile) -> Rule:
@@ -159,7 +173,8 @@ def _tenant_containers(profile: TenantProfile) -> Rule:
         else ""
     )
     tail = (
-        "is neither the step's main container nor one of KFP's/Argo's own in its own shape "
+        "is neither the step's main container (a trainer node's: node) nor one of KFP's/Argo's "
+        "own in its own shape "
         f"(init and ephemeral containers: KFP's and Argo's images only{runtime}, no device "
         "resources)"
     )
@@ -176,11 +191,15 @@ def _tenant_containers(profile: TenantProfile) -> Rule:
 
 def _launcher_argv(profile: TenantProfile) -> Rule:
     launcher = launcher_prefix(profile)
-    predicate = f"({system_image()} || {launcher_argv_ok(launcher=launcher)})"
+    argv_ok = (
+        f"({TRAINER_NODE_POD} ? {node_argv_ok(launcher=launcher)} : "
+        f"{launcher_argv_ok(launcher=launcher)})"
+    )
+    predicate = f"({system_image()} || {argv_ok})"
     wrappers = f"{contract.ARGO_EXECUTOR_BINARY} emissary <Argo's log flags> --"
     tail = (
         f"must run {wrappers} (optional), {contract.KFP_LAUNCHER_BINARY} <its flags> --, then exactly "
-        f"{' '.join(launcher)} <step command>"
+        f"{' '.join(launcher)} <step command> (a trainer node: {' '.join(launcher)} <command>)"
     )
     offenders = f"{SPEC}.containers.filter(c, !{predicate}).map(c, c.name)"
     return tenant_rule(
@@ -216,6 +235,7 @@ def pinned_env(profile: TenantProfile) -> dict[str, str]:
     spec = profile.spec
     isolation = _label(contract.LABEL_ISOLATION)
     gpu = f"{isolation} != {quote(contract.ISOLATION_NONE)}"
+    trust = profile_trust_json(profile)
     pinned = {
         contract.ENV_TENANT: f"e.value == {quote(profile.metadata.name)}",
         contract.ENV_NAMESPACE: f"e.value == {quote(spec.namespace)}",
@@ -230,8 +250,14 @@ def pinned_env(profile: TenantProfile) -> dict[str, str]:
         contract.ENV_SCRUB_VERIFY: f"e.value == ({gpu} ? {quote(spec.scrub.verify)} : 'off')",
         contract.ENV_SHIM_MODE: f"e.value == ({isolation} == 'timeslice-shim' ? 'enforce' : 'off')",
         contract.ENV_GPU_REQUEST: _annotation_is(contract.ANNOTATION_GPU_REQUEST, "e.value"),
+        contract.ENV_CONFIDENTIAL_COMPUTING: _annotation_is(
+            contract.ANNOTATION_CONFIDENTIAL_COMPUTING, "e.value"
+        ),
         contract.ENV_SHIM_LIMITS_FILE: f"e.value == {quote(contract.SHIM_LIMITS_PATH)}",
         contract.SPIFFE_SOCKET_ENV: f"e.value == {quote('unix://' + spec.identity.socket_path)}",
+        # Signed inputs: which ones is the step's (its annotation); whom to trust the profile's.
+        contract.ENV_VERIFY_INPUTS: _annotation_is(contract.ANNOTATION_VERIFY_INPUTS, "e.value"),
+        contract.ENV_MODEL_TRUST: f"e.value == {quote(trust)}" if trust else "false",
     }
     return pinned
 

@@ -1,0 +1,143 @@
+"""The node pods Trainer v2 and JobSet create from a TrainJob, for the compile-time admission check,
+`check-pod` style tests and the real API server's verdict.
+
+A model, like `secureml.preview` is one of KFP and Argo: Trainer (v2.3) merges the TrainJob into
+its runtime's JobSet template (the trainer container takes `spec.trainer`'s image, command, args,
+env and resources; the runtime patch adds its labels, annotations and pod fields; the torch plugin
+adds the `PET_*` rendezvous variables and port 29400), JobSet names the pods of replicated job
+`node` and labels them, and the Job controller gives each its completion index (label and
+annotation). The runtime's own pod template is read from the ClusterTrainingRuntime when given,
+otherwise it is the shape of Trainer's `torch-distributed` (one container `node`, no security
+context).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from secureml import contract
+from secureml.trainer.manifest import pod_patch_of
+
+Manifest = dict[str, Any]
+
+TORCH_PORT = 29400  # Trainer's torch plugin: the c10d rendezvous port of node 0
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+_TORCH_RUNTIME_TEMPLATE: Manifest = {
+    "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+    "spec": {"containers": [{"name": contract.TRAINER_NODE_CONTAINER, "image": "runtime-default"}]},
+}
+
+
+def _runtime_pod_template(runtime: Manifest | None) -> Manifest:
+    """The pod template of the runtime's replicated job `node` (a copy)."""
+    if runtime is None:
+        return copy.deepcopy(_TORCH_RUNTIME_TEMPLATE)
+    for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        if job["name"] == contract.TRAINER_REPLICATED_JOB:
+            return copy.deepcopy(job["template"]["spec"]["template"])
+    raise ValueError(f"runtime has no replicated job {contract.TRAINER_REPLICATED_JOB!r}")
+
+
+def _merge_container(container: Manifest, patch: Manifest) -> None:
+    """A runtime patch's container entry: env merged by name, the rest replaced or appended."""
+    if "securityContext" in patch:
+        container["securityContext"] = copy.deepcopy(patch["securityContext"])
+    if patch.get("volumeMounts"):
+        container["volumeMounts"] = [
+            *container.get("volumeMounts", []),
+            *copy.deepcopy(patch["volumeMounts"]),
+        ]
+    if patch.get("env"):
+        names = {e["name"] for e in patch["env"]}
+        container["env"] = [
+            *(e for e in container.get("env", []) if e["name"] not in names),
+            *copy.deepcopy(patch["env"]),
+        ]
+
+
+def _torch_env(job: str, nodes: int, index: int) -> list[Manifest]:
+    """What Trainer's torch plugin sets for torchrun (`PET_*`), node `index` of `nodes`."""
+    return [
+        {"name": "PET_NNODES", "value": str(nodes)},
+        {"name": "PET_NPROC_PER_NODE", "value": "auto"},
+        {
+            "name": "PET_NODE_RANK",
+            "valueFrom": {
+                "fieldRef": {
+                    "fieldPath": f"metadata.annotations['{contract.LABEL_JOB_COMPLETION_INDEX}']"
+                }
+            },
+        },
+        {"name": "PET_MASTER_ADDR", "value": f"{job}-{contract.TRAINER_REPLICATED_JOB}-0-0.{job}"},
+        {"name": "PET_MASTER_PORT", "value": str(TORCH_PORT)},
+    ]
+
+
+def node_pod(trainjob: Manifest, index: int, runtime: Manifest | None = None) -> Manifest:
+    """Pod `index` of the TrainJob's trainer nodes, as the API server would receive it."""
+    job = trainjob["metadata"]["name"]
+    namespace = trainjob["metadata"].get("namespace", "")
+    trainer = trainjob["spec"].get("trainer", {})
+    template = _runtime_pod_template(runtime)
+    patch = pod_patch_of(trainjob)
+    metadata = template.setdefault("metadata", {})
+    labels = {**metadata.get("labels", {}), **patch.get("metadata", {}).get("labels", {})}
+    annotations = {
+        **metadata.get("annotations", {}),
+        **patch.get("metadata", {}).get("annotations", {}),
+    }
+    index_text = str(index)
+    labels.update(
+        {
+            contract.LABEL_JOBSET_NAME: job,
+            "jobset.sigs.k8s.io/replicatedjob-name": contract.TRAINER_REPLICATED_JOB,
+            "jobset.sigs.k8s.io/job-index": "0",
+            contract.LABEL_JOB_COMPLETION_INDEX: index_text,
+            "batch.kubernetes.io/job-name": f"{job}-{contract.TRAINER_REPLICATED_JOB}-0",
+        }
+    )
+    annotations[contract.LABEL_JOB_COMPLETION_INDEX] = index_text
+    spec = template.setdefault("spec", {})
+    patch_spec = patch.get("spec", {})
+    for key, value in patch_spec.items():
+        if key in ("containers", "initContainers"):
+            continue
+        if key == "volumes":
+            spec["volumes"] = [*spec.get("volumes", []), *copy.deepcopy(value)]
+        else:
+            spec[key] = copy.deepcopy(value)
+    by_name = {c["name"]: c for c in patch_spec.get("containers", [])}
+    nodes = int(trainer.get("numNodes", 1))
+    for container in spec.get("containers", []):
+        if container["name"] == contract.TRAINER_NODE_CONTAINER:
+            for key in ("image", "command", "args"):
+                if key in trainer:
+                    container[key] = list(trainer[key]) if key != "image" else trainer[key]
+            if "resourcesPerNode" in trainer:
+                container["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
+            env = [*copy.deepcopy(trainer.get("env", [])), *_torch_env(job, nodes, index)]
+            container["env"] = [*container.get("env", []), *env]
+            container["ports"] = [{"containerPort": TORCH_PORT, "protocol": "TCP"}]
+        if container["name"] in by_name:
+            _merge_container(container, by_name[container["name"]])
+    spec.setdefault("restartPolicy", "Never")
+    spec["subdomain"] = job
+    spec["hostname"] = f"{job}-{contract.TRAINER_REPLICATED_JOB}-0-{index}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{job}-{contract.TRAINER_REPLICATED_JOB}-0-{index}-abcde",
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def node_pods(trainjob: Manifest, runtime: Manifest | None = None) -> list[Manifest]:
+    """Every node pod of the TrainJob (`spec.trainer.numNodes` of them)."""
+    nodes = int(trainjob["spec"].get("trainer", {}).get("numNodes", 1))
+    return [node_pod(trainjob, index, runtime) for index in range(nodes)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from secureml import contract
+from secureml.bundle import attestation_policies as attest
 from secureml.bundle.common import (
     BundleOptions,
     Manifest,
@@ -56,21 +57,15 @@ def system_image_globs() -> list[str]:
 
 def _identities(profile: TenantProfile) -> list[Manifest]:
     """The trusted signers (the profile refuses `required` signatures without any)."""
-    signatures = profile.spec.images.signatures
-    identities = []
-    for identity in signatures.identities:
-        entry: Manifest = {"issuer": identity.issuer}
-        if identity.subject is not None:
-            entry["subject"] = identity.subject
-        else:
-            entry["subjectRegExp"] = identity.subject_reg_exp
-        identities.append(entry)
-    return identities
+    return attest.identity_manifests(profile.spec.images.signatures.identities)
 
 
-def _policy_controller_authority(profile: TenantProfile) -> Manifest:
+def _policy_controller_authority(
+    profile: TenantProfile, identities: list[Manifest] | None = None
+) -> Manifest:
+    """The tenant's keyless authority: the image signers, or `identities` (an attestation's)."""
     root = profile.spec.images.signatures.trusted_root
-    keyless: Manifest = {"identities": _identities(profile)}
+    keyless: Manifest = {"identities": _identities(profile) if identities is None else identities}
     ctlog: Manifest = {}
     if root == "production":
         keyless["url"] = PUBLIC_GOOD["fulcio"]
@@ -130,6 +125,8 @@ def render_cluster_image_policies(profile: TenantProfile, options: BundleOptions
                 },
             }
         )
+    if globs:
+        policies += _attestation_policies(profile)
     policies.append(
         {
             "apiVersion": "policy.sigstore.dev/v1beta1",
@@ -167,9 +164,53 @@ def render_cluster_image_policies(profile: TenantProfile, options: BundleOptions
     return policies
 
 
-def _kyverno_cosign(profile: TenantProfile) -> Manifest:
+def _attestation_policies(profile: TenantProfile) -> list[Manifest]:
+    """One ClusterImagePolicy per required attestation, on the tenant's images and pods.
+
+    Separate policies, because policy-controller admits an image when *any* authority of a policy
+    passes, and every matching policy must pass: the signature policy above and each of these.
+    """
+    policies = []
+    for index, requirement in enumerate(profile.spec.images.attestations):
+        own = attest.identity_manifests(requirement.identities) or None
+        authority = {
+            **_policy_controller_authority(profile, own),
+            "name": "tenant-attestations" if own is None else f"{attest.name(index)}-signers",
+            "attestations": [attest.policy_controller_attestation(index, requirement)],
+        }
+        policies.append(
+            {
+                "apiVersion": "policy.sigstore.dev/v1beta1",
+                "kind": "ClusterImagePolicy",
+                "metadata": {
+                    "name": cluster_name(profile, f"images-{attest.name(index)}"),
+                    "labels": tenant_labels(profile),
+                },
+                "spec": {
+                    "mode": "enforce",
+                    "images": [{"glob": glob} for glob in registry_globs(profile)],
+                    "match": [
+                        {
+                            "group": "",
+                            "version": "v1",
+                            "resource": "pods",
+                            "selector": {
+                                "matchLabels": {contract.LABEL_TENANT: profile.metadata.name}
+                            },
+                        }
+                    ],
+                    "authorities": [authority],
+                },
+            }
+        )
+    return policies
+
+
+def _kyverno_cosign(profile: TenantProfile, identities: list[Manifest] | None = None) -> Manifest:
     root = profile.spec.images.signatures.trusted_root
-    cosign: Manifest = {"keyless": {"identities": _identities(profile)}}
+    cosign: Manifest = {
+        "keyless": {"identities": _identities(profile) if identities is None else identities}
+    }
     if root == "production":
         cosign["ctlog"] = {"url": PUBLIC_GOOD["rekor"]}
     elif root == "staging":
@@ -193,7 +234,9 @@ def render_image_validating_policy(
     profile: TenantProfile, options: BundleOptions
 ) -> list[Manifest]:
     globs = registry_globs(profile)
-    if not globs or not profile.spec.images.signatures.required:
+    signed = profile.spec.images.signatures.required
+    required = profile.spec.images.attestations
+    if not globs or not (signed or required):
         return []
     # Every image the pod pulls: containers of every kind, and OCI image volumes (which Kyverno's
     # default extraction does not name).
@@ -205,6 +248,21 @@ def render_image_validating_policy(
         "(has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.image) && "
         "has(v.image.reference)).map(v, v.image.reference) : [])"
     )
+    validations = []
+    if signed:
+        validations.append(
+            {
+                "expression": "images.all.map(image, verifyImageSignatures(image, [attestors.tenant])).all(n, n > 0)",
+                "message": "every image from the tenant's registries must carry a Sigstore "
+                "signature by one of the tenant's signer identities",
+            }
+        )
+    extra_attestors, attestations, attestation_checks = _kyverno_attestation_parts(profile)
+    validations += attestation_checks
+    # the image signers' attestor, where a check uses it (all but own-signer attestations)
+    uses_tenant = signed or any(not r.identities for r in required)
+    attestors = [{"name": "tenant", "cosign": _kyverno_cosign(profile)}] if uses_tenant else []
+    attestors += extra_attestors
     return [
         {
             "apiVersion": "policies.kyverno.io/v1",
@@ -219,22 +277,34 @@ def render_image_validating_policy(
                 ),
                 "matchImageReferences": [{"glob": glob} for glob in globs],
                 "images": [{"name": "all", "expression": images_expression}],
-                "attestors": [{"name": "tenant", "cosign": _kyverno_cosign(profile)}],
+                "attestors": attestors,
+                **({"attestations": attestations} if attestations else {}),
                 "validationConfigurations": {
                     "required": True,
                     "verifyDigest": True,
                     "mutateDigest": False,
                 },
-                "validations": [
-                    {
-                        "expression": "images.all.map(image, verifyImageSignatures(image, [attestors.tenant])).all(n, n > 0)",
-                        "message": "every image from the tenant's registries must carry a Sigstore "
-                        "signature by one of the tenant's signer identities",
-                    }
-                ],
+                "validations": validations,
             },
         }
     ]
+
+
+def _kyverno_attestation_parts(
+    profile: TenantProfile,
+) -> tuple[list[Manifest], list[Manifest], list[Manifest]]:
+    """Extra attestors (one per requirement with its own signers), the attestations, and their
+    validations (docs/supply-chain.md "At admission")."""
+    attestors, attestations, validations = [], [], []
+    for index, requirement in enumerate(profile.spec.images.attestations):
+        attestor = "tenant"
+        if requirement.identities:
+            attestor = attest.name(index)
+            own = attest.identity_manifests(requirement.identities)
+            attestors.append({"name": attestor, "cosign": _kyverno_cosign(profile, own)})
+        attestations.append(attest.kyverno_attestation(index, requirement))
+        validations += attest.kyverno_validations(index, requirement, attestor)
+    return attestors, attestations, validations
 
 
 def render(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:

@@ -200,9 +200,8 @@ def verify_pipeline(
         if predicate_type != PREDICATE_TYPE:
             failures.append(f"predicate type is {predicate_type!r}, not {PREDICATE_TYPE!r}")
         else:
-            predicate = (
-                statement.get("predicate") if isinstance(statement.get("predicate"), dict) else {}
-            )
+            found = statement.get("predicate")
+            predicate = found if isinstance(found, dict) else {}
             failures += _predicate_failures(predicate, current_profile, profile_source)
     if failures:
         raise PipelineNotVerifiedError(

@@ -34,12 +34,14 @@ def test_every_schema_is_a_valid_json_schema() -> None:
         f"{n}.schema.json"
         for n in (
             "check-pod",
+            "compile-attestation",
             "compile",
             "doctor-logs",
             "image-check",
             "profile-diff",
             "profile-validate",
             "run",
+            "verify-pipeline",
             "verify",
         )
     ]

@@ -1,4 +1,5 @@
-"""Ready-made secure KFP components: GPU preflight, standalone scrub, image verification, audit report.
+"""Ready-made secure KFP components: GPU preflight, standalone scrub, image and model
+verification, audit report.
 
 Each factory builds the component for the step image you give (digest-pinned, from your tenant's
 registry, carrying kfp and secureml); `secureml compile` then secures it like any other step:
@@ -46,6 +47,15 @@ def verify_image_op(*, image: str) -> Any:
     return _build(verify_image, image, None)
 
 
+def verify_model_op(*, image: str) -> Any:
+    """A step that verifies a model's OpenSSF model-signing signature (input `model`) against the
+    profile's trusted model signers, in the launcher before the step runs (exit 78 on failure)."""
+    from secureml.components.steps import verify_model
+    from secureml.decorator import secure_component
+
+    return secure_component(verify_model, image=image, verify_inputs=["model"])
+
+
 def audit_report_op(*, image: str) -> Any:
     """A step that renders a run's audit records as Markdown and HTML report artifacts."""
     from secureml.components.steps import audit_report
@@ -53,4 +63,10 @@ def audit_report_op(*, image: str) -> Any:
     return _build(audit_report, image, None)
 
 
-__all__ = ["audit_report_op", "gpu_preflight_op", "gpu_scrub_op", "verify_image_op"]
+__all__ = [
+    "audit_report_op",
+    "gpu_preflight_op",
+    "gpu_scrub_op",
+    "verify_image_op",
+    "verify_model_op",
+]

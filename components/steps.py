@@ -106,3 +106,30 @@ def audit_report(
     metrics.log_metric("failed_steps", failed)
     metrics.log_metric("violations", sum(len(r.get("violations") or []) for r in records))
     return failed
+
+
+def verify_model(model: dsl.Input[dsl.Model], verification: dsl.Output[dsl.Artifact]) -> str:
+    """Record the model the launcher verified before this step ran (`verify_inputs=["model"]`).
+
+    The launcher has already checked `model`'s model-signing signature against the profile's
+    trusted signers (a failure stops the step with exit 78 before this body runs); this writes
+    what it found (digest, signer, files) as the `verification` artifact. Returns the digest.
+    """
+    import json
+    import os
+    from pathlib import Path
+
+    from secureml import contract
+
+    found = os.environ.get(contract.ENV_VERIFIED_INPUTS)
+    if not found:
+        raise SystemExit(
+            "verify_model runs under the secureml launcher with verify_inputs=['model']: "
+            "compile the pipeline with `secureml compile` (or run it with `secureml run --local`)"
+        )
+    (entry,) = [
+        e for e in json.loads(Path(found).read_text(encoding="utf-8")) if e["input"] == "model"
+    ]
+    with open(verification.path, "w", encoding="utf-8") as handle:
+        json.dump(entry, handle, indent=2, sort_keys=True)
+    return str(entry["digest"])

@@ -25,6 +25,7 @@ STAGES = (
     "config",
     "shim-claim",
     "identity",
+    "verify-inputs",
     "preflight",
     "scrub-before",
     "shim",
@@ -65,6 +66,7 @@ class AuditRecord(TypedDict, total=False):
     expected_spiffe_id: str
     spiffe_id: str
     gpu_request: dict[str, object] | None  # secureml.gpu_request's to_dict()
+    inputs: list[dict[str, Any]]  # verify-inputs: each input's digest, signer or error
     controls: dict[str, Any]
     gpu: dict[str, Any]
     limits: dict[str, Any] | None

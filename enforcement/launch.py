@@ -64,6 +64,7 @@ class ExitCode(IntEnum):
     WATCHDOG = 75
     SCRUB_AFTER = 76
     AUDIT = 77
+    VERIFY_INPUTS = 78
     NOT_EXECUTABLE = 126
     NOT_FOUND = 127
 
@@ -186,6 +187,25 @@ def identity_stage(run: StepRun, config: LauncherConfig) -> None:
 
 
 def preflight_stage(run: StepRun, config: LauncherConfig) -> None:
+def verify_inputs_stage(run: StepRun, config: LauncherConfig) -> None:
+    """The inputs the step verifies carry a valid model signature by a trusted signer and are
+    unchanged (`verify_inputs.verify_step_inputs`); the step reads what was verified from the
+    read-only file named by `SECUREML_VERIFIED_INPUTS`."""
+
+    def verify() -> dict[str, Any]:
+        from .verify_inputs import verify_step_inputs
+
+        entries: list[dict[str, Any]] = []
+        run.record["inputs"] = entries
+        result = verify_step_inputs(config.verify_inputs, config.model_trust, run.command, entries)
+        run.child_env[contract.ENV_VERIFIED_INPUTS] = str(result)
+        for entry in entries:
+            _log(f"verified input {entry['input']}: {entry['digest']} signed by {entry['signer']}")
+        return {"inputs": [e["input"] for e in entries], "file": str(result)}
+
+    run.stage("verify-inputs", ExitCode.VERIFY_INPUTS, True, verify)
+
+
     from .preflight import run_preflight
 
     assert config.gpu_request is not None
@@ -484,6 +504,11 @@ def _stages(run: StepRun, config: LauncherConfig) -> None:
     ]
     for name, action, reason in pre_run:
         if run.failed:
+        (
+            "verify-inputs",
+            (lambda: verify_inputs_stage(run, config)) if config.verify_inputs else None,
+            "the step verifies no input",
+        ),
             run.skip(name, "an earlier stage failed" if run.exit_code else "launcher was signalled")
         elif action is None:
             run.skip(name, reason)

@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["MIG", "TimeSlice", "WholeGPU", "secure_component"]
+__all__ = ["MIG", "ModelSignature", "TimeSlice", "WholeGPU", "secure_component"]
 
 _LAZY = {
     "MIG": "secureml.gpu_request",
+    "ModelSignature": "secureml.verify_inputs",
     "TimeSlice": "secureml.gpu_request",
     "WholeGPU": "secureml.gpu_request",
     "secure_component": "secureml.decorator",
@@ -21,6 +22,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from secureml.decorator import secure_component
     from secureml.gpu_request import MIG, TimeSlice, WholeGPU
+    from secureml.verify_inputs import ModelSignature
 
 
 def __getattr__(name: str) -> Any:

@@ -57,6 +57,7 @@ def test_cpu_step_skips_gpu_stages_and_records_why(launch: Launch) -> None:
         "config",
         "shim-claim",
         "identity",
+        "verify-inputs",
         "preflight",
         "scrub-before",
         "shim",

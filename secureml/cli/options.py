@@ -119,3 +119,19 @@ OnlineOption = Annotated[
         help="Refresh the production/staging root through TUF instead of the shipped copy.",
     ),
 ]
+TufUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--tuf-url",
+        metavar="URL",
+        help="Take the trusted root from this TUF repository, refreshed now (needs --tuf-root unless public).",
+    ),
+]
+TufRootOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--tuf-root",
+        metavar="ROOT_JSON",
+        help="The TUF repository's initial root.json, trusted first (with --tuf-url).",
+    ),
+]

@@ -24,6 +24,8 @@ from secureml.cli.options import (
     KubeflowOption,
     OnlineOption,
     TrustedRootOption,
+    TufRootOption,
+    TufUrlOption,
 )
 from secureml.cli.output import UNUSABLE, emit_json, run_cli
 from secureml.errors import ProfileError, SecuremlError
@@ -303,20 +305,23 @@ def verify(
     certificate_oidc_issuer: IssuerOption = None,
     trusted_root: TrustedRootOption = None,
     online: OnlineOption = False,
+    tuf_url: TufUrlOption = None,
+    tuf_root: TufRootOption = None,
     output: FormatOption = "text",
 ) -> None:
     """Check that a profile is exactly the one its platform team signed.
 
     Exit 0: verified. 1: no bundle, a bundle that does not verify, or an untrusted signer. 2: unusable flags or files, or an unreachable trust root.
     """
-    from secureml.cli.verify import describe, identities_from
+    from secureml.cli.verify import describe, identities_from, tuf_from
     from secureml.supplychain.profiles import verify_signed_profile
     from secureml.supplychain.verifier import SignatureVerifier
 
     identities = identities_from(
         certificate_identity, certificate_identity_regexp, certificate_oidc_issuer
     )
-    verifier = SignatureVerifier(trusted_root or "production", online=online)
+    tuf = tuf_from(tuf_url, tuf_root, trusted_root)
+    verifier = SignatureVerifier(trusted_root or "production", online=online, tuf=tuf)
     signed = verify_signed_profile(
         profile, bundle, identities, verifier=verifier, bundle_flag="--bundle"
     )

@@ -18,16 +18,42 @@ from secureml.cli.options import (
     IssuerOption,
     OnlineOption,
     TrustedRootOption,
+    TufRootOption,
+    TufUrlOption,
 )
 from secureml.cli.output import emit_json, run_cli
 from secureml.errors import InputError, SecuremlError
 
 if TYPE_CHECKING:
     from secureml.supplychain.identity import TrustedIdentity
+    from secureml.supplychain.tuf_refresh import TufRepository
     from secureml.supplychain.verifier import VerifiedSignature
 
 SCHEMA = "secureml.dev/verify/v1"
 _DIGEST_ARG = re.compile(r"^sha256:[0-9a-fA-F]{64}$")
+
+
+def tuf_from(
+    tuf_url: str | None, tuf_root: Path | None, trusted_root: str | None
+) -> TufRepository | None:
+    """The TUF repository of `--tuf-url`/`--tuf-root`, or None; the flags conflict with --trusted-root."""
+    if tuf_url is None:
+        if tuf_root is not None:
+            raise InputError(
+                "--tuf-root given without --tuf-url",
+                why="the root.json starts the TUF client of one repository",
+                fix="add --tuf-url URL of the repository it belongs to",
+            )
+        return None
+    if trusted_root is not None:
+        raise InputError(
+            "--tuf-url and --trusted-root both given",
+            why="the trusted root comes either from a TUF repository or from the named root",
+            fix="drop one of them",
+        )
+    from secureml.supplychain.tuf_refresh import TufRepository
+
+    return TufRepository.at(tuf_url, tuf_root)
 
 
 def identities_from(
@@ -103,6 +129,8 @@ def verify_image(
     certificate_oidc_issuer: IssuerOption = None,
     trusted_root: TrustedRootOption = None,
     online: OnlineOption = False,
+    tuf_url: TufUrlOption = None,
+    tuf_root: TufRootOption = None,
     output: FormatOption = "text",
 ) -> None:
     """Verify an image's Sigstore signature offline: who signed it, and that they are trusted.
@@ -146,7 +174,8 @@ def verify_image(
             why="the signature bundle comes either from a file or from the registry",
             fix="add --bundle sha256-<hex>.sigstore.json, or --fetch",
         )
-    verifier = SignatureVerifier(root, base_dir=base_dir, online=online)
+    tuf = tuf_from(tuf_url, tuf_root, trusted_root)
+    verifier = SignatureVerifier(root, base_dir=base_dir, online=online, tuf=tuf)
     if bundle is not None:
         candidates = [read_bundle_file(bundle)]
     else:

@@ -2,8 +2,8 @@
 
 `production` and `staging` are the public-good instances: their `trusted_root.json` is the copy that
 sigstore-python ships as the bootstrap of its TUF client, read directly from the installed package,
-so verification needs no network and no TUF cache. `online=True` refreshes it through TUF instead.
-Anything else names a `trusted_root.json` file (a private Sigstore deployment, or a test root).
+so verification needs no network and no TUF cache. `online=True` refreshes it through TUF instead
+(tuf_refresh.py, failing closed). Anything else names a `trusted_root.json` file (a private Sigstore deployment, or a test root).
 
 Every root is loaded with its timestamp authorities' validity windows closed at the end (see
 `closed_tsa_windows`). Verifiers are cached per root: building one parses certificates and keys,
@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from secureml.errors import InputError, NetworkError
+from secureml.errors import InputError
 
 if TYPE_CHECKING:
     from sigstore.models import TrustedRoot
@@ -49,26 +49,21 @@ def _embedded_root_path(instance: str) -> Path:
 
 
 def load_trusted_root(spec: str | Path, *, online: bool = False) -> TrustedRoot:
-    """Load `production`, `staging` or a trusted_root.json path; raise InputError (NetworkError when TUF does not answer) if unusable."""
-    from sigstore.models import ClientTrustConfig, TrustedRoot
+    """Load `production`, `staging` or a trusted_root.json path; raise InputError if unusable.
+
+    With `online`, a public instance's root comes from its TUF repository: NetworkError when that
+    does not answer, TufRefusedError when it serves metadata that does not verify (both exit 2).
+    """
+    from sigstore.models import TrustedRoot
 
     text = str(spec)
     if text in PUBLIC_INSTANCES:
         if online:
-            try:
-                config = (
-                    ClientTrustConfig.production()
-                    if text == "production"
-                    else ClientTrustConfig.staging()
-                )
-            except Exception as err:  # noqa: BLE001 - TUF raises many types; all mean "could not refresh" (fails closed)
-                raise NetworkError(
-                    f"cannot refresh the {text} Sigstore trusted root through TUF",
-                    why=str(err),
-                    fix="check network access, or drop --online to use the root shipped with sigstore",
-                ) from None
-            return closed_tsa_windows(config.trusted_root)
-        path = _embedded_root_path(text)
+            from secureml.supplychain.tuf_refresh import TufRepository, refresh_trusted_root
+
+            path = refresh_trusted_root(TufRepository.public(text))
+        else:
+            path = _embedded_root_path(text)
     else:
         path = Path(text)
     try:

@@ -32,6 +32,7 @@ from secureml.images import ImageRef
 from secureml.supplychain.identity import IdentityPolicy, TrustedIdentity, UntrustedSignerError
 from secureml.supplychain.intoto_entry import INTOTO_KIND, log_entry_kind, verify_intoto_dsse
 from secureml.supplychain.trust import resolve_trusted_root, verifier_for
+from secureml.supplychain.tuf_refresh import TufRepository, refresh_trusted_root
 
 COSIGN_SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -81,7 +82,11 @@ def digest_hex(text: str) -> str | None:
 
 
 class SignatureVerifier:
-    """Verifies bundles against one trusted root; keep one around (the sigstore verifier is warm)."""
+    """Verifies bundles against one trusted root; keep one around (the sigstore verifier is warm).
+
+    With `tuf`, the root is the one that TUF repository publishes, refreshed now (and `trusted_root`
+    is ignored); a refresh that fails or is refused raises (exit 2), it never falls back.
+    """
 
     def __init__(
         self,
@@ -89,7 +94,10 @@ class SignatureVerifier:
         *,
         base_dir: Path | None = None,
         online: bool = False,
+        tuf: TufRepository | None = None,
     ) -> None:
+        if tuf is not None:
+            trusted_root, online = refresh_trusted_root(tuf), False
         self.trusted_root = resolve_trusted_root(trusted_root, base_dir=base_dir)
         self._verifier = verifier_for(self.trusted_root, online=online)
 

@@ -47,6 +47,7 @@ class StageRecord(TypedDict, total=False):
     exit_code: int  # run
     signal: str  # run, killed by a signal
     watchdog: dict[str, Any]  # run, GPU steps
+    xid_listener: dict[str, Any]  # run, GPU steps: the Xid events listened to (xid_events.py)
 
 
 class AuditRecord(TypedDict, total=False):
@@ -75,6 +76,9 @@ class AuditRecord(TypedDict, total=False):
     shim_counters_error: str
     firewall_refused: int  # the shim's CUDA firewall refusals (shim_counters' firewall_refused)
     peak_gpu_memory_bytes: int
+    pids: list[int]  # the step's processes the launcher saw (doctor logs maps an Xid's pid)
+    xid_events: list[dict[str, Any]]  # only when NVML reported critical Xids during the step
+    device_reset: dict[str, Any]  # only after an Xid that leaves device memory untrusted
     violations: list[dict[str, Any]]
     stages: list[StageRecord]
     child_exit_code: int | None

@@ -65,6 +65,7 @@ class ExitCode(IntEnum):
     SCRUB_AFTER = 76
     AUDIT = 77
     VERIFY_INPUTS = 78
+    DEVICE_FAULT = 79
     NOT_EXECUTABLE = 126
     NOT_FOUND = 127
 
@@ -186,7 +187,6 @@ def identity_stage(run: StepRun, config: LauncherConfig) -> None:
     run.stage("identity", ExitCode.IDENTITY, required, check)
 
 
-def preflight_stage(run: StepRun, config: LauncherConfig) -> None:
 def verify_inputs_stage(run: StepRun, config: LauncherConfig) -> None:
     """The inputs the step verifies carry a valid model signature by a trusted signer and are
     unchanged (`verify_inputs.verify_step_inputs`); the step reads what was verified from the
@@ -206,6 +206,7 @@ def verify_inputs_stage(run: StepRun, config: LauncherConfig) -> None:
     run.stage("verify-inputs", ExitCode.VERIFY_INPUTS, True, verify)
 
 
+def preflight_stage(run: StepRun, config: LauncherConfig) -> None:
     from .preflight import run_preflight
 
     assert config.gpu_request is not None
@@ -346,6 +347,12 @@ def run_child(run: StepRun, config: LauncherConfig) -> None:
     """Start the command, watch it, wait for it; record its exit code and the watchdog's findings."""
     started = time.perf_counter()
     entry: StageRecord = {"name": "run", "required": True}
+    listener = None
+    if config.uses_gpu:  # registered before the step starts: every Xid while it runs counts
+        from .xid_events import XidListener
+
+        listener = XidListener()
+        listener.start()
     try:
         run.child = subprocess.Popen(run.command, env=run.child_env, start_new_session=True)
     except (FileNotFoundError, PermissionError) as err:
@@ -370,6 +377,8 @@ def run_child(run: StepRun, config: LauncherConfig) -> None:
                 grace_s=config.watchdog_grace_s,
             )
             watchdog.start()
+            if listener is not None:
+                listener.deliver_to(watchdog.device_fault)
         returncode = run.child.wait()
         run.child_exit_code = returncode if returncode >= 0 else 128 - returncode
         entry.update(
@@ -379,6 +388,7 @@ def run_child(run: StepRun, config: LauncherConfig) -> None:
             entry["signal"] = signal.Signals(-returncode).name
         if watchdog is not None:
             watchdog.stop()
+            run.record["pids"] = sorted(watchdog.pids)
             run.record["peak_gpu_memory_bytes"] = watchdog.peak_bytes
             run.record["violations"] = watchdog.violations
             entry["watchdog"] = {
@@ -391,11 +401,22 @@ def run_child(run: StepRun, config: LauncherConfig) -> None:
                 _log(_watchdog_message(watchdog.violations[0]))
                 if run.exit_code is None:
                     run.exit_code = int(ExitCode.WATCHDOG)
+        run.record.setdefault("pids", [run.child.pid])
+    if listener is not None:
+        from .xid_events import record_events
+
+        if record_events(run.record, entry, listener):
+            run.exit_code = int(ExitCode.DEVICE_FAULT)  # over the watchdog's 75: the device failed
     entry["seconds"] = round(time.perf_counter() - started, 6)
     run.stages.append(entry)
 
 
 def _watchdog_message(violation: dict[str, Any]) -> str:
+    if violation["kind"] == "device-fault":
+        return (
+            f"watchdog: the GPU {violation['device']} reported Xid {violation['xid']} "
+            f"({violation['class']}): its memory can no longer be trusted; the step was stopped"
+        )
     if violation["kind"] == "watchdog-lost":
         return (
             f"watchdog: NVML stopped answering ({violation['error']}), so the GPU memory limit of "
@@ -479,6 +500,11 @@ def _stages(run: StepRun, config: LauncherConfig) -> None:
         ),
         ("identity", lambda: identity_stage(run, config), ""),
         (
+            "verify-inputs",
+            (lambda: verify_inputs_stage(run, config)) if config.verify_inputs else None,
+            "the step verifies no input",
+        ),
+        (
             "preflight",
             (lambda: preflight_stage(run, config)) if config.uses_gpu else None,
             gpu_reason,
@@ -504,11 +530,6 @@ def _stages(run: StepRun, config: LauncherConfig) -> None:
     ]
     for name, action, reason in pre_run:
         if run.failed:
-        (
-            "verify-inputs",
-            (lambda: verify_inputs_stage(run, config)) if config.verify_inputs else None,
-            "the step verifies no input",
-        ),
             run.skip(name, "an earlier stage failed" if run.exit_code else "launcher was signalled")
         elif action is None:
             run.skip(name, reason)
@@ -525,6 +546,9 @@ def _stages(run: StepRun, config: LauncherConfig) -> None:
         run.skip("scrub-after", "not required by the profile")
     else:
         scrub_stage(run, config, "scrub-after", ExitCode.SCRUB_AFTER)
+        from .xid_events import mark_scrub_unverified
+
+        mark_scrub_unverified(run.stages, run.record)
 
 
 def _finish(run: StepRun, config: LauncherConfig | None) -> int:

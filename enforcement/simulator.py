@@ -101,7 +101,12 @@ def build_native(
 
 
 def _headers() -> tuple[Path, ...]:
-    return (SHIM_DIR / "cuda_api.h", SHIM_DIR / "nvml_api.h", FAKE_DIR / "fake_common.h")
+    return (
+        SHIM_DIR / "cuda_api.h",
+        SHIM_DIR / "nvml_api.h",
+        FAKE_DIR / "fake_common.h",
+        FAKE_DIR / "fake_nvml_events.h",
+    )
 
 
 def build_fake_libs() -> Path:
@@ -115,7 +120,7 @@ def build_fake_libs() -> Path:
     )
     nvml = build_native(
         "libnvidia-ml.so.1",
-        [FAKE_DIR / "fake_nvml.c", FAKE_DIR / "fake_common.c"],
+        [FAKE_DIR / "fake_nvml.c", FAKE_DIR / "fake_nvml_events.c", FAKE_DIR / "fake_common.c"],
         shared=True,
         flags=("-Wl,-soname,libnvidia-ml.so.1", "-Wl,-Bsymbolic"),
         headers=_headers(),
@@ -373,6 +378,29 @@ class FakeGPU:
         if fn(str(self.config_path).encode(), dev, mig_index, ctypes.byref(out)) != 0:
             raise RuntimeError(f"fake GPU stats unavailable for {self.config_path}")
         return {name: getattr(out, name) for name, *_ in _Stats._fields_}
+
+    def inject_xid(
+        self,
+        xid: int,
+        device: int = 0,
+        *,
+        gpu_instance: int | None = None,
+        compute_instance: int | None = None,
+    ) -> None:
+        """Report a critical Xid on `device` now: every NVML event set registered for it receives
+        it once (`nvmlEventSetWait_v2`), as from the real driver (README.md, "Injecting Xid events")."""
+        self._slot_args(device, None)
+        words = [f"device={device}", f"xid={xid}"]
+        if gpu_instance is not None:
+            words.append(f"gi={gpu_instance}")
+        if compute_instance is not None:
+            words.append(f"ci={compute_instance}")
+        # one short append: whole lines reach the readers, never half of one
+        fd = os.open(f"{self.config_path}.xid", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (" ".join(words) + "\n").encode())
+        finally:
+            os.close(fd)
 
     def memory_path(self, device: int = 0, mig: int | None = None) -> Path:
         """The file holding the device's memory (exists once a process has used the fake)."""

@@ -10,6 +10,11 @@ be checked, so the step is stopped the same way and the violation says why (`wat
 
 NVML reports host PIDs. Where the container has its own PID namespace and the driver does not
 translate them, no process matches and the use reads 0: docs/launcher.md lists this limit.
+
+The watchdog also stops the step on a device fault: the Xid listener (`xid_events`) calls
+`device_fault` with an event after which the device's memory cannot be trusted (violation
+`device-fault`, launcher exit 79). Every pid seen in the step's process tree is kept (`pids`), for
+the audit record: `secureml doctor logs` names the step an Xid's pid belonged to.
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ class Watchdog:
         self.samples = 0
         self.violations: list[dict[str, Any]] = []
         self.error: str | None = None
+        self.pids: set[int] = {child.pid}
+        self._stopping = threading.Lock()  # one stop at a time: the memory check or a device fault
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="secureml-watchdog", daemon=True)
 
@@ -80,6 +87,7 @@ class Watchdog:
 
     def _usage(self, nvml: Any, handles: list[Any]) -> tuple[int, dict[int, int]]:
         tree = process_tree(self.child.pid)
+        self.pids |= tree
         per_pid: dict[int, int] = {}
         for handle in handles:
             for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
@@ -114,16 +122,30 @@ class Watchdog:
             ):
                 self._stop_child(kind="watchdog-lost", error=self.error)
 
+    def device_fault(self, event: dict[str, Any]) -> None:
+        """An Xid after which the device's memory cannot be trusted: stop the step."""
+        keys = ("xid", "class", "mnemonic", "device", "gpu_instance_id")
+        self._stop_child(kind="device-fault", **{key: event.get(key) for key in keys})
+
     def _stop_child(self, *, kind: str, **details: Any) -> None:
         """Record a violation of `kind` and stop the child's process group."""
+        with self._stopping:
+            self._stop_locked(kind, details)
+
+    def _stop_locked(self, kind: str, details: dict[str, Any]) -> None:
+        already = self.child.poll() is not None or any(
+            v["action"].startswith("SIGTERM") for v in self.violations
+        )
         violation: dict[str, Any] = {
             "kind": kind,
             "limit_bytes": self.limit_bytes,
             **details,
             "at": time.time(),
-            "action": "SIGTERM",
+            "action": "already stopping" if already else "SIGTERM",
         }
         self.violations.append(violation)
+        if already:
+            return
         _signal_group(self.child, signal.SIGTERM)
         # poll, not wait: the launcher's main thread is blocked in wait() on the same child
         deadline = time.monotonic() + self.grace_s

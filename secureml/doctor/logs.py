@@ -247,7 +247,7 @@ def scan(lines: Iterable[str]) -> tuple[list[Finding], int]:
 
 
 def steps_by_pid(records: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    """pid -> the steps (from audit records) whose processes it was (`pids`, `gpu_pids`)."""
+    """pid -> the steps (from audit records) whose processes it was (`pids`)."""
     index: dict[int, list[dict[str, Any]]] = {}
     for record in records:
         step = {
@@ -263,7 +263,7 @@ def steps_by_pid(records: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, 
             )
         }
         step["audit_file"] = record.get("audit_file")
-        for pid in {*record.get("pids", []), *record.get("gpu_pids", [])}:
+        for pid in set(record.get("pids", [])):
             index.setdefault(int(pid), []).append(step)
     return index
 

@@ -59,5 +59,5 @@ def test_shim_and_fake_nvml_match_nvidias_nvml_h(major: int, tmp_path: Path) -> 
     defines = ["-DSECUREML_REAL_NVML_H", "-DSECUREML_REAL_CUDA_H"]
     shim = [SHIM_DIR / name for name in ("shim.c", "limits.c", "libc_syms.c")]
     _compile(shim, defines, [include, cuda], tmp_path)
-    fake = [FAKE_DIR / "fake_nvml.c", FAKE_DIR / "fake_common.c"]
+    fake = [FAKE_DIR / "fake_nvml.c", FAKE_DIR / "fake_nvml_events.c", FAKE_DIR / "fake_common.c"]
     _compile(fake, ["-DSECUREML_REAL_NVML_H"], [include], tmp_path)

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "../nvml_api.h"
 #include "fake_common.h"
+#include "fake_nvml_events.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -513,6 +514,7 @@ struct nvmlEventSet_st {
     unsigned magic;
     int devices[FAKE_MAX_DEVICES]; /* registered for XID events */
     int next_device, next_xid;      /* delivery cursor */
+    int64_t inject_offset;          /* injected events (fake_nvml_events.c) read so far */
 };
 #define SET_MAGIC 0x45564e54u
 
@@ -522,6 +524,7 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlEventSetCreate(nvmlEventSet_t *set) {
     struct nvmlEventSet_st *s = calloc(1, sizeof *s);
     if (!s) return NVML_ERROR_UNKNOWN;
     s->magic = SET_MAGIC;
+    s->inject_offset = fake_xid_offset(G.cfg.path);
     *set = s;
     return NVML_SUCCESS;
 }
@@ -542,7 +545,8 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceRegisterEvents(nvmlDevice_t device, u
     return NVML_SUCCESS;
 }
 
-/* Delivers each configured XID of each registered device once, then times out. */
+/* Delivers each configured XID of each registered device once, then what is injected while the
+ * set exists (fake_nvml_events.c), then times out. */
 FAKE_EXPORT nvmlReturn_t DECLDIR nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
     if (ready()) return NVML_ERROR_UNINITIALIZED;
     if (!set || set->magic != SET_MAGIC || !data) return NVML_ERROR_INVALID_ARGUMENT;
@@ -553,8 +557,11 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEve
                                   dc->xids[set->next_xid++], 0xffffffffu, 0xffffffffu};
         return NVML_SUCCESS;
     }
-    fake_sleep_ns((uint64_t)timeoutms * 1000000ULL);
-    return NVML_ERROR_TIMEOUT;
+    struct fake_xid x;
+    if (!fake_xid_wait(G.cfg.path, &set->inject_offset, set->devices, G.cfg.ndevices, timeoutms, &x))
+        return NVML_ERROR_TIMEOUT;
+    *data = (nvmlEventData_t){(nvmlDevice_t)&g_devs[x.device], (unsigned long long)nvmlEventTypeXidCriticalError, x.xid, x.gi, x.ci};
+    return NVML_SUCCESS;
 }
 
 FAKE_EXPORT nvmlReturn_t DECLDIR nvmlEventSetFree(nvmlEventSet_t set) {

@@ -11,8 +11,17 @@ from typing import Annotated
 
 import typer
 
-from secureml.cli.options import FormatOption
+from secureml.cli.options import (
+    ApiServerOption,
+    ContextOption,
+    FormatOption,
+    ImagePolicyOption,
+    KfpNamespaceOption,
+    KubeconfigOption,
+    KubeflowOption,
+)
 from secureml.cli.output import run_cli
+from secureml.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
 
 app = typer.Typer(
     help="Check a GPU node, a cluster or a node's logs: each check pass / warn / fail, what was "
@@ -54,3 +63,141 @@ def logs(
     from secureml.doctor.logs import run_logs
 
     raise typer.Exit(run_logs(source, audit_dir, output))
+
+
+@app.command("cluster")
+@run_cli
+def cluster(
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    profiles: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--profiles",
+            metavar="FILE|DIR",
+            help="Tenant profiles whose bundles to compare with the cluster: files, or folders of "
+            "*.yaml profiles; repeatable.",
+        ),
+    ] = None,
+    k8s_version: Annotated[
+        K8sVersion | None,
+        typer.Option(
+            "--k8s-version",
+            help="Kubernetes version the bundles were rendered for (default: the server's).",
+        ),
+    ] = None,
+    image_policy: ImagePolicyOption = "policy-controller",
+    kubeflow_profile: KubeflowOption = True,
+    kfp_namespace: KfpNamespaceOption = "kubeflow",
+    api_server_cidr: ApiServerOption = None,
+    output: FormatOption = "text",
+) -> None:
+    """Check a cluster for secureml: each tenant's bundle applied and in sync with `profile
+    render` (the differing objects as a diff), its policies bound and type-checked clean, its
+    namespace's Pod Security labels; the SPIFFE CSI driver, SPIRE, the device plugin and the
+    nodes' GPU resource names or the DRA driver, the image policy engine, dcgm-exporter. Give the
+    render flags `profile apply` was given. Only reads.
+
+    Exit 0: nothing failed (warnings allowed). 1: a check failed. 2: unusable profiles or
+    kubeconfig, or an unreachable cluster."""
+    from secureml.cli.profile import bundle_options
+    from secureml.doctor.cluster import run_cluster
+
+    options = bundle_options(
+        k8s_version or DEFAULT_K8S_VERSION,
+        image_policy,
+        kubeflow_profile,
+        kfp_namespace,
+        api_server_cidr,
+    )
+    raise typer.Exit(run_cluster(kubeconfig, context, profiles or [], options, k8s_version, output))
+
+
+@app.command("node")
+@run_cli
+def node(
+    profiles: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--profiles",
+            metavar="FILE|DIR",
+            help="Tenant profiles whose expectations (MIG profiles, time-sliced resources, "
+            "confidential computing) the node must meet: files, or folders of *.yaml; repeatable.",
+        ),
+    ] = None,
+    node_labels: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--node-labels",
+            metavar="K=V[,K=V]",
+            help="The node's labels, to tell which profiles' pools hold it (repeatable). Without "
+            "them and without --node-name every profile applies.",
+        ),
+    ] = None,
+    node_name: Annotated[
+        str | None,
+        typer.Option(
+            "--node-name",
+            metavar="NAME",
+            help="Read the node's labels from the API server (needs get on nodes); the DaemonSet "
+            "passes its spec.nodeName.",
+        ),
+    ] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    root: Annotated[
+        Path,
+        typer.Option(
+            "--root",
+            metavar="DIR",
+            help="Where the host's / is: /proc/driver/nvidia, /sys/module/nvidia and "
+            "/etc/nvidia-container-runtime are read under it (the DaemonSet mounts them at /host).",
+        ),
+    ] = Path("/"),
+    toolkit_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--toolkit-config",
+            metavar="FILE",
+            help="The NVIDIA container toolkit's config.toml (default "
+            "ROOT/etc/nvidia-container-runtime/config.toml).",
+        ),
+    ] = None,
+    device_plugin_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--device-plugin-config",
+            metavar="FILE",
+            help="The device plugin's config file, or the GPU operator's ConfigMap YAML (the entry "
+            "the node label nvidia.com/device-plugin.config names): time-slicing replicas, "
+            "renameByDefault, resource names against the profiles.",
+        ),
+    ] = None,
+    interval: Annotated[
+        float | None,
+        typer.Option(
+            "--interval",
+            metavar="SECONDS",
+            min=1.0,
+            help="Check again every SECONDS and never exit (the DaemonSet's mode).",
+        ),
+    ] = None,
+    output: FormatOption = "text",
+) -> None:
+    """Check this GPU node: kernel module, driver and CUDA versions, NVML, persistence mode, MIG
+    mode and instances against the profiles on this node's pool, confidential computing, ECC, row
+    remapping, retired pages, the container toolkit's envvar setting and the device plugin's
+    time-slicing.
+
+    Exit 0: nothing failed (warnings allowed). 1: a check failed. 2: unusable profiles, labels or
+    configuration file, or an API server that cannot be read."""
+    from secureml.doctor.cluster import profile_files
+    from secureml.doctor.node import NodeInputs, node_labels_from_api, parse_labels, run_node
+    from secureml.profile import load_profile
+
+    labels = parse_labels(node_labels) if node_labels else None
+    if node_name is not None:
+        labels = {**node_labels_from_api(node_name, kubeconfig, context), **(labels or {})}
+    loaded = tuple(load_profile(path) for path in profile_files(profiles or []))
+    inputs = NodeInputs(root, loaded, labels, device_plugin_config, toolkit_config)
+    raise typer.Exit(run_node(inputs, output, interval))

@@ -195,7 +195,7 @@ def _read_type_checking(
                 still.append(policy)
                 continue
             for warning in status["typeChecking"].get("expressionWarnings") or []:
-                result.warnings.append(_type_warning(policy, warning))
+                result.warnings.append(type_warning(policy, warning))
         pending = still
         if pending and time.monotonic() >= deadline:
             names = ", ".join(p["metadata"]["name"] for p in pending)
@@ -209,7 +209,7 @@ def _read_type_checking(
             time.sleep(_POLL_S)
 
 
-def _type_warning(policy: Mapping[str, Any], warning: Mapping[str, Any]) -> str:
+def type_warning(policy: Mapping[str, Any], warning: Mapping[str, Any]) -> str:
     """`ValidatingAdmissionPolicy/name: field (rule id): warning`."""
     where = str(warning.get("fieldRef") or "")
     rule = ""

@@ -147,7 +147,7 @@ def _map_fix(version: str, served: Served, server_version: str) -> str:
         if ga:
             return (
                 f"the server serves the GA API ({MAP_GROUP}/v1): render for its version "
-                f"(--k8s-version {_minor(server_version) or '1.36'})"
+                f"(--k8s-version {server_minor(server_version) or '1.36'})"
             )
         return (
             "Kubernetes 1.34 and 1.35 serve the MutatingAdmissionPolicy beta only when "
@@ -158,7 +158,7 @@ def _map_fix(version: str, served: Served, server_version: str) -> str:
     if beta:
         return (
             f"the server serves only the beta API ({MAP_GROUP}/v1beta1): render with "
-            f"--k8s-version {_minor(server_version) or '1.35'}"
+            f"--k8s-version {server_minor(server_version) or '1.35'}"
         )
     return (
         f"{MAP_GROUP}/v1 MutatingAdmissionPolicy is served from Kubernetes 1.36; on 1.34/1.35 "
@@ -172,7 +172,7 @@ def api_group(api_version: str) -> str:
     return api_version.split("/")[0] if "/" in api_version else ""
 
 
-def _minor(git_version: str) -> str:
+def server_minor(git_version: str) -> str:
     """'v1.35.2' -> '1.35' ('' when the version does not parse)."""
     parts = git_version.lstrip("v").split(".")
     if len(parts) >= 2 and parts[0].isdigit():

@@ -36,6 +36,7 @@ def test_every_schema_is_a_valid_json_schema() -> None:
             "check-pod",
             "compile-attestation",
             "compile",
+            "doctor-cluster",
             "doctor-logs",
             "image-check",
             "profile-diff",

@@ -60,7 +60,9 @@ def sign_statement_keyless(statement: bytes, token: str, trust_config: Path | No
     config = _trust_config(trust_config)
     try:
         context = SigningContext.from_trust_config(config)
-        with context.signer(identity, cache=False) as signer:
+        # cache=True (the default) is required: sigstore 4.5.1's uncached signer makes a new
+        # ephemeral key on each use, so the certificate and the signature would not match
+        with context.signer(identity) as signer:
             bundle = signer.sign_dsse(dsse.Statement(statement))
     except Exception as err:  # noqa: BLE001 - Fulcio, Rekor, TSA clients raise many types: the attestation is not written (fails closed)
         raise NetworkError(

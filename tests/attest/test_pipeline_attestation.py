@@ -440,3 +440,48 @@ def test_unverified_images_when_signatures_are_off(unsigned_profile, compiled, t
         compiled, "--profile", str(unsigned_profile), pipeline=out, attestation=attestation
     )
     assert code == 0 and "0 signature-verified, 1 unverified" in output
+
+
+def test_keyless_signing_in_ci_with_the_private_sigstore(
+    unsigned_profile, pki, tmp_path, monkeypatch
+):
+    """`compile --attest` in a (simulated) GitHub Actions job: sigstore-python's signer takes the
+    job's OIDC token, gets a certificate from the private Fulcio and logs the envelope in its
+    Rekor; verify-pipeline then trusts the compiling workflow's identity, and only it."""
+    from tests.attest.sigstore_services import SigstoreServices
+
+    out, attestation = tmp_path / "p.yaml", tmp_path / "p.att.json"
+    config = tmp_path / "trust_config.json"
+    with SigstoreServices(pki, COMPILER_CI) as services:
+        config.write_text(json.dumps(services.client_trust_config()))
+        monkeypatch.setenv("GITHUB_ACTIONS", "true")
+        monkeypatch.setenv("ACTIONS_ID_TOKEN_REQUEST_TOKEN", "job-token")
+        monkeypatch.setenv("ACTIONS_ID_TOKEN_REQUEST_URL", services.url + "/token")
+        code, output = _compile(
+            unsigned_profile,
+            out,
+            "--attest",
+            str(attestation),
+            "--attest-trust-config",
+            str(config),
+        )
+    assert code == 0, output
+    assert services.requests == [
+        "GET /token",
+        "POST /api/v2/signingCert",
+        "POST /api/v1/log/entries",
+    ]
+    identity = ["--trusted-root", str(tmp_path / "root.json"), "--certificate-oidc-issuer", GH]
+    code, output = _verify(
+        out,
+        attestation,
+        *identity,
+        "--certificate-identity",
+        COMPILER_CI,
+        "--profile",
+        str(unsigned_profile),
+    )
+    assert code == 0, output
+    assert f"signed by {COMPILER_CI} (issuer {GH})" in output
+    code, output = _verify(out, attestation, *identity, "--certificate-identity", BUILDER)
+    assert code == 1 and "the attestation's signer is not trusted" in output

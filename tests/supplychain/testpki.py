@@ -143,6 +143,12 @@ class PrivateSigstore:
         self, subject: str, issuer: str
     ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
         key = ec.generate_private_key(ec.SECP256R1())
+        return key, self.certify(key.public_key(), subject, issuer)
+
+    def certify(
+        self, public_key: ec.EllipticCurvePublicKey, subject: str, issuer: str
+    ) -> x509.Certificate:
+        """The certificate Fulcio would return for `public_key` (a CSR's) and this identity."""
         san = (
             x509.RFC822Name(subject)
             if "@" in subject and "://" not in subject
@@ -152,7 +158,7 @@ class PrivateSigstore:
             x509.CertificateBuilder()
             .subject_name(x509.Name([]))
             .issuer_name(self.ca_cert.subject)
-            .public_key(key.public_key())
+            .public_key(public_key)
             .serial_number(x509.random_serial_number())
             .not_valid_before(self.now - dt.timedelta(minutes=1))
             .not_valid_after(self.now + dt.timedelta(minutes=10))
@@ -163,9 +169,7 @@ class PrivateSigstore:
             .add_extension(
                 x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False
             )
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
-            )
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(self.ca_key.public_key()),
                 critical=False,
@@ -180,7 +184,7 @@ class PrivateSigstore:
             x509.UnrecognizedExtension(SCT_OID, der_octet_string(sct_list)), critical=False
         ).sign(self.ca_key, hashes.SHA256())
         assert cert.tbs_precertificate_bytes == precert.tbs_certificate_bytes
-        return key, cert
+        return cert
 
     def _sct_list(self, precert_tbs: bytes) -> bytes:
         timestamp_ms = int(self.now.timestamp() * 1000)

@@ -3,11 +3,16 @@
 dcgm-exporter labels each GPU metric with the pod using the GPU (`namespace`, `pod`, `container`)
 when its Kubernetes mapping is on; the Prometheus scrape must keep those labels (honorLabels), or
 `namespace` names the exporter's own namespace and these alerts never match.
+
+dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS` holds the last Xid a GPU reported; one alert per Xid class
+of secureml's table (`secureml.doctor.xid`, docs/xid.md) says what it means and what to do, and
+`SecuremlGpuXidError` catches the codes outside the table.
 """
 
 from __future__ import annotations
 
 from secureml.bundle.common import BundleOptions, Manifest, metadata
+from secureml.doctor.xid import ACTION_TEXT, ROWS, Action, XidClass
 from secureml.profile import TenantProfile
 
 MIB = 1024 * 1024
@@ -26,19 +31,82 @@ def _rule(
     }
 
 
-def alert_rules(profile: TenantProfile) -> list[Manifest]:
-    selector = f'{{namespace="{profile.spec.namespace}"}}'
-    tenant = profile.metadata.name
-    rules = [
+# alert name, severity, what it means and the action, per class of the Xid table
+XID_ALERTS: dict[XidClass, tuple[str, str, str, Action]] = {
+    "memory": (
+        "SecuremlGpuXidMemory",
+        "critical",
+        "a memory/ECC fault: the GPU's memory can no longer be trusted (the launcher stopped the "
+        "step, exit 79)",
+        "drain-reset",
+    ),
+    "device": (
+        "SecuremlGpuXidDevice",
+        "critical",
+        "the GPU, its firmware or its PCIe link stopped answering (the launcher stopped the step, "
+        "exit 79)",
+        "drain-reset",
+    ),
+    "nvlink": (
+        "SecuremlGpuXidNvlink",
+        "critical",
+        "an NVLink error between GPUs",
+        "drain-reset",
+    ),
+    "application": (
+        "SecuremlGpuXidApplication",
+        "warning",
+        "the step's own fault (a bad address or an exception in a kernel)",
+        "restart-step",
+    ),
+}
+
+
+def _xids_of(xid_class: XidClass) -> list[int]:
+    return sorted(row.xid for row in ROWS if row.xid_class == xid_class)
+
+
+def _xid_rules(selector: str, tenant: str) -> list[Manifest]:
+    """One alert per Xid class (the metric's value is the Xid), one for the codes outside them."""
+    metric = f"DCGM_FI_DEV_XID_ERRORS{selector}"
+    rules = []
+    for xid_class, (alert, severity, meaning, action) in XID_ALERTS.items():
+        matches = " or ".join(f"{metric} == {xid}" for xid in _xids_of(xid_class))
+        rules.append(
+            _rule(
+                alert,
+                f"max by ({GROUP_BY}) ({matches})",
+                "0m",
+                severity,
+                f"{xid_class} Xid on a GPU used by tenant {tenant}",
+                "Xid {{ $value }} on GPU {{ $labels.UUID }} ({{ $labels.Hostname }}), pod "
+                f"{{{{ $labels.pod }}}}: {meaning}. Action: {ACTION_TEXT[action]}. "
+                "`secureml doctor logs` on the node's kernel log names the step (docs/xid.md).",
+            )
+        )
+    known = " or ".join(
+        f"{metric} == {xid}" for xid_class in XID_ALERTS for xid in _xids_of(xid_class)
+    )
+    rules.append(
         _rule(
             "SecuremlGpuXidError",
-            f"max by ({GROUP_BY}) (DCGM_FI_DEV_XID_ERRORS{selector}) > 0",
+            f"max by ({GROUP_BY}) ({metric} > 0 unless ({known}))",
             "0m",
             "critical",
             f"XID error on a GPU used by tenant {tenant}",
             "XID {{ $value }} on GPU {{ $labels.UUID }} ({{ $labels.Hostname }}), pod "
-            "{{ $labels.pod }}: the driver reported a fault; scrub and check the GPU before reuse.",
-        ),
+            "{{ $labels.pod }}: the driver reported a fault outside secureml's Xid table; look it "
+            "up in NVIDIA's Xid catalogue, scrub and check the GPU before reuse.",
+        )
+    )
+    return rules
+
+
+def alert_rules(profile: TenantProfile) -> list[Manifest]:
+    selector = f'{{namespace="{profile.spec.namespace}"}}'
+    tenant = profile.metadata.name
+    rules = [
+        *_xid_rules(selector, tenant),
         _rule(
             "SecuremlGpuPcieReplayErrors",
             f"sum by ({GROUP_BY}) (increase(DCGM_FI_DEV_PCIE_REPLAY_COUNTER{selector}[1m])) > 100",

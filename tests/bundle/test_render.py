@@ -306,7 +306,8 @@ def test_alerts_cover_the_four_dcgm_signals() -> None:
     (rule,) = _objects(load("team-a"))["PrometheusRule"]
     alerts = {r["alert"]: r for r in rule["spec"]["groups"][0]["rules"]}
     assert (
-        'DCGM_FI_DEV_XID_ERRORS{namespace="team-a"}) > 0' in alerts["SecuremlGpuXidError"]["expr"]
+        'DCGM_FI_DEV_XID_ERRORS{namespace="team-a"} > 0 unless'
+        in alerts["SecuremlGpuXidError"]["expr"]
     )
     assert (
         "increase(DCGM_FI_DEV_PCIE_REPLAY_COUNTER" in alerts["SecuremlGpuPcieReplayErrors"]["expr"]

@@ -213,9 +213,7 @@ def compile_command(
         write_text(report, reports.to_json(data), "--report")
     if attest is not None and attestation is not None:
         write_text(attest, attestation.decode(), "--attest")
-    _print(data, output_format, target)
-    if attest is not None and output_format == "text":
-        typer.echo(f"wrote {attest}")
+    _print(data, output_format, target, attest)
 
 
 def _attestation_inputs(
@@ -302,16 +300,30 @@ def _resolver(enabled: bool) -> Any:
     return image_process
 
 
-def _print(data: dict[str, Any], output_format: OutputFormat, written: Path | None) -> None:
+def _print(
+    data: dict[str, Any],
+    output_format: OutputFormat,
+    written: Path | None,
+    attestation: Path | None = None,
+) -> None:
     """The report as JSON on stdout, or as text (on stderr when refused)."""
     from secureml.report import render_text
 
     if output_format == "json":
-        emit_json({**data, "schema": SCHEMA, "output": str(written) if written else None})
+        emit_json(
+            {
+                **data,
+                "schema": SCHEMA,
+                "output": str(written) if written else None,
+                "attestation": str(attestation) if attestation else None,
+            }
+        )
         return
     typer.echo(render_text(data), err=written is None, nl=False)
     if written is not None:
         typer.echo(f"wrote {written}")
+    if attestation is not None:
+        typer.echo(f"wrote {attestation}")
 
 
 def _image_verifier(

@@ -485,3 +485,24 @@ def test_keyless_signing_in_ci_with_the_private_sigstore(
     assert f"signed by {COMPILER_CI} (issuer {GH})" in output
     code, output = _verify(out, attestation, *identity, "--certificate-identity", BUILDER)
     assert code == 1 and "the attestation's signer is not trusted" in output
+
+
+def test_compile_json_names_the_attestation(unsigned_profile, compiled, tmp_path):
+    out, attestation = tmp_path / "p.yaml", tmp_path / "p.att.json"
+    args = ["--profile", str(unsigned_profile), "-o", str(out), "--format", "json"]
+    result = runner.invoke(
+        app,
+        [
+            "compile",
+            str(PIPELINE),
+            *args,
+            "--attest",
+            str(attestation),
+            "--attest-key",
+            str(compiled["key"]),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    check("compile", document)
+    assert document["attestation"] == str(attestation) and attestation.is_file()

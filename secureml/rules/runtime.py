@@ -112,7 +112,7 @@ def _checks(profile: TenantProfile) -> list[tuple[str, str]]:
     )
     command = " ".join(contract.RUNTIME_INSTALL_COMMAND)
     return [
-        (_preload_empty_unless_shim(), _PRELOAD_MESSAGE),
+        (_preload_is_the_injected_shim_or_nothing(), _PRELOAD_MESSAGE),
         (
             one_init,
             f"the pod's first init container must be its one {contract.RUNTIME_INIT_CONTAINER}, "
@@ -134,21 +134,22 @@ def _checks(profile: TenantProfile) -> list[tuple[str, str]]:
 
 
 _PRELOAD_MESSAGE = (
-    f"the annotation {contract.ANNOTATION_SHIM_PRELOAD} must be empty or absent on a step "
-    f"without the shim: it is the step's {contract.SHIM_PRELOAD_FILE}, which the injected "
-    "launcher's own loader reads too"
+    f"the annotation {contract.ANNOTATION_SHIM_PRELOAD}, the step's {contract.SHIM_PRELOAD_FILE} "
+    "(which the injected launcher's own loader reads too), must name exactly the injected shim "
+    f"{contract.RUNTIME_SHIM} on a shim step and be empty or absent on any other"
 )
 
 
-def _preload_empty_unless_shim() -> str:
-    """CEL: outside shim steps (where the mutating policy sets it to the injected shim) the
-    preload annotation, the content of the step's /etc/ld.so.preload, names nothing."""
+def _preload_is_the_injected_shim_or_nothing() -> str:
+    """CEL: the preload annotation, the content of the step's /etc/ld.so.preload, names the
+    injected shim on shim steps (the mutating policy sets it so) and nothing elsewhere."""
     annotations = "object.metadata.annotations"
     key = quote(contract.ANNOTATION_SHIM_PRELOAD)
     shim_step = label_is(contract.LABEL_ISOLATION, contract.ISOLATION_LEVELS[1])  # timeslice-shim
+    present = f"has({annotations}) && {key} in {annotations}"
     return (
-        f"{shim_step} || !has({annotations}) || !({key} in {annotations}) || "
-        f"{annotations}[{key}] == ''"
+        f"({shim_step}) ? ({present} && {annotations}[{key}] == {quote(contract.RUNTIME_SHIM)}) "
+        f": (!({present}) || {annotations}[{key}] == '')"
     )
 
 

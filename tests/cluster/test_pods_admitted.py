@@ -23,7 +23,7 @@ import pytest
 import yaml
 from harness.controlplane import ControlPlane
 
-from secureml import MIG, TimeSlice, secure_component
+from secureml import MIG, TimeSlice, contract, secure_component
 from secureml.bundle import apply_mutations
 from secureml.compiler import CompileError, compile_pipeline
 from secureml.pipeline_loader import load_pipeline
@@ -196,3 +196,30 @@ def test_compiler_shapes_are_admitted_as_previewed(k8s_cluster: ControlPlane, ca
     compiled = compile_pipeline(case.pipeline(), profile)
     assert compiled.admission_checked
     assert _check_admitted(k8s_cluster, compiled.yaml_text, profile) > 0
+
+
+def test_time_sliced_step_gets_the_injected_shim_whatever_the_pod_says(
+    k8s_cluster: ControlPlane,
+) -> None:
+    """Issue 10, class 9 on a shim step: the tenant's pod names its own library in the preload
+    annotation; the server stores the injected shim there (the mutating policy sets it), and the
+    runtime init container first."""
+    profile = _variant("shape-runtime-ts", runtime={"image": INJECTED_RUNTIME})
+    compiled = compile_pipeline(load_pipeline(REPO / "pipelines" / "secure_finetune.py"), profile)
+    cluster = install_tenant(k8s_cluster, profile)
+    (sent,) = [
+        pod
+        for _, pod, _ in _pods(compiled.yaml_text, profile)
+        if pod["metadata"]["labels"].get(contract.LABEL_ISOLATION) == "timeslice-shim"
+    ]
+    sent["metadata"].setdefault("annotations", {})[contract.ANNOTATION_SHIM_PRELOAD] = "/tmp/own.so"
+    answer = create_pod(cluster, sent, profile.spec.namespace)
+    assert answer.created is not None, answer.message
+    try:
+        stored = answer.created
+        assert stored["metadata"]["annotations"][contract.ANNOTATION_SHIM_PRELOAD] == (
+            contract.RUNTIME_SHIM
+        )
+        assert stored["spec"]["initContainers"][0]["name"] == contract.RUNTIME_INIT_CONTAINER
+    finally:
+        delete_pod(cluster, answer.created)

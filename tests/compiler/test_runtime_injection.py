@@ -4,6 +4,9 @@ pods are admitted; without it the in-image launcher stays."""
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import yaml
 
 from secureml import contract
@@ -52,3 +55,38 @@ def test_injected_launcher_in_front_and_previewed_pods_admitted() -> None:
 def test_without_runtime_image_the_in_image_launcher_stays() -> None:
     compiled = compile_pipeline(load_pipeline(PIPELINE), example_profile("team-a"))
     assert all(c[:4] == list(contract.LAUNCHER_PREFIX) for c in _commands(compiled.yaml_text))
+
+
+def _previewed_timeslice_and_mig_pods() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The reference pipeline's time-sliced (shim) step and its MIG step, as the cluster admits
+    them under team-a with the platform's runtime injected."""
+    profile = _injected_team_a()
+    compiled = compile_pipeline(load_pipeline(PIPELINE), profile)
+    pods = preview_pods(list(yaml.safe_load_all(compiled.yaml_text)), profile).values()
+    by_isolation = {pod["metadata"]["labels"][contract.LABEL_ISOLATION]: pod for pod in pods}
+    return by_isolation["timeslice-shim"], by_isolation["mig"]
+
+
+def _runtime_rule(profile: TenantProfile) -> list[Any]:
+    return [r for r in rules_for_profile(profile) if r.id == "secureml.runtimeInjected"]
+
+
+def test_time_sliced_step_preloads_the_injected_shim_and_nothing_else() -> None:
+    """A shim step preloads exactly the injected shim; the image's own shim, a tenant's library or
+    the injected shim on a MIG step (outside its limits) is refused."""
+    profile = _injected_team_a()
+    shim_step, mig_step = _previewed_timeslice_and_mig_pods()
+    key = contract.ANNOTATION_SHIM_PRELOAD
+    assert shim_step["metadata"]["annotations"][key] == contract.RUNTIME_SHIM
+    assert evaluate(shim_step, rules_for_profile(profile)) == []
+    for other in (contract.SHIM_LIBRARY_PATH, "/tmp/own.so", ""):
+        pod = copy.deepcopy(shim_step)
+        pod["metadata"]["annotations"][key] = other
+        (violation,) = evaluate(pod, _runtime_rule(profile))
+        assert contract.RUNTIME_SHIM in violation.what, other
+    pod = copy.deepcopy(shim_step)
+    del pod["metadata"]["annotations"][key]
+    assert evaluate(pod, _runtime_rule(profile))
+    pod = copy.deepcopy(mig_step)
+    pod["metadata"]["annotations"][key] = contract.RUNTIME_SHIM
+    assert evaluate(pod, _runtime_rule(profile))

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fakegpu import FakeDevice, FakeGPU, MiB
+from fakegpu import FakeDevice, FakeGPU, FakeMig, MiB
 
 from secureml import contract
 from secureml.enforcement.launch import ExitCode
@@ -162,3 +162,44 @@ def test_the_fake_delivers_injected_xids_to_sets_registered_for_the_device(
     gpu.inject_xid(79, 1)
     out, _ = proc.communicate("go\n", timeout=30)
     assert out.split("\n")[:3] == ["48 1 2", f"79 1 {0xFFFFFFFF}", "timeout"]
+
+
+LISTENER = r"""
+import json, sys, time
+from secureml.enforcement.xid_events import XidListener
+stops = []
+listener = XidListener()
+listener.start()
+listener.deliver_to(stops.append)
+print("ready", flush=True)
+sys.stdin.readline()
+time.sleep(0.5)
+listener.stop()
+print(json.dumps({"events": listener.events, "stops": stops, "detail": listener.detail()}))
+"""
+
+
+def test_on_a_mig_gpu_another_instances_xid_is_recorded_but_does_not_stop(
+    make_fake_gpu: MakeGPU,
+) -> None:
+    gpu = make_fake_gpu(
+        devices=[FakeDevice(memory=128 * MiB, mig_mode=True, migs=[FakeMig(gi=1), FakeMig(gi=2)])]
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LISTENER],
+        env=gpu.env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    gpu.inject_xid(94, gpu_instance=9, compute_instance=0)  # not an instance this process sees
+    gpu.inject_xid(48, gpu_instance=2, compute_instance=0)  # one of its own
+    out, _ = proc.communicate("go\n", timeout=30)
+    result = json.loads(out)
+    other, own = result["events"]
+    assert (other["xid"], other["this_step"], other["memory_untrusted"]) == (94, False, False)
+    assert (own["xid"], own["gpu_instance_id"], own["memory_untrusted"]) == (48, 2, True)
+    assert [event["xid"] for event in result["stops"]] == [48]
+    assert result["detail"]["listening"] is True and result["detail"]["events"] == 2

@@ -2,6 +2,7 @@
 
     secureml image build CONTEXT --from runtime|cuda|IMAGE --tag REG/REPO:TAG [--push]
     secureml image check IMAGE@sha256:... | oci:DIR[@sha256:...] [--profile P]
+    secureml image sbom IMAGE@sha256:... | oci:DIR[@sha256:...] -o FILE
     secureml image build-runtime --tag REG/REPO:TAG [--push] [--base IMAGE|debian]
     secureml image build-base runtime|cuda --tag REG/REPO:TAG [--push] [--base IMAGE|debian]
 
@@ -149,6 +150,14 @@ def build(
         bool,
         typer.Option("--overwrite-containerfile", help="Replace a Containerfile you wrote."),
     ] = False,
+    sbom: Annotated[
+        Path | None,
+        typer.Option(
+            "--sbom",
+            metavar="FILE",
+            help="With --push: write a CycloneDX SBOM of the pushed image's Python packages.",
+        ),
+    ] = None,
 ) -> None:
     """Write CONTEXT/Containerfile for the step's requirements and build it; with --push, print
     the digest-pinned reference to use as the component's image.
@@ -158,13 +167,50 @@ def build(
     from secureml.stepimage.builders import find_builder
 
     ref = _tag(tag)
+    if sbom is not None and not push:
+        raise InputError(
+            "--sbom needs --push",
+            why="the SBOM describes the image by the digest its registry stored",
+            fix="add --push, or run `secureml image sbom` on the pushed digest later",
+        )
     found = find_builder(builder)
     print(f"building {context} FROM {userimage.base_reference(base)} with {found.name}")
     pinned = userimage.build(context, base, ref, found, push=push, overwrite=overwrite)
     if pinned is None:
         print(f"built {ref} (not pushed: pass --push for the digest reference a step needs)")
-    else:
-        print(pinned)
+        return
+    print(pinned)
+    if sbom is not None:
+        _write_sbom(pinned, sbom, "--sbom")
+
+
+def _write_sbom(image: str, target: Path, flag: str) -> None:
+    from secureml.output_paths import write_text
+    from secureml.stepimage.sbom import image_sbom
+
+    document, count = image_sbom(image)
+    write_text(target, document, flag)
+    print(f"wrote {target}: CycloneDX SBOM of {count} Python packages in {image}")
+    if not image.startswith("oci:"):
+        print(
+            "attach it: cosign attest --new-bundle-format --type cyclonedx "
+            f"--predicate {target} {image}"
+        )
+
+
+@app.command("sbom")
+@run_cli
+def sbom_command(
+    image: Annotated[str, typer.Argument(help="REGISTRY/REPOSITORY@sha256:... or oci:DIR.")],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", metavar="FILE", help="The SBOM file to write.")
+    ],
+) -> None:
+    """Write a CycloneDX SBOM of the image's Python packages (read from the image itself), the
+    predicate of an https://cyclonedx.org/bom attestation.
+
+    Exit 0: written. 2: unusable input, or a registry that cannot be reached."""
+    _write_sbom(image, output, "-o")
 
 
 @app.command("check")

@@ -108,14 +108,20 @@ def check_requirements(
         offered = [
             (content, source) for kind, content, source in claimed if kind == requirement.type
         ]
-        tried = [_try(ref, requirement, verifier, identities, c, s) for c, s in offered]
-        if any(outcome is None for outcome in tried):
-            continue
-        if tried:
-            failures.append(min(tried, key=lambda f: _TELLING.index(f.kind)))  # type: ignore[union-attr]
-            continue
-        others = sorted({kind for kind, _, _ in claimed if kind and kind != COSIGN_SIGN_PREDICATE})
-        failures.append(_absent(ref, requirement, others, looked))
+        failed: list[AttestationFailure] = []
+        for content, source in offered:
+            outcome = _try(ref, requirement, verifier, identities, content, source)
+            if outcome is None:
+                break  # met
+            failed.append(outcome)
+        else:
+            if failed:
+                failures.append(min(failed, key=lambda f: _TELLING.index(f.kind)))
+            else:
+                others = sorted(
+                    {kind for kind, _, _ in claimed if kind and kind != COSIGN_SIGN_PREDICATE}
+                )
+                failures.append(_absent(ref, requirement, others, looked))
     return failures
 
 
@@ -175,7 +181,7 @@ def _try(
         )
     predicate = statement.get("predicate")
     problem = predicates.content_problem(wanted, predicate)
-    if problem is not None:
+    if problem is not None or not isinstance(predicate, dict):
         return AttestationFailure(
             "predicate",
             wanted,
@@ -241,7 +247,7 @@ def _absent(
             f"not the required {wanted}",
             f"attest a {wanted} predicate, or (platform team) require {related[0]} in the profile",
         )
-    found = f"; it has {', '.join(others)}" if others else ""
+    found = f"; the image has attestations of type {', '.join(others)}" if others else ""
     return AttestationFailure(
         "missing",
         wanted,

@@ -9,6 +9,7 @@ from kfp import dsl, kubernetes
 from secureml import MIG, TimeSlice, WholeGPU, secure_component
 from secureml.compile_rules import RULES
 from secureml.compiler import CompileError, compile_pipeline
+from secureml.supplychain.attestations import RULES as ATTESTATION_RULES
 
 
 @secure_component(image=IMAGE)
@@ -282,4 +283,5 @@ def test_docs_list_every_rule_id() -> None:
         "image.signature-invalid",
         "image.signer-untrusted",
         "image.no-launcher",  # compile --check-images (secureml.stepimage.compilecheck)
+        *ATTESTATION_RULES.values(),  # images.attestations (secureml.supplychain.attestations)
     }

@@ -267,3 +267,61 @@ def test_attestations_from_the_registry(pki, profile, verifier, complete, referr
             steps, profile, None, fetch=True, verifier=verifier
         )
     assert [(r.step, r.rule) for r in results] == [("bare", "image.attestation-missing")] * 3
+
+
+def test_compile_reports_every_unmet_attestation(pki, root, complete, tmp_path):
+    """`secureml compile` on the reference pipeline: the violations with task, rule and fix, as
+    the other compile violations; with the full set the pipeline compiles."""
+    from typer.testing import CliRunner
+
+    from secureml.cli import app
+
+    from .test_compile_cli import BUILDER, PIPELINE, pipeline_image
+
+    image = pipeline_image()
+    data = yaml.safe_load((REPO / "profiles" / "team-a.yaml").read_text())
+    data["spec"]["images"]["signatures"]["trustedRoot"] = str(root)
+    data["spec"]["images"]["attestations"] = REQUIREMENTS
+    profile = tmp_path / "team-a.yaml"
+    profile.write_text(yaml.safe_dump(data, sort_keys=False))
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    (bundles / f"sha256-{image.digest_hex}.sigstore.json").write_bytes(
+        pki.sign_image(image.name, image.digest_hex, subject=BUILDER, issuer=GH)
+    )
+    report = tmp_path / "report.json"
+    args = ["compile", str(PIPELINE), "--profile", str(profile), "--bundles", str(bundles)]
+    args += ["-o", str(tmp_path / "out.yaml"), "--report", str(report)]
+
+    def statement_for(
+        predicate_type: str, predicate: dict[str, Any], signer: str = SIGNER
+    ) -> bytes:
+        return attest(pki, predicate_type, predicate, digest=image.digest_hex, signer=signer)
+
+    (bundles / f"sha256-{image.digest_hex}.vuln.sigstore.json").write_bytes(
+        statement_for(predicates.COSIGN_VULN, scan("CRITICAL"))
+    )
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 1, refused.output
+    violations = json.loads(report.read_text())["violations"]
+    found = {(v["rule"], v["task"]) for v in violations}
+    tasks = {v["task"] for v in violations}
+    assert {rule for rule, _ in found} == {
+        "image.attestation-missing",
+        "image.vuln-severity",
+    }
+    # per task: the SBOM and the provenance missing, the scan above HIGH
+    assert len(violations) == 3 * len(tasks) and all(v["fix"] for v in violations)
+    assert "image.attestation-missing" in refused.output
+
+    (bundles / f"sha256-{image.digest_hex}.vuln.sigstore.json").write_bytes(
+        statement_for(predicates.COSIGN_VULN, scan("HIGH"))
+    )
+    (bundles / f"sha256-{image.digest_hex}.sbom.sigstore.json").write_bytes(
+        statement_for(predicates.CYCLONEDX, SBOM)
+    )
+    (bundles / f"sha256-{image.digest_hex}.provenance.sigstore.json").write_bytes(
+        statement_for(predicates.SLSA_V1, provenance(SLSA_GENERATOR), signer=SLSA_GENERATOR)
+    )
+    passed = CliRunner().invoke(app, args)
+    assert passed.exit_code == 0, passed.output

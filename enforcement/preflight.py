@@ -324,9 +324,22 @@ def _cuda_version(nvml: Any) -> str:
     return f"{version // 1000}.{version % 1000 // 10}"
 
 
-def run_preflight(request: GPURequest, *, isolation: str) -> dict[str, Any]:
-    """Check the visible GPUs against `request`; the audit record's `gpu` section on success."""
+def run_preflight(
+    request: GPURequest, *, isolation: str, confidential_computing: bool = False
+) -> dict[str, Any]:
+    """Check the visible GPUs against `request`; the audit record's `gpu` section on success.
+
+    With `confidential_computing` the machine's GPUs must also be in CC mode and ready
+    (`confidential.require_confidential`), checked before anything else."""
     with nvml_session() as nvml:
+        confidential: dict[str, Any] = {"required": False}
+        if confidential_computing:
+            from .confidential import ConfidentialComputingError, require_confidential
+
+            try:
+                confidential = require_confidential(nvml)
+            except ConfidentialComputingError as err:
+                raise PreflightError(err.what, why=err.why, fix=err.fix, where=err.where) from None
         driver = _text(nvml.nvmlSystemGetDriverVersion())
         cuda = _cuda_version(nvml)
         gpus, migs = visible_devices(nvml)
@@ -360,4 +373,5 @@ def run_preflight(request: GPURequest, *, isolation: str) -> dict[str, Any]:
             "parents": [asdict(d) for _, d in gpus if d.uuid in used_parents and d not in used],
             "health": health,
             "isolation": isolation or contract.ISOLATION_NONE,
+            "confidential_computing": confidential,
         }

@@ -17,11 +17,13 @@ and their JSON are `secureml.gpu_request`'s; this module maps.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypedDict
 
 from secureml import contract
 from secureml.gpu_catalogue import (
+    CC_READY,
+    LABEL_CC_READY,
     LABEL_GPU_PRODUCT,
     LABEL_SHARING_STRATEGY,
     MIG_RESOURCE_PREFIX,
@@ -110,9 +112,26 @@ def off_gpu_pools(profile: TenantProfile) -> list[NodeSelectorRequirement]:
     ]
 
 
+def confidential_selector(profile: TenantProfile) -> dict[str, str]:
+    """The node label every GPU step of a profile that requires confidential computing selects:
+    the CC manager's readiness label (`gpu_catalogue.LABEL_CC_READY`); `{}` otherwise."""
+    if profile.spec.gpu.confidential_computing != "required":
+        return {}
+    return {LABEL_CC_READY: CC_READY}
+
+
 def placement(request: GPURequest | None, profile: TenantProfile) -> Placement:
     """Scheduling terms for `request` on `profile`'s cluster. The request must already have passed
-    `compile_rules` (allowed kind, profile and limits); `None` is a step without a GPU."""
+    `compile_rules` (allowed kind, profile and limits); `None` is a step without a GPU. A GPU step
+    of a profile that requires confidential computing also selects CC-ready nodes."""
+    placed = _placement(request, profile)
+    cc = confidential_selector(profile) if request is not None else {}
+    if not cc:
+        return placed
+    return replace(placed, node_selector={**placed.node_selector, **cc})
+
+
+def _placement(request: GPURequest | None, profile: TenantProfile) -> Placement:
     if request is None:
         return Placement(isolation=contract.ISOLATION_NONE, node_affinity=off_gpu_pools(profile))
     gpu = profile.spec.gpu

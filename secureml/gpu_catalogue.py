@@ -20,6 +20,11 @@ RESOURCE_GPU_SHARED = "nvidia.com/gpu.shared"  # time-slicing with renameByDefau
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 LABEL_SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"
 SHARING_TIME_SLICING = "time-slicing"
+# Set by the GPU operator's CC manager (NVIDIA/k8s-cc-manager, gpu_operator_eviction.py
+# `set_cc_state_label`): "true" once every GPU of the node is in CC mode `on` (or `ppcie`), "false"
+# for `off`, empty for `devtools`; `nvidia.com/cc.mode.state` holds the mode it applied.
+LABEL_CC_READY = "nvidia.com/cc.ready.state"
+CC_READY = "true"
 
 
 # --- the MIG catalogue -------------------------------------------------------------------------
@@ -45,6 +50,9 @@ class GPUModel:
     compute_slices: int
     memory_slices: int
     profiles: dict[str, MigProfile] = field(hash=False)
+    confidential_computing: bool = (
+        False  # Hopper and Blackwell: CC mode (NVIDIA CC deployment guide)
+    )
 
 
 def _profile(name: str, compute: int, memory: int, max_instances: int) -> MigProfile:
@@ -105,16 +113,32 @@ MIG_CATALOGUE: dict[str, GPUModel] = {
             7,
             8,
             _seven_slice_family(10, 20, 40, 80),
+            confidential_computing=True,
         ),
-        GPUModel("H100-94GB", ("NVIDIA-H100-NVL",), 7, 8, _seven_slice_family(12, 24, 47, 94)),
+        GPUModel(
+            "H100-94GB",
+            ("NVIDIA-H100-NVL",),
+            7,
+            8,
+            _seven_slice_family(12, 24, 47, 94),
+            confidential_computing=True,
+        ),
         GPUModel(
             "H200-141GB",
             ("NVIDIA-H200", "NVIDIA-H200-NVL"),
             7,
             8,
             _seven_slice_family(18, 35, 71, 141),
+            confidential_computing=True,
         ),
-        GPUModel("B200", ("NVIDIA-B200",), 7, 8, _seven_slice_family(23, 45, 90, 180)),
+        GPUModel(
+            "B200",
+            ("NVIDIA-B200",),
+            7,
+            8,
+            _seven_slice_family(23, 45, 90, 180),
+            confidential_computing=True,
+        ),
     )
 }
 

@@ -61,6 +61,7 @@ def selector_values(profile: TenantProfile) -> dict[str, list[str] | None]:
     settings = profile.spec.gpu
     allowed: dict[str, list[str] | None] = {k: list(v) for k, v in PLATFORM_LABELS.items()}
     allowed.update(gpu_pools(profile))
+    allowed.update({k: [v] for k, v in gpu.confidential_selector(profile).items()})
     products: set[str] | None = set()
     mig = settings.mig
     if mig is not None and settings.mig_strategy == "single":

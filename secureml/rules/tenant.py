@@ -593,6 +593,7 @@ class _Catalogue:
 def profile_rules(profile: TenantProfile) -> list[Rule]:
     """secureml's rules for `profile` (without the Pod Security Standards)."""
     from secureml.rules.accounts import account_rules
+    from secureml.rules.confidential import confidential_rules
     from secureml.rules.immutable import immutable_rules
     from secureml.rules.launcher import launcher_rules
     from secureml.rules.mounts import mount_rules
@@ -605,6 +606,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
         *_Catalogue(profile).all(),
         *resource_rules(profile),
         *placement_rules(profile),
+        *confidential_rules(profile),
         *runtime_class_rules(profile),
         *volume_rules(profile),
         *launcher_rules(profile),

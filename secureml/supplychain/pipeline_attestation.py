@@ -72,6 +72,7 @@ def checked_rules(
     rules = [{"id": rule, "source": "compile"} for rule in RULES]
     if signatures:
         rules += [{"id": rule, "source": "signature"} for rule in SIGNATURE_RULES]
+    rules += _attestation_rules(profile)
     if image_checks:
         rules.append({"id": IMAGE_CHECK_RULE, "source": "image-check"})
     if report.get("admissionChecked"):
@@ -79,6 +80,22 @@ def checked_rules(
 
         rules += [{"id": rule.id, "source": "admission"} for rule in rules_for_profile(profile)]
     return [{**rule, "result": PASS} for rule in rules]
+
+
+def _attestation_rules(profile: TenantProfile) -> list[dict[str, str]]:
+    """The rules of `images.attestations` (checked whenever the profile lists any); the severity
+    and builder rules only where a requirement sets `maxSeverity` or `builder`."""
+    requirements = profile.spec.images.attestations
+    if not requirements:
+        return []
+    from secureml.supplychain.attestations import RULES as ATTESTATION_RULES
+
+    kinds = ["missing", "predicate", "invalid", "untrusted"]
+    if any(r.max_severity is not None for r in requirements):
+        kinds.append("severity")
+    if any(r.builder is not None for r in requirements):
+        kinds.append("builder")
+    return [{"id": ATTESTATION_RULES[kind], "source": "attestation"} for kind in kinds]
 
 
 def _images(report: dict[str, Any], signatures: bool) -> list[dict[str, Any]]:

@@ -506,3 +506,26 @@ def test_compile_json_names_the_attestation(unsigned_profile, compiled, tmp_path
     document = json.loads(result.stdout)
     check("compile", document)
     assert document["attestation"] == str(attestation) and attestation.is_file()
+
+
+def test_required_attestations_are_recorded_rules():
+    from secureml.profile import TenantProfile
+    from secureml.supplychain.pipeline_attestation import checked_rules
+
+    data = yaml.safe_load((REPO / "profiles" / "team-a.yaml").read_text())
+    data["spec"]["images"]["attestations"] = [
+        {"type": "https://cosign.sigstore.dev/attestation/vuln/v1", "maxSeverity": "HIGH"},
+        {"type": "https://cyclonedx.org/bom"},
+    ]
+    profile = TenantProfile.from_dict(data)
+    rules = checked_rules(profile, {"admissionChecked": False}, signatures=True, image_checks=True)
+    recorded = {r["id"] for r in rules if r["source"] == "attestation"}
+    assert recorded == {
+        "image.attestation-missing",
+        "image.attestation-predicate",
+        "image.attestation-invalid",
+        "image.attestation-untrusted",
+        "image.vuln-severity",
+    }
+    assert {"image.no-launcher", "image.signer-untrusted"} <= {r["id"] for r in rules}
+    assert not any(r["source"] == "admission" for r in rules)

@@ -456,3 +456,16 @@ def test_without_profiles_the_tenants_on_the_cluster_are_named(
     # Nobody is known to need SPIRE: its absence is a warning, and nothing failed.
     assert checks["spire.server"]["status"] == "warn"
     assert code == 0, [c for c in document["checks"] if c["status"] == "fail"]
+
+    # The text report: one block per check, what was seen and the fix indented under it.
+    result = CliRunner().invoke(
+        app, ["doctor", "cluster", "--kubeconfig", str(k8s_cluster.kubeconfig)]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith(f"doctor cluster: {k8s_cluster.url} (v1.36.3, kubeconfig ")
+    at = lines.index("warn  tenants: tenant bundles checked")
+    assert lines[at + 1].startswith("      seen: no --profiles given")
+    assert lines[at + 2] == "      fix:  give the tenant profiles: --profiles FILE|DIR (repeatable)"
+    counts = document["counts"]
+    assert lines[-1] == f"0 failed, {counts['warn']} warning(s), {counts['pass']} passed"

@@ -60,6 +60,7 @@ def test_dedicated_step_through_every_gpu_stage(launch: Launch, fake_gpu: Any) -
         "config": "ok",
         "shim-claim": "skipped",
         "identity": "skipped",
+        "verify-inputs": "skipped",
         "preflight": "ok",
         "scrub-before": "ok",
         "shim": "skipped",

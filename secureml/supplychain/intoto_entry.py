@@ -11,7 +11,8 @@ Every check sigstore-python makes still runs, and one is added for the entry kin
 1. steps 0-6 of sigstore-python's verification (`Verifier._verify_common_signing_cert`): verified
    times (RFC 3161 and the integrated time under its inclusion promise), the certificate chain at
    each time, the SCT, the identity policy, the inclusion proof, checkpoint and signed entry
-   timestamp, and the certificate's validity at each time. It runs on a copy of the bundle whose
+   timestamp, and the certificate's validity at each time; then the trusted root's validity windows
+   at the signing time (root_windows.py). It runs on a copy of the bundle whose
    `kindVersion` label says `dsse`/0.0.1: that label is not covered by the log's signatures (the
    body is, and it is checked to say `intoto` 0.0.2 below), so only the gate changes;
 2. the envelope's signature over its PAE, by the certificate's key (`sigstore.dsse._verify`);
@@ -33,6 +34,8 @@ import copy
 import hashlib
 import json
 from typing import TYPE_CHECKING, Any, cast
+
+from secureml.supplychain.root_windows import check_root_windows
 
 if TYPE_CHECKING:
     from sigstore.verify import Verifier
@@ -77,6 +80,7 @@ def verify_intoto_dsse(
     }
     bundle = Bundle.from_json(json.dumps(relabelled))
     verifier._verify_common_signing_cert(bundle, policy)
+    check_root_windows(verifier, bundle)
     envelope = bundle._dsse_envelope
     if envelope is None:
         raise IntotoEntryError("an intoto log entry needs a DSSE envelope in the bundle")

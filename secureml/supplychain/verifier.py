@@ -31,6 +31,7 @@ from secureml.errors import SecuremlError
 from secureml.images import ImageRef
 from secureml.supplychain.identity import IdentityPolicy, TrustedIdentity, UntrustedSignerError
 from secureml.supplychain.intoto_entry import INTOTO_KIND, log_entry_kind, verify_intoto_dsse
+from secureml.supplychain.root_windows import check_root_windows
 from secureml.supplychain.trust import resolve_trusted_root, verifier_for
 from secureml.supplychain.tuf_refresh import TufRepository, refresh_trusted_root
 
@@ -201,6 +202,8 @@ class SignatureVerifier:
             else:
                 hashed = Hashed(algorithm=HashAlgorithm.SHA2_256, digest=bytes.fromhex(hex_digest))
                 self._verifier.verify_artifact(raw if raw is not None else hashed, bundle, policy)
+            if not (is_dsse and log_entry_kind(document) == INTOTO_KIND):  # intoto checks its own
+                check_root_windows(self._verifier, bundle)
         except UntrustedSignerError as err:
             raise SignatureError(
                 "untrusted",

@@ -1,0 +1,94 @@
+"""The trusted root's validity windows, checked at the signing time (sigstore-python 4.x does not).
+
+A trusted root gives each Fulcio CA, Rekor log key and CT log key a `validFor` window: the key may
+vouch only for what happened inside it (a CA retired after a rotation, a log key whose end marks a
+compromise). sigstore-python checks those windows against the current time only, and only their
+start (`is_timerange_valid(allow_expired=True)`): it accepts a certificate issued by a CA after its
+window ended, an entry integrated after its log key's window ended, and an SCT from a CT log key
+outside its window. sigstore-go checks them at the signing time, and so does secureml, after
+sigstore-python has verified the bundle:
+
+* every verified time (RFC 3161 timestamps, the integrated time under an inclusion promise) must lie
+  in the window of a trusted CA that holds the certificate that issued the signing certificate;
+* the integrated time, when there is one, in the window of the log key with the entry's log id;
+* the SCT's timestamp in the window of the CT log key with the SCT's log id.
+
+Windows are closed intervals. `Verifier._establish_time` and `TrustedRoot._inner` are private APIs
+of sigstore-python (pinned to 4.x; tests/supplychain/test_root_windows.py fails if they change).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sigstore.models import Bundle
+    from sigstore.verify import Verifier
+
+
+class WindowError(Exception):
+    """A key or CA of the trusted root vouched for something outside its validity window."""
+
+
+def check_root_windows(verifier: Verifier, bundle: Bundle) -> None:
+    """Raise WindowError unless the CA, log and CT keys were within their windows at signing time."""
+    from cryptography import x509
+
+    root = verifier._trusted_root._inner
+    leaf = bundle.signing_certificate
+    times = [result.time for result in verifier._establish_time(bundle)]
+
+    issuing = [
+        authority
+        for authority in root.certificate_authorities
+        if any(
+            _issued_by(leaf, x509.load_der_x509_certificate(cert.raw_bytes))
+            for cert in authority.cert_chain.certificates
+        )
+    ]
+    for time in times:
+        if not any(_within(authority.valid_for, time) for authority in issuing):
+            raise WindowError(
+                f"no certificate authority of the trusted root that issued the signing certificate was valid at {_iso(time)}"
+            )
+
+    entry = bundle.log_entry._inner
+    if entry.integrated_time:
+        integrated = dt.datetime.fromtimestamp(entry.integrated_time, tz=dt.UTC)
+        logs = [log for log in root.tlogs if log.log_id.key_id == entry.log_id.key_id]
+        if not any(_within(log.public_key.valid_for, integrated) for log in logs):
+            raise WindowError(
+                f"the transparency log key of this entry was not valid at its integrated time {_iso(integrated)}"
+            )
+
+    (sct,) = leaf.extensions.get_extension_for_class(
+        x509.PrecertificateSignedCertificateTimestamps
+    ).value  # sigstore-python has verified that there is exactly one
+    ct_logs = [log for log in root.ctlogs if log.log_id.key_id == sct.log_id]
+    if not any(_within(log.public_key.valid_for, _aware(sct.timestamp)) for log in ct_logs):
+        raise WindowError(
+            f"the CT log key of the certificate's SCT was not valid at the SCT's time {_iso(_aware(sct.timestamp))}"
+        )
+
+
+def _issued_by(leaf: Any, issuer: Any) -> bool:
+    try:
+        leaf.verify_directly_issued_by(issuer)
+    except Exception:  # noqa: BLE001 - InvalidSignature, ValueError, TypeError (key type): not this issuer
+        return False
+    return True
+
+
+def _within(window: Any, time: dt.datetime) -> bool:
+    if window is None:
+        return True
+    return bool(window.start <= time and (window.end is None or time <= window.end))
+
+
+def _aware(time: dt.datetime) -> dt.datetime:
+    return time if time.tzinfo is not None else time.replace(tzinfo=dt.UTC)
+
+
+def _iso(time: dt.datetime) -> str:
+    return time.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")

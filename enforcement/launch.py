@@ -214,7 +214,11 @@ def preflight_stage(run: StepRun, config: LauncherConfig) -> None:
         "preflight",
         ExitCode.PREFLIGHT,
         True,
-        lambda: run_preflight(config.gpu_request, isolation=config.isolation),  # type: ignore[arg-type]
+        lambda: run_preflight(
+            config.gpu_request,  # type: ignore[arg-type]
+            isolation=config.isolation,
+            confidential_computing=config.confidential_computing,
+        ),
     )
     if gpu is not None:
         run.record["gpu"] = gpu
@@ -465,6 +469,7 @@ def _base_record(run: StepRun, config: LauncherConfig | None) -> AuditRecord:
                     "scrub_after": config.scrub_after,
                     "scrub_verify": config.scrub_verify,
                     "shim": config.shim_mode,
+                    "confidential_computing": config.confidential_computing,
                 },
             }
         )

@@ -1,0 +1,198 @@
+"""`secureml doctor node`: is this GPU node fit for the tenants whose pools hold it.
+
+Run on the node (root `/`) or in the doctor DaemonSet's pod (the host's files mounted under a
+root such as `/host`, docs/bundle.md). It reads the kernel module and the NVIDIA container
+toolkit's configuration from files, the driver, GPUs, MIG layout, ECC, row remapping, retired
+pages and the confidential-computing state through NVML, and, given its configuration file, the
+device plugin's time-slicing. What the node must offer comes from the tenant profiles
+(`--profiles`) whose pools select it (`secureml.doctor.node_pools`), known from the node's labels
+(`--node-labels`, or `--node-name` read from the API server).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from secureml.doctor.check import Check, Report
+from secureml.doctor.node_host import (
+    TOOLKIT_CONFIG,
+    device_plugin_checks,
+    device_plugin_missing,
+    kernel_module_check,
+    load_device_plugin_config,
+    module_version,
+    toolkit_check,
+)
+from secureml.doctor.node_pools import Expectations, expectations
+from secureml.errors import InputError
+from secureml.profile import TenantProfile
+
+SCHEMA = "secureml.dev/doctor-node/v1"
+
+
+@dataclass(frozen=True)
+class NodeInputs:
+    """What one run checks against: where the host's files are, the profiles, the node's labels
+    (None: unknown, every profile applies) and the device plugin's configuration file."""
+
+    root: Path = Path("/")
+    profiles: tuple[TenantProfile, ...] = ()
+    labels: Mapping[str, str] | None = None
+    device_plugin_config: Path | None = None
+    toolkit_config: Path | None = None
+
+
+def parse_labels(items: Sequence[str]) -> dict[str, str]:
+    """`--node-labels k=v[,k=v...]` (repeatable) as a dict; `InputError` on a malformed pair."""
+    labels: dict[str, str] = {}
+    for item in items:
+        for pair in filter(None, (p.strip() for p in item.split(","))):
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise InputError(
+                    f"--node-labels: {pair!r} is not KEY=VALUE",
+                    fix="give the node's labels as KEY=VALUE pairs, comma-separated or repeated",
+                )
+            labels[key] = value
+    return labels
+
+
+def node_labels_from_api(
+    node_name: str, kubeconfig: Path | None, context: str | None
+) -> dict[str, str]:
+    """The labels of Node `node_name`, read from the API server (needs `get` on nodes)."""
+    from secureml.cluster import connect
+    from secureml.cluster.connection import ServerRefusedError
+
+    cluster = connect(kubeconfig, context)
+    try:
+        node = cluster.get(f"/api/v1/nodes/{node_name}")
+    except ServerRefusedError as refusal:
+        raise cluster.unusable(f"GET node {node_name}", refusal) from None
+    return dict((node.get("metadata") or {}).get("labels") or {})
+
+
+def _profiles_check(
+    profiles: Sequence[TenantProfile], expected: Expectations, labels: Mapping[str, str] | None
+) -> Check:
+    name, title = "profiles.pool", "tenant profiles whose pools hold this node"
+    how = "by the node's labels" if labels is not None else "(node labels unknown: all profiles)"
+    if not profiles:
+        return Check(
+            name,
+            title,
+            "warn",
+            "no --profiles given: the MIG, CC and time-slicing "
+            "checks cannot say what the tenants expect",
+            "give the tenant profiles: --profiles FILE|DIR (repeatable)",
+        )
+    if not expected.tenants:
+        return Check(
+            name,
+            title,
+            "warn",
+            f"none of {', '.join(p.metadata.name for p in profiles)} selects this node {how}",
+            "check the node's labels against the profiles' pool node selectors and models",
+        )
+    return Check(name, title, "pass", f"{', '.join(expected.tenants)} {how}")
+
+
+def _nvml_checks(inputs: NodeInputs, expected: Expectations) -> list[Check]:
+    """NVML reachable, then every NVML check; one fail and nothing else where NVML cannot start."""
+    from secureml.doctor.node_gpu import gpu_checks
+
+    name, title = "nvml.reachable", "NVML reachable"
+    try:
+        import pynvml
+    except ImportError:
+        return [
+            Check(
+                name,
+                title,
+                "fail",
+                "nvidia-ml-py (pynvml) is not installed",
+                "install secureml with its runtime dependencies",
+            )
+        ]
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        return [
+            Check(
+                name,
+                title,
+                "fail",
+                f"nvmlInit failed: {err}",
+                "check the driver is installed and, in a pod, that the NVIDIA runtime "
+                "mounted it (docs/bundle.md: the doctor DaemonSet's volumes)",
+            )
+        ]
+    try:
+        version = pynvml.nvmlSystemGetNVMLVersion()
+        version = version.decode() if isinstance(version, bytes) else version
+        labels = dict(inputs.labels) if inputs.labels is not None else None
+        return [
+            Check(name, title, "pass", f"NVML {version}"),
+            *gpu_checks(pynvml, expected, labels, module_version(inputs.root)),
+        ]
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def node_report(inputs: NodeInputs) -> Report:
+    """Every check of one run, in a fixed order."""
+    expected = expectations(inputs.profiles, inputs.labels)
+    report = Report(subject=str(inputs.root))
+    report.add(_profiles_check(inputs.profiles, expected, inputs.labels))
+    report.add(kernel_module_check(inputs.root))
+    report.add(_nvml_checks(inputs, expected))
+    report.add(toolkit_check(inputs.toolkit_config or inputs.root / TOOLKIT_CONFIG))
+    if inputs.device_plugin_config is not None:
+        config, where = load_device_plugin_config(inputs.device_plugin_config, inputs.labels)
+        report.add(device_plugin_checks(config, where, expected))
+    elif expected.time_slice:
+        report.add(device_plugin_missing(expected))
+    return report
+
+
+def to_json(report: Report, inputs: NodeInputs) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "root": str(inputs.root),
+        "profiles": [p.metadata.name for p in inputs.profiles],
+        "nodeLabels": dict(inputs.labels) if inputs.labels is not None else None,
+        **report.to_json(),
+    }
+
+
+def _print(report: Report, inputs: NodeInputs, output: str) -> None:
+    import typer
+
+    from secureml.cli.output import emit_json, print_table
+
+    if output == "json":
+        emit_json(to_json(report, inputs))
+        return
+    print_table(
+        ("status", "check", "seen", "fix"),
+        ((c.status, c.name, c.seen, c.fix) for c in report.checks),
+        title=f"doctor node: {inputs.root}",
+    )
+    counts = report.counts()
+    typer.echo(f"{counts['fail']} failed, {counts['warn']} warning(s), {counts['pass']} passed")
+
+
+def run_node(inputs: NodeInputs, output: str, interval: float | None = None) -> int:
+    """`secureml doctor node`: print the report; return its exit code. With `interval`, check
+    again every `interval` seconds and never return (the DaemonSet: one report per period in
+    its log)."""
+    while True:
+        report = node_report(inputs)
+        _print(report, inputs, output)
+        if interval is None:
+            return report.exit_code()
+        time.sleep(interval)

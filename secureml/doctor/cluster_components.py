@@ -38,6 +38,8 @@ SPIRE_SERVER = "spire-server"
 SPIRE_AGENT = "spire-agent"
 POLICY_CONTROLLER_WEBHOOK = "policy.sigstore.dev"
 POLICY_CONTROLLER_CONFIG = "config-policy-controller"
+# spire-controller-manager's ClusterSPIFFEID status.stats counters that mean a pod got no entry.
+SPIFFE_ID_FAULTS = ("podEntryRenderFailures", "entryFailures", "entriesMasked")
 
 
 @dataclass
@@ -258,6 +260,22 @@ def cluster_spiffe_id_check(reader: Reader, needs: Needs) -> Check:
         for obj in objects
         if ((obj["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "secureml")
     )
+    failing = []
+    for obj in objects:
+        stats = (obj.get("status") or {}).get("stats") or {}
+        faults = [f"{key} {stats[key]}" for key in SPIFFE_ID_FAULTS if stats.get(key, 0) > 0]
+        if obj["metadata"]["name"] in ours and faults:
+            failing.append(f"{obj['metadata']['name']}: {', '.join(faults)}")
+    if failing:
+        return Check(
+            name,
+            title,
+            "fail" if needs.identity or not needs.known else "warn",
+            "spire-controller-manager could not register every step's entry: " + "; ".join(failing),
+            "read spire-controller-manager's log: podEntryRenderFailures is a template the pod "
+            "labels do not fill, entryFailures an entry the SPIRE server refused (a trust domain "
+            "other than the server's), entriesMasked another ClusterSPIFFEID selecting the same pods",
+        )
     return Check(
         name,
         title,

@@ -230,3 +230,28 @@ def test_a_refusal_to_read_is_an_unusable_cluster() -> None:
         checks_of(cluster)
     assert raised.value.exit_code == 2
     assert "refused GET /apis/apps/v1/daemonsets (403 Forbidden)" in raised.value.what
+
+
+def test_clusterspiffeid_entries_the_controller_could_not_set_fail() -> None:
+    kinds = {
+        **BUILT_IN,
+        "spire.spiffe.io/v1alpha1": {"ClusterSPIFFEID": Resource("clusterspiffeids", False)},
+    }
+    listing = {
+        "items": [
+            {
+                "metadata": {
+                    "name": "secureml-team-a-steps",
+                    "labels": {"app.kubernetes.io/managed-by": "secureml"},
+                },
+                "status": {"stats": {"podsSelected": 3, "entriesToSet": 3, "entryFailures": 3}},
+            }
+        ]
+    }
+    state = {"/apis/spire.spiffe.io/v1alpha1/clusterspiffeids": listing}
+    check = checks_of(DictCluster(state, kinds), TEAM_A)["spire.clusterspiffeid"]
+    assert check.status == "fail"
+    assert check.seen.endswith("secureml-team-a-steps: entryFailures 3")
+    assert "trust domain" in check.fix
+    listing["items"][0]["status"]["stats"]["entryFailures"] = 0
+    assert checks_of(DictCluster(state, kinds), TEAM_A)["spire.clusterspiffeid"].status == "pass"

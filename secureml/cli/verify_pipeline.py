@@ -16,6 +16,7 @@ from secureml.cli.options import (
     IdentityOption,
     IdentityRegexpOption,
     IssuerOption,
+    OnlineOption,
     TrustedRootOption,
 )
 from secureml.cli.output import emit_json, run_cli
@@ -72,12 +73,13 @@ def verify_pipeline(
     certificate_identity_regexp: IdentityRegexpOption = None,
     certificate_oidc_issuer: IssuerOption = None,
     trusted_root: TrustedRootOption = None,
+    online: OnlineOption = False,
     output: FormatOption = "text",
 ) -> None:
     """Verify a pipeline's compile attestation: its signature, that it covers these exact bytes,
     that every recorded rule passed and (with --profile) that it was compiled against that profile.
 
-    Exit 0: verified. 1: not verified (the reason names what failed: signature, signer, subject digest, predicate type, profile, rules). 2: unusable flags or files.
+    Exit 0: verified. 1: not verified (the reason names what failed: signature, signer, subject digest, predicate type, profile, rules). 2: unusable flags or files, or a TUF repository that does not answer (--online).
     """
     from secureml.supplychain.pipeline_attestation import verify_pipeline as verify
 
@@ -104,6 +106,7 @@ def verify_pipeline(
         key_pem=_read(key, "key") if key is not None else None,
         identities=identities,
         trusted_root=trusted_root or "production",
+        online=online,
         current_profile=_read(profile, "profile") if profile is not None else None,
         pipeline_name=str(pipeline),
         attestation_source=str(attestation),

@@ -191,20 +191,23 @@ def verify_pipeline(
     key_pem: bytes | None = None,
     identities: Sequence[TrustedIdentity] = (),
     trusted_root: str | Path = "production",
+    online: bool = False,
     current_profile: bytes | None = None,
     pipeline_name: str = "pipeline",
     attestation_source: str = "attestation",
     key_source: str = "key",
     profile_source: str = "profile",
 ) -> VerifiedPipeline:
-    """Verify `attestation` for `pipeline_yaml`: by key (`key_pem`) or by signer identity."""
+    """Verify `attestation` for `pipeline_yaml`: by key (`key_pem`) or by signer identity against
+    `trusted_root` (`online`: refreshed through TUF). The subject's name is not compared (a file
+    may be renamed); its digest binds the record to these bytes."""
     digest = sha256_hex(pipeline_yaml)
     subject = f"{pipeline_name} (sha256:{digest})"
     payload_type, payload, signer, issuer = _verified_payload(
         attestation,
         key_pem,
         identities,
-        trusted_root,
+        (trusted_root, online),
         subject=subject,
         source=attestation_source,
         key_source=key_source,
@@ -240,7 +243,7 @@ def _verified_payload(
     attestation: bytes,
     key_pem: bytes | None,
     identities: Sequence[TrustedIdentity],
-    trusted_root: str | Path,
+    root: tuple[str | Path, bool],
     *,
     subject: str,
     source: str,
@@ -275,7 +278,7 @@ def _verified_payload(
                 where=source,
             )
         payload_type, payload, signer, issuer = _verify_keyless(
-            attestation, identities, trusted_root, subject, source
+            attestation, identities, root, subject, source
         )
     return payload_type, payload, signer, issuer
 
@@ -283,7 +286,7 @@ def _verified_payload(
 def _verify_keyless(
     attestation: bytes,
     identities: Sequence[TrustedIdentity],
-    trusted_root: str | Path,
+    root: tuple[str | Path, bool],
     subject: str,
     source: str,
 ) -> tuple[str, bytes, str, str]:
@@ -293,7 +296,7 @@ def _verify_keyless(
     from secureml.supplychain.identity import IdentityPolicy, UntrustedSignerError
     from secureml.supplychain.trust import verifier_for
 
-    verifier = verifier_for(trusted_root)
+    verifier = verifier_for(root[0], online=root[1])
     try:
         bundle = Bundle.from_json(attestation)
     except Exception as err:  # noqa: BLE001 - InvalidBundle, pydantic, base64: an unusable bundle (fails closed)

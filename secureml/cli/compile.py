@@ -110,8 +110,8 @@ def compile_command(
         typer.Option(
             "--attest",
             metavar="FILE",
-            help="Also write a signed in-toto attestation of this compile (a Sigstore bundle; "
-            "keyless with the CI job's identity unless --attest-key).",
+            help="Also write a signed in-toto record of this compile (a Sigstore bundle), "
+            "keyless with the CI job's identity, or with --attest-key.",
         ),
     ] = None,
     attest_key: Annotated[

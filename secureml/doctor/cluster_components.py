@@ -270,7 +270,7 @@ def cluster_spiffe_id_check(reader: Reader, needs: Needs) -> Check:
         return Check(
             name,
             title,
-            "fail" if needs.identity or not needs.known else "warn",
+            "fail" if needs.identity else "warn",
             "spire-controller-manager could not register every step's entry: " + "; ".join(failing),
             "read spire-controller-manager's log: podEntryRenderFailures is a template the pod "
             "labels do not fill, entryFailures an entry the SPIRE server refused (a trust domain "

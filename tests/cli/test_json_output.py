@@ -38,6 +38,7 @@ def test_every_schema_is_a_valid_json_schema() -> None:
             "compile",
             "doctor-cluster",
             "doctor-logs",
+            "doctor-node",
             "image-check",
             "profile-diff",
             "profile-validate",

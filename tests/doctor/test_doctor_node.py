@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from fakegpu import FakeConfidential, FakeDevice, FakeGPU, FakeMig, MiB
 
+from tests.cli.schemas import check
 from tests.rules.conftest import fixture_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +76,9 @@ def doctor(gpu: FakeGPU, root: Path, *args: str) -> tuple[int, dict[str, Any]]:
         timeout=120,
     )
     assert result.returncode in (0, 1), result.stderr
-    return result.returncode, json.loads(result.stdout)
+    document = json.loads(result.stdout)
+    check("doctor-node", document)
+    return result.returncode, document
 
 
 def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -157,13 +158,21 @@ def verify_model(
 
 
 def _model_folder(model_dir: Path, subject: str) -> Path:
-    """The model folder with its symlinks resolved (KFP's oci:// inputs are a link into the
-    model image); a missing path or a file is `missing`."""
-    try:
-        root = model_dir.resolve(strict=True)
-    except (OSError, RuntimeError):
-        root = None
-    if root is None or not root.is_dir():
+    """The model folder, the link followed when `model_dir` is one; a missing path or a file is
+    `missing`.
+
+    KFP's `oci://` model input is a link to `/proc/<modelcar pid>/root/models`, a path the kernel
+    resolves into the modelcar container's own file system; `os.path.realpath` would rewrite it
+    textually (`/models`, this container's). So the link's target is taken as written, and the
+    kernel follows the magic link when the files are opened.
+    """
+    path = model_dir
+    for _ in range(40):  # the kernel's own limit on links in a path
+        if not path.is_symlink():
+            break
+        target = Path(os.readlink(path))
+        path = target if target.is_absolute() else path.parent / target
+    if not path.is_dir() or path.is_symlink():
         raise SignatureError(
             "missing",
             f"{subject}: no model folder there",
@@ -172,7 +181,7 @@ def _model_folder(model_dir: Path, subject: str) -> Path:
             fix="write the model as a folder (e.g. os.makedirs(model.path)) and sign that folder",
             where=str(model_dir),
         )
-    return root
+    return path
 
 
 def _verify_sigstore(
@@ -340,7 +349,8 @@ def _hash_folder(
     """Hash the folder the way the signed serialization says: resource name -> (algorithm, hex)."""
     from model_signing import hashing
 
-    config = hashing.Config().set_ignored_paths(
+    # model-signing is typed, but its Config.__init__ has no annotations
+    config = hashing.Config().set_ignored_paths(  # type: ignore[no-untyped-call]
         paths=[*serialization.get("ignore_paths", []), signature], ignore_git_paths=False
     )
     allow_symlinks = serialization.get("allow_symlinks") is True

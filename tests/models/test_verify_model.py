@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -167,12 +168,15 @@ def test_a_signature_over_something_else_is_refused(
     assert "not a model-signing 1.x signature" in error.what
 
 
-def test_a_symlinked_model_folder_is_followed(
+def test_a_linked_model_folder_is_followed_as_the_kernel_does(
     tmp_path: Path, keyed: tuple[Path, ModelTrust]
 ) -> None:
-    """KFP's oci:// model inputs are a link to the modelcar's model folder."""
+    """KFP's oci:// model input is a link to /proc/<modelcar pid>/root/models: the link's target
+    is used as written (through the /proc magic link), not rewritten by realpath."""
     model, trust = keyed
-    link = tmp_path / "oci_link"
-    link.symlink_to(model)
+    link = tmp_path / "oci_registry.example_acme_bert:v1"
+    link.mkdir()
+    (link / "models").symlink_to(f"/proc/{os.getpid()}/root{model}")
 
-    assert verify_model(link, trust).files == 3
+    found = verify_model(link / "models", trust)
+    assert found.files == 3 and found.path == str(link / "models")

@@ -1,5 +1,5 @@
 """Ready-made secure KFP components: GPU preflight, standalone scrub, image and model
-verification, audit report.
+verification, audit report, node doctor.
 
 Each factory builds the component for the step image you give (digest-pinned, from your tenant's
 registry, carrying kfp and secureml); `secureml compile` then secures it like any other step:
@@ -56,6 +56,14 @@ def verify_model_op(*, image: str) -> Any:
     return secure_component(verify_model, image=image, verify_inputs=["model"])
 
 
+def doctor_node_op(*, image: str, gpu: GPURequest) -> Any:
+    """A step that runs `secureml doctor node` on the node and GPUs it is given (inputs
+    `profiles`, `node_labels`, `fail_on_fail`), writing the report (`report`, `metrics`)."""
+    from secureml.components.doctor import doctor_node
+
+    return _build(doctor_node, image, gpu)
+
+
 def audit_report_op(*, image: str) -> Any:
     """A step that renders a run's audit records as Markdown and HTML report artifacts."""
     from secureml.components.steps import audit_report
@@ -65,6 +73,7 @@ def audit_report_op(*, image: str) -> Any:
 
 __all__ = [
     "audit_report_op",
+    "doctor_node_op",
     "gpu_preflight_op",
     "gpu_scrub_op",
     "verify_image_op",

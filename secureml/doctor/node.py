@@ -37,13 +37,15 @@ SCHEMA = "secureml.dev/doctor-node/v1"
 @dataclass(frozen=True)
 class NodeInputs:
     """What one run checks against: where the host's files are, the profiles, the node's labels
-    (None: unknown, every profile applies) and the device plugin's configuration file."""
+    (None: unknown, every profile applies) and the device plugin's configuration file. `toolkit`
+    False skips the container toolkit's file (a step's container cannot see the host's)."""
 
     root: Path = Path("/")
     profiles: tuple[TenantProfile, ...] = ()
     labels: Mapping[str, str] | None = None
     device_plugin_config: Path | None = None
     toolkit_config: Path | None = None
+    toolkit: bool = True
 
 
 def parse_labels(items: Sequence[str]) -> dict[str, str]:
@@ -150,7 +152,8 @@ def node_report(inputs: NodeInputs) -> Report:
     report.add(_profiles_check(inputs.profiles, expected, inputs.labels))
     report.add(kernel_module_check(inputs.root))
     report.add(_nvml_checks(inputs, expected))
-    report.add(toolkit_check(inputs.toolkit_config or inputs.root / TOOLKIT_CONFIG))
+    if inputs.toolkit:
+        report.add(toolkit_check(inputs.toolkit_config or inputs.root / TOOLKIT_CONFIG))
     if inputs.device_plugin_config is not None:
         config, where = load_device_plugin_config(inputs.device_plugin_config, inputs.labels)
         report.add(device_plugin_checks(config, where, expected))

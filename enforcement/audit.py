@@ -66,8 +66,8 @@ class AuditRecord(TypedDict, total=False):
     isolation: str
     expected_spiffe_id: str
     spiffe_id: str
-    gpu_request: dict[str, object] | None  # secureml.gpu_request's to_dict()
     inputs: list[dict[str, Any]]  # verify-inputs: each input's digest, signer or error
+    gpu_request: dict[str, object] | None  # secureml.gpu_request's to_dict()
     controls: dict[str, Any]
     gpu: dict[str, Any]
     limits: dict[str, Any] | None

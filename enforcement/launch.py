@@ -1,7 +1,7 @@
 """The in-pod launcher: `python3 -m secureml.enforcement.launch -- <command...>`.
 
-Stages, in order, each timed and recorded: config, shim-claim, identity, preflight, scrub-before,
-shim, run (with the watchdog beside it), scrub-after, audit. shim-claim runs where the quota shim is
+Stages, in order, each timed and recorded: config, shim-claim, identity, verify-inputs, preflight,
+scrub-before, shim, run (with the watchdog beside it), scrub-after, audit. shim-claim runs where the quota shim is
 preloaded into the launcher itself (in a cluster, /etc/ld.so.preload): the launcher takes its role
 in the shim before any GPU call, so that its own GPU work is not limited while the step's is. A required control that fails stops the step
 with that stage's exit code (`ExitCode`); an optional one that fails is warned about and recorded.

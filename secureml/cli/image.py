@@ -2,7 +2,7 @@
 
     secureml image build CONTEXT --from runtime|cuda|IMAGE --tag REG/REPO:TAG [--push]
     secureml image check IMAGE@sha256:... | oci:DIR[@sha256:...] [--profile P]
-    secureml image sbom IMAGE@sha256:... | oci:DIR[@sha256:...] -o FILE
+    secureml image sbom IMAGE@sha256:... | oci:DIR[@sha256:...] -o FILE [--attest BUNDLE]
     secureml image build-runtime --tag REG/REPO:TAG [--push] [--base IMAGE|debian]
     secureml image build-base runtime|cuda --tag REG/REPO:TAG [--push] [--base IMAGE|debian]
 
@@ -52,6 +52,17 @@ BaseOpt = Annotated[
 RecordOpt = Annotated[
     Path | None,
     typer.Option("--record", help="Write what was built (reference, digest, versions) as JSON."),
+]
+
+
+TrustConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--attest-trust-config",
+        metavar="FILE",
+        help="Keyless signing with a private Sigstore instance's ClientTrustConfig JSON "
+        "(default: the public-good instance).",
+    ),
 ]
 
 
@@ -158,6 +169,16 @@ def build(
             help="With --push: write a CycloneDX SBOM of the pushed image's Python packages.",
         ),
     ] = None,
+    sbom_attest: Annotated[
+        Path | None,
+        typer.Option(
+            "--sbom-attest",
+            metavar="BUNDLE",
+            help="With --sbom: also sign it as a CycloneDX attestation (keyless, the CI job's "
+            "identity) and write the Sigstore bundle.",
+        ),
+    ] = None,
+    attest_trust_config: TrustConfigOpt = None,
 ) -> None:
     """Write CONTEXT/Containerfile for the step's requirements and build it; with --push, print
     the digest-pinned reference to use as the component's image.
@@ -173,6 +194,12 @@ def build(
             why="the SBOM describes the image by the digest its registry stored",
             fix="add --push, or run `secureml image sbom` on the pushed digest later",
         )
+    if sbom_attest is not None and sbom is None:
+        raise InputError(
+            "--sbom-attest needs --sbom FILE",
+            why="the attestation signs the SBOM that --sbom writes",
+            fix="add --sbom FILE",
+        )
     found = find_builder(builder)
     print(f"building {context} FROM {userimage.base_reference(base)} with {found.name}")
     pinned = userimage.build(context, base, ref, found, push=push, overwrite=overwrite)
@@ -181,17 +208,44 @@ def build(
         return
     print(pinned)
     if sbom is not None:
-        _write_sbom(pinned, sbom, "--sbom")
+        _write_sbom(pinned, sbom, ("--sbom", "--sbom-attest"), sbom_attest, attest_trust_config)
 
 
-def _write_sbom(image: str, target: Path, flag: str) -> None:
+def _write_sbom(
+    image: str,
+    target: Path,
+    flags: tuple[str, str],
+    attest: Path | None,
+    trust_config: Path | None,
+) -> None:
+    """The SBOM to `target`; with `attest`, signed keylessly as an attestation too (`flags`: the
+    options that named the two files, for messages)."""
     from secureml.output_paths import write_text
-    from secureml.stepimage.sbom import image_sbom
+    from secureml.stepimage.sbom import image_sbom, sbom_statement
 
+    if trust_config is not None and attest is None:
+        raise InputError(
+            f"--attest-trust-config needs {flags[1]} BUNDLE",
+            why="it says where to sign the attestation, which only that option writes",
+            fix=f"add {flags[1]} BUNDLE",
+        )
+    token = None
+    if attest is not None:
+        from secureml.supplychain.sigstore_sign import ambient_token
+
+        sbom_statement(image, "{}")  # refuses an unpinned image before any work
+        token = ambient_token()
     document, count = image_sbom(image)
-    write_text(target, document, flag)
+    write_text(target, document, flags[0])
     print(f"wrote {target}: CycloneDX SBOM of {count} Python packages in {image}")
-    if not image.startswith("oci:"):
+    if attest is not None and token is not None:
+        from secureml.supplychain.sigstore_sign import sign_statement_keyless
+
+        statement = sbom_statement(image, document)
+        bundle = sign_statement_keyless(statement, token, trust_config)
+        write_text(attest, bundle.decode(), flags[1])
+        print(f"wrote {attest}: the SBOM as a signed https://cyclonedx.org/bom attestation")
+    elif not image.startswith("oci:"):
         print(
             "attach it: cosign attest --new-bundle-format --type cyclonedx "
             f"--predicate {target} {image}"
@@ -205,12 +259,23 @@ def sbom_command(
     output: Annotated[
         Path, typer.Option("-o", "--output", metavar="FILE", help="The SBOM file to write.")
     ],
+    attest: Annotated[
+        Path | None,
+        typer.Option(
+            "--attest",
+            metavar="BUNDLE",
+            help="Also sign the SBOM as a CycloneDX attestation of the image (keyless, the CI "
+            "job's identity) and write the Sigstore bundle.",
+        ),
+    ] = None,
+    attest_trust_config: TrustConfigOpt = None,
 ) -> None:
     """Write a CycloneDX SBOM of the image's Python packages (read from the image itself), the
     predicate of an https://cyclonedx.org/bom attestation.
 
-    Exit 0: written. 2: unusable input, or a registry that cannot be reached."""
-    _write_sbom(image, output, "-o")
+    Exit 0: written. 2: unusable input, a registry or Sigstore instance that cannot be reached,
+    or no CI identity to sign --attest with."""
+    _write_sbom(image, output, ("-o", "--attest"), attest, attest_trust_config)
 
 
 @app.command("check")

@@ -19,6 +19,7 @@ from email.parser import HeaderParser
 from typing import TYPE_CHECKING
 
 import secureml
+from secureml.errors import InputError
 from secureml.images import ImageRef
 from secureml.stepimage.oci import Image, open_image
 
@@ -113,3 +114,28 @@ def _image_purl(image: Image) -> PackageURL | None:
 def image_sbom(reference: str) -> tuple[str, int]:
     """Read `reference` (pinned by digest, or `oci:DIR`) and return its SBOM and package count."""
     return cyclonedx_json(open_image(reference, wanted=_is_metadata))
+
+
+def sbom_statement(image: str, document: str) -> bytes:
+    """The in-toto statement attesting `document` (the SBOM) about the pinned `image`: subject
+    the image digest, predicate type CycloneDX, what `cosign attest --type cyclonedx` writes."""
+    import json
+
+    from secureml.supplychain.predicates import CYCLONEDX
+
+    ref = ImageRef.parse(image)
+    if ref.digest_hex is None:
+        raise InputError(
+            f"image {image} is not pinned by digest",
+            why="an attestation is about one digest",
+            fix="give REGISTRY/REPOSITORY@sha256:<digest>",
+        )
+    statement = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [
+            {"name": f"{ref.registry}/{ref.repository}", "digest": {"sha256": ref.digest_hex}}
+        ],
+        "predicateType": CYCLONEDX,
+        "predicate": json.loads(document),
+    }
+    return json.dumps(statement, sort_keys=True).encode()

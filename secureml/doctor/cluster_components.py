@@ -137,9 +137,20 @@ def _readiness(objects: list[dict[str, Any]]) -> list[str]:
         else:
             wanted = (obj.get("spec") or {}).get("replicas", 1)
             ready = status.get("readyReplicas", 0)
-        if wanted == 0 or ready < wanted:
+        if wanted == 0:
+            lagging.append(f"{_names([obj])}: scheduled to no node")
+        elif ready < wanted:
             lagging.append(f"{_names([obj])}: {ready} of {wanted} ready")
     return lagging
+
+
+def _describe(objects: list[dict[str, Any]]) -> str:
+    """The kubectl commands that show why the workloads' pods do not run."""
+    return "; ".join(
+        f"kubectl -n {obj['metadata'].get('namespace', 'default')} describe "
+        f"{str(obj.get('kind', '')).lower()} {obj['metadata']['name']}"
+        for obj in objects
+    )
 
 
 def _workload_check(
@@ -169,8 +180,9 @@ def _workload_check(
             title,
             "warn" if not needed_by or when_needed == "warn" else "fail",
             f"found {_names(found)}, not ready: {'; '.join(lagging)}",
-            "see why its pods do not run: kubectl -n <namespace> describe daemonset|deployment "
-            "<name>, and the pods' events and logs",
+            f"see why its pods do not run (their events and logs): {_describe(found)}; a "
+            "DaemonSet scheduled to no node has a nodeSelector or tolerations the GPU nodes do "
+            "not match",
         )
     return Check(name, title, "pass", f"{_names(found)}: ready")
 

@@ -254,8 +254,9 @@ def _daemonset(name: str, namespace: str, labels: dict[str, str]) -> dict[str, A
 
 @pytest.fixture
 def components(k8s_cluster: ControlPlane) -> Iterator[list[str]]:
-    """Paths of the objects the component test creates; deleted afterwards (cluster-wide ones
-    too: no other test uses them)."""
+    """Paths of the objects the component test creates; deleted afterwards, newest first (the
+    cluster-wide ones too: no other test uses them; the workloads before their namespace, whose
+    deletion the namespace controller finishes only later)."""
     created: list[str] = []
     yield created
     for path in reversed(created):
@@ -331,10 +332,12 @@ def test_missing_components_fail_with_their_fix_and_pass_once_there(
             {**stored, "status": ready},
         )
         assert status == 200, answer
+        components.append(f"/apis/apps/v1/namespaces/{ns}/daemonsets/{name}")
     server = _daemonset("spire-server", ns, {})
     server.update(kind="StatefulSet")
     server["spec"].update(replicas=1, serviceName="spire-server")
     stored = _create(k8s_cluster, f"/apis/apps/v1/namespaces/{ns}/statefulsets", server)
+    components.append(f"/apis/apps/v1/namespaces/{ns}/statefulsets/spire-server")
     status, answer = k8s_cluster.request(
         "PUT",
         f"/apis/apps/v1/namespaces/{ns}/statefulsets/spire-server/status",
@@ -399,6 +402,7 @@ def test_missing_components_fail_with_their_fix_and_pass_once_there(
         "data": {"no-match-policy": "deny"},
     }
     _create(k8s_cluster, f"/api/v1/namespaces/{ns}/configmaps", config)
+    components.append(f"/api/v1/namespaces/{ns}/configmaps/config-policy-controller")
 
     _, document = doctor(k8s_cluster, "--profiles", str(profile))
     checks = checks_of(document)
@@ -431,6 +435,7 @@ def test_missing_components_fail_with_their_fix_and_pass_once_there(
         f"found {ns}/nvidia-device-plugin-daemonset, not ready: "
         f"{ns}/nvidia-device-plugin-daemonset: 0 of 1 ready"
     )
+    assert f"kubectl -n {ns} describe daemonset nvidia-device-plugin-daemonset" in plugin["fix"]
 
     # An image policy that fails open, or admits what no policy names, is a failure.
     patch(

@@ -123,8 +123,8 @@ def bundle_check(reader: Reader, tenant: TenantBundle, server_version: str) -> C
     if unserved:
         missing = [Missing(api, kind, tuple(names)) for (api, kind), names in unserved.items()]
         error = requirement_error(missing, reader.cluster.served, server_version)
-        seen.append(f"not served by the cluster: {error.why}")
-        fixes.append(error.fix)
+        seen.append(f"not served by the cluster: {_one_line(error.why)}")
+        fixes.append(_one_line(error.fix))
     if absent:
         stored = total - len(absent) - sum(len(names) for names in unserved.values())
         if stored == 0 and not unserved:
@@ -150,6 +150,11 @@ def bundle_check(reader: Reader, tenant: TenantBundle, server_version: str) -> C
     elif absent or drifts:
         fixes.append(f"apply the profile again: {command}")
     return Check(name, title, "fail", "\n".join(seen), "\n".join(fixes))
+
+
+def _one_line(text: str) -> str:
+    """`requirement_error`'s lines (indented for an error on stderr) joined with semicolons."""
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:

@@ -73,6 +73,14 @@ _WINDOWS = f"({has_path(SPEC, 'os', 'name')} && {SPEC}.os.name == 'windows')"
 _USER_NAMESPACE = f"(has({SPEC}.hostUsers) && {SPEC}.hostUsers == false)"
 
 
+def _user_namespace_exempt(kubernetes: str) -> str:
+    """The user-namespace relaxation of procMount (baseline), runAsNonRoot and runAsUser: policy
+    1.35 and newer. Before it only the alpha gate UserNamespacesPodSecurityStandards (off by
+    default) relaxed them, and Kubernetes' 1.34 fixtures deny an Unmasked procMount with
+    `hostUsers: false` (tests/rules/test_psa_upstream_fixtures.py)."""
+    return _USER_NAMESPACE if at_least(kubernetes, "1.35") else "false"
+
+
 def _levels(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(f"level:{name}" for name in names)
 
@@ -235,13 +243,15 @@ def _proc_mount_predicate() -> str:
     return f"(!{has_path('c', 'securityContext', 'procMount')} || {_C_SC}.procMount == 'Default')"
 
 
-def _proc_mount_baseline() -> Rule:
+def _proc_mount_baseline(kubernetes: str) -> Rule:
+    exempt = _user_namespace_exempt(kubernetes)
+    unless = " (unless hostUsers: false)" if exempt != "false" else ""
     return _container_rule(
         "pss.procMount",
-        "must not set securityContext.procMount other than Default (unless hostUsers: false)",
+        f"must not set securityContext.procMount other than Default{unless}",
         _proc_mount_predicate(),
         (LEVEL_BASELINE,),
-        exempt=_USER_NAMESPACE,
+        exempt=exempt,
     )
 
 
@@ -284,7 +294,11 @@ def _inheriting_rule(
     return Rule(
         id=rule_id,
         message=message,
-        expression=spec_bound(f"{exempt} || ({pod_ok} && {containers})"),
+        expression=spec_bound(
+            f"{pod_ok} && {containers}"
+            if exempt == "false"
+            else f"{exempt} || ({pod_ok} && {containers})"
+        ),
         message_expression=spec_bound_message(message_expression),
         applies_to=_levels(_RESTRICTED),
     )
@@ -371,7 +385,7 @@ def _allow_privilege_escalation() -> Rule:
     )
 
 
-def _run_as_non_root() -> Rule:
+def _run_as_non_root(kubernetes: str) -> Rule:
     pod_set = has_path(SPEC, "securityContext", "runAsNonRoot")
     container_set = has_path("c", "securityContext", "runAsNonRoot")
     return _inheriting_rule(
@@ -381,12 +395,12 @@ def _run_as_non_root() -> Rule:
         pod_ok=f"!({pod_set} && {_POD_SC}.runAsNonRoot == false)",
         if_pod_sets=f"(!{container_set} || {_C_SC}.runAsNonRoot == true)",
         otherwise=f"({container_set} && {_C_SC}.runAsNonRoot == true)",
-        exempt=_USER_NAMESPACE,
+        exempt=_user_namespace_exempt(kubernetes),
         pod_message="pod must not set securityContext.runAsNonRoot=false",
     )
 
 
-def _run_as_user() -> Rule:
+def _run_as_user(kubernetes: str) -> Rule:
     def not_root(root: str, *path: str) -> str:
         return f"!({has_path(root, *path, 'runAsUser')} && {field(root, *path, 'runAsUser')} == 0)"
 
@@ -396,7 +410,7 @@ def _run_as_user() -> Rule:
         not_root("c", "securityContext"),
         _RESTRICTED,
         pod_part=not_root(SPEC, "securityContext"),
-        exempt=_USER_NAMESPACE,
+        exempt=_user_namespace_exempt(kubernetes),
         pod_message="pod must not set securityContext.runAsUser=0",
     )
 
@@ -439,15 +453,15 @@ def _all_rules(kubernetes: str) -> tuple[Rule, ...]:
         _host_ports(),
         _app_armor(),
         _selinux(),
-        _proc_mount_baseline(),
+        _proc_mount_baseline(kubernetes),
         _seccomp_baseline(),
         _sysctls(kubernetes),
         _windows_host_process(),
         _host_probes(),
         _restricted_volumes(),
         _allow_privilege_escalation(),
-        _run_as_non_root(),
-        _run_as_user(),
+        _run_as_non_root(kubernetes),
+        _run_as_user(kubernetes),
         _seccomp_restricted(),
         *_capabilities_restricted(),
         _proc_mount_restricted(),

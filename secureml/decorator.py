@@ -175,6 +175,7 @@ def secure_component(
             "scratch",
             "nodes",
             "trainer_runtime",
+            "verify_inputs",
             *_component_keywords(),
         ]
         unknown = sorted(set(component_kwargs) - set(known))
@@ -182,9 +183,10 @@ def secure_component(
             raise SecuremlError(
                 "unknown keyword(s) "
                 + ", ".join(f"{name}={did_you_mean(name, known)}" for name in unknown),
-                why="@secure_component takes image=, gpu=, timeout=, scratch=, nodes=, trainer_runtime= and the keywords of "
-                "kfp.dsl.component",
-                fix="use image=, gpu=, timeout=, scratch=, nodes=, trainer_runtime= or a keyword of kfp.dsl.component",
+                why="@secure_component takes image=, gpu=, timeout=, scratch=, nodes=, trainer_runtime=, "
+                "verify_inputs= and the keywords of kfp.dsl.component",
+                fix="use image=, gpu=, timeout=, scratch=, nodes=, trainer_runtime=, verify_inputs= or a "
+                "keyword of kfp.dsl.component",
                 where=where,
             )
         settings = _check_settings(gpu, timeout, scratch, where, nodes, trainer_runtime)

@@ -87,7 +87,9 @@ def _main_env(pod: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _launcher_env_violations(pod: dict[str, Any], profile: Any) -> list[str]:
-    return [v.rule for v in evaluate(pod, profile_rules(profile)) if v.rule == "secureml.launcherEnv"]
+    return [
+        v.rule for v in evaluate(pod, profile_rules(profile)) if v.rule == "secureml.launcherEnv"
+    ]
 
 
 def test_admission_pins_the_trust_to_the_profile_and_the_inputs_to_the_annotation() -> None:
@@ -128,6 +130,12 @@ def test_decorator_refuses_what_cannot_be_verified() -> None:
         @secure_component(verify_inputs=["model"])
         def c(model: Input[Model]) -> dsl.ContainerSpec:
             return dsl.ContainerSpec(image=IMAGE, command=["serve", model.path])
+
+    with pytest.raises(SecuremlError, match=r"verify_input= \(did you mean verify_inputs=\?\)"):
+
+        @secure_component(image=IMAGE, verify_input=["model"])
+        def d(model: Input[Model]) -> None:
+            pass
 
     with pytest.raises(SecuremlError, match="not a relative path inside the model folder"):
         ModelSignature("../outside.sig")

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from secureml.bundle import BundleOptions, render_objects
 from secureml.cli import app
 from secureml.cluster.connection import Cluster, Resource, Response, ServerRefusedError
-from secureml.doctor.cluster import cluster_report
+from secureml.doctor.cluster import cluster_report, profile_files
 from secureml.doctor.cluster_drift import object_drift, project, same_value
 from secureml.errors import ClusterError
 from secureml.profile import load_profile
@@ -255,3 +255,21 @@ def test_clusterspiffeid_entries_the_controller_could_not_set_fail() -> None:
     assert "trust domain" in check.fix
     listing["items"][0]["status"]["stats"]["entryFailures"] = 0
     assert checks_of(DictCluster(state, kinds), TEAM_A)["spire.clusterspiffeid"].status == "pass"
+
+
+def test_profiles_are_files_or_folders_of_yaml(tmp_path: Path) -> None:
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "b.yaml").write_text(TEAM_A.read_text())
+    (folder / "a.yml").write_text(TEAM_DRA.read_text())
+    (folder / "schema.json").write_text("{}")
+    assert profile_files([folder, TEAM_A]) == [folder / "a.yml", folder / "b.yaml", TEAM_A]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args, message in (
+        ([str(empty)], "no *.yaml profile in the folder"),
+        ([str(tmp_path / "missing.yaml")], "no such file or folder"),
+    ):
+        result = CliRunner().invoke(app, ["doctor", "cluster", "--profiles", *args])
+        assert result.exit_code == 2, result.output
+        assert message in result.output and "Traceback" not in result.output

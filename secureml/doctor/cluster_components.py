@@ -472,23 +472,15 @@ def _engine_check(
             "; ".join(missing) + _who(required, "require signatures"),
             install if status != "pass" else "",
         )
-    open_hooks = [f"{hook} ({where})" for where, hook, policy in webhooks if policy != "Fail"]
-    problems = extra + (
-        [
-            f"failurePolicy Ignore on {', '.join(open_hooks)}: an image is admitted unchecked while "
-            "the webhook is down"
-        ]
-        if open_hooks
-        else []
-    )
+    problems = extra
     if problems:
         return Check(
             name,
             title,
             "fail" if required else "warn",
             "; ".join(problems),
-            "set the webhooks' failurePolicy to Fail and the settings named above (the engine's "
-            "Helm values), so the control fails closed",
+            "set what is named above in the engine's Helm values (webhook failurePolicy Fail, "
+            "its settings), so the control fails closed",
         )
     hooks = ", ".join(sorted({where for where, _, _ in webhooks}))
     return Check(name, title, "pass", f"{kind} served; webhooks {hooks}")
@@ -508,6 +500,13 @@ def policy_controller_check(reader: Reader, needs: Needs) -> Check:
                 f"ConfigMap {_names([config])} no-match-policy: {value} (secureml needs deny: an "
                 "image no ClusterImagePolicy names must be refused)"
             )
+    webhooks = _webhooks(reader, lambda config, hook: hook.endswith(POLICY_CONTROLLER_WEBHOOK))
+    open_hooks = [f"{hook} ({where})" for where, hook, policy in webhooks if policy != "Fail"]
+    if open_hooks:
+        extra.append(
+            f"failurePolicy Ignore on {', '.join(open_hooks)}: an image is admitted unchecked "
+            "while the webhook is down"
+        )
     return _engine_check(
         "images.policy-controller",
         "Sigstore policy-controller (image signatures)",
@@ -515,7 +514,7 @@ def policy_controller_check(reader: Reader, needs: Needs) -> Check:
         needs,
         api_version="policy.sigstore.dev/v1beta1",
         kind="ClusterImagePolicy",
-        webhooks=_webhooks(reader, lambda config, hook: hook.endswith(POLICY_CONTROLLER_WEBHOOK)),
+        webhooks=webhooks,
         install="install Sigstore's policy-controller (Helm chart sigstore/policy-controller, "
         "no-match-policy: deny), or render and apply for Kyverno (--image-policy kyverno)",
         extra=extra,
@@ -523,6 +522,19 @@ def policy_controller_check(reader: Reader, needs: Needs) -> Check:
 
 
 def kyverno_check(reader: Reader, needs: Needs) -> Check:
+    """Kyverno registers a `-fail` and an `-ignore` webhook per policy type and puts each policy
+    behind the one of its failurePolicy; the bundle's ImageValidatingPolicy is `Fail`, so an
+    `ivpol.*` webhook with failurePolicy Fail must be there once a tenant's policy is applied."""
+    webhooks = _webhooks(reader, lambda config, hook: config.startswith("kyverno-"))
+    extra = []
+    closed = [
+        hook for _, hook, policy in webhooks if hook.startswith("ivpol.") and policy == "Fail"
+    ]
+    if webhooks and needs.signatures and not closed:
+        extra.append(
+            "Kyverno registered no ImageValidatingPolicy webhook (ivpol.*) with failurePolicy "
+            "Fail: the tenants' image policies are not called"
+        )
     return _engine_check(
         "images.kyverno",
         "Kyverno (image signatures)",
@@ -530,10 +542,10 @@ def kyverno_check(reader: Reader, needs: Needs) -> Check:
         needs,
         api_version="policies.kyverno.io/v1",
         kind="ImageValidatingPolicy",
-        webhooks=_webhooks(reader, lambda config, hook: config.startswith("kyverno-")),
+        webhooks=webhooks,
         install="install Kyverno 1.15 or newer (Helm chart kyverno/kyverno), or render and apply "
         "for Sigstore's policy-controller (--image-policy policy-controller)",
-        extra=[],
+        extra=extra,
     )
 
 

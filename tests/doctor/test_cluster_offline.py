@@ -193,35 +193,50 @@ def test_the_dra_backend_needs_the_device_classes_and_slices_of_the_driver() -> 
     assert "gpu.device-plugin" not in checks  # team-dra asks for no extended resource
 
 
-def test_kyverno_with_a_webhook_that_fails_open_is_a_failure() -> None:
+def test_kyverno_needs_a_fail_closed_webhook_for_image_validating_policies() -> None:
+    """Kyverno's `-ignore` webhooks (policies with failurePolicy Ignore) are normal; the bundle's
+    ImageValidatingPolicy needs the `ivpol.*` webhook with failurePolicy Fail."""
     kinds = {
         **BUILT_IN,
         "policies.kyverno.io/v1": {
             "ImageValidatingPolicy": Resource("imagevalidatingpolicies", False)
         },
     }
-    hooks = {
+    hooks: list[dict[str, Any]] = [
+        {"name": "gpol.validate.kyverno.svc-ignore", "failurePolicy": "Ignore"},
+        {"name": "ivpol.validate.kyverno.svc-ignore", "failurePolicy": "Ignore"},
+    ]
+    listing = {
         "items": [
-            {
-                "metadata": {"name": "kyverno-resource-validating-webhook-cfg"},
-                "webhooks": [{"name": "validate.kyverno.svc-fail", "failurePolicy": "Ignore"}],
-            }
+            {"metadata": {"name": "kyverno-resource-validating-webhook-cfg"}, "webhooks": hooks}
         ]
     }
-    state = {"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations": hooks}
+    state = {"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations": listing}
     checks = checks_of(DictCluster(state, kinds), TEAM_A, image_policy="kyverno")
     assert "images.policy-controller" not in checks
     kyverno = checks["images.kyverno"]
-    assert kyverno.status == "fail" and "failurePolicy Ignore on validate.kyverno.svc-fail" in (
-        kyverno.seen
-    )
-    hooks["items"][0]["webhooks"][0]["failurePolicy"] = "Fail"
-    assert (
-        checks_of(DictCluster(state, kinds), TEAM_A, image_policy="kyverno")[
-            "images.kyverno"
-        ].status
-        == "pass"
-    )
+    assert kyverno.status == "fail"
+    assert "no ImageValidatingPolicy webhook (ivpol.*) with failurePolicy Fail" in kyverno.seen
+    hooks.append({"name": "ivpol.validate.kyverno.svc-fail", "failurePolicy": "Fail"})
+    kyverno = checks_of(DictCluster(state, kinds), TEAM_A, image_policy="kyverno")["images.kyverno"]
+    assert kyverno.status == "pass", kyverno
+
+
+def test_a_policy_controller_webhook_that_fails_open_is_a_failure() -> None:
+    kinds = {
+        **BUILT_IN,
+        "policy.sigstore.dev/v1beta1": {
+            "ClusterImagePolicy": Resource("clusterimagepolicies", False)
+        },
+    }
+    hook = {"name": "policy.sigstore.dev", "failurePolicy": "Ignore"}
+    listing = {"items": [{"metadata": {"name": "policy.sigstore.dev"}, "webhooks": [hook]}]}
+    state = {"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations": listing}
+    images = checks_of(DictCluster(state, kinds), TEAM_A)["images.policy-controller"]
+    assert images.status == "fail"
+    assert images.seen.startswith("failurePolicy Ignore on policy.sigstore.dev (")
+    hook["failurePolicy"] = "Fail"
+    assert checks_of(DictCluster(state, kinds), TEAM_A)["images.policy-controller"].status == "pass"
 
 
 def test_a_refusal_to_read_is_an_unusable_cluster() -> None:

@@ -394,7 +394,7 @@ def dra_check(reader: Reader, needs: Needs) -> Check:
         if (obj.get("spec") or {}).get("driver") == DRA_DRIVER
     ]
     fix = (
-        "install NVIDIA's DRA driver (Helm chart nvidia/nvidia-dra-driver-gpu, gpuResourcesEnabled) "
+        "install NVIDIA's DRA driver (Helm chart nvidia/nvidia-dra-driver-gpu, with its GPU resources on) "
         "on the GPU nodes"
     )
     if missing:

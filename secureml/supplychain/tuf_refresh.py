@@ -107,7 +107,7 @@ def refresh_trusted_root(repository: TufRepository) -> Path:
             target_base_url=f"{repository.url}/targets/",
             bootstrap=repository.bootstrap,
         )
-    except (OSError, ValueError, exceptions.RepositoryError) as err:
+    except (OSError, ValueError, exceptions.RepositoryError, exceptions.StorageError) as err:
         raise InputError(
             f"cannot start a TUF client for {repository.url}",
             why=f"{type(err).__name__}: {err}".splitlines()[0],
@@ -128,15 +128,15 @@ def refresh_trusted_root(repository: TufRepository) -> Path:
             f"refused the update from TUF repository {repository.url}",
             why=f"{_reason(err)} ({_describe(err)}); the previously fetched root is not used instead",
             fix="the repository, or the path to it, serves stale or forged metadata: ask its operator; "
-            "to verify offline, drop --online (the root shipped with sigstore) or give --trusted-root FILE",
+            "to verify offline, drop --online/--tuf-url (the root shipped with sigstore) or give --trusted-root FILE",
         ) from None
     except (exceptions.DownloadError, urllib3.exceptions.HTTPError) as err:
         raise NetworkError(
             f"the TUF repository {repository.url} did not answer",
             why=_describe(err),
-            fix="check network access to it; without --online the root shipped with sigstore is used, or give --trusted-root FILE",
+            fix="check network access to it; without --online/--tuf-url the root shipped with sigstore is used, or give --trusted-root FILE",
         ) from None
-    except OSError as err:
+    except (OSError, exceptions.StorageError) as err:
         raise InputError(
             f"cannot refresh the trusted root from TUF repository {repository.url}",
             why=f"{type(err).__name__}: {err}".splitlines()[0],

@@ -124,6 +124,20 @@ def test_a_timestamp_signed_by_another_key_is_refused(repo: TufRepo, url: str) -
     _refused(repo, url, "not signed by the keys the root names", b'{"root": "A"}')
 
 
+def test_a_rotated_key_is_followed_and_the_retired_key_refused(repo: TufRepo, url: str) -> None:
+    repo.publish(b'{"root": "A"}')
+    refresh_trusted_root(client(repo, url))
+    retired = repo.rotate("timestamp")  # 2.root.json: a new timestamp key
+    repo.publish(b'{"root": "B"}')
+    assert refresh_trusted_root(client(repo, url)).read_bytes() == b'{"root": "B"}'
+    repo.write_timestamp(
+        version=repo.timestamp.signed.version + 1,
+        snapshot_version=repo.snapshot.signed.version,
+        signer=retired,
+    )
+    _refused(repo, url, "not signed by the keys the root names", b'{"root": "B"}')
+
+
 @pytest.mark.parametrize("served", [b'{"root": "B"}', b'{"root": "evil"}'])  # same length, longer
 def test_a_target_other_than_the_one_recorded_is_refused(
     repo: TufRepo, url: str, served: bytes

@@ -71,6 +71,17 @@ class TufRepo:
         self._write(self.snapshot, "snapshot", "snapshot.json")
         self._write(self.timestamp, "timestamp", "timestamp.json")
 
+    def rotate(self, role: str) -> CryptoSigner:
+        """Root version N+1 with a new key for `role` (signed by the root key); returns the old signer."""
+        old = self.signers[role]
+        self.signers[role] = CryptoSigner.generate_ed25519()
+        root = self.root.signed
+        root.revoke_key(old.public_key.keyid, role)
+        root.add_key(self.signers[role].public_key, role)
+        root.version += 1
+        self._write(self.root, "root", f"{root.version}.root.json")
+        return old
+
     def files(self) -> dict[str, bytes]:
         """Every file served now, to put back later (a rollback)."""
         return {

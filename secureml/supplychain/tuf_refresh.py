@@ -93,6 +93,7 @@ def cache_dir(url: str) -> Path:
 def refresh_trusted_root(repository: TufRepository) -> Path:
     """Update the repository's TUF metadata and return the path of its verified trusted_root.json."""
     import urllib3
+    from securesystemslib.exceptions import StorageError
     from tuf.api import exceptions
     from tuf.ngclient.updater import Updater
 
@@ -107,7 +108,7 @@ def refresh_trusted_root(repository: TufRepository) -> Path:
             target_base_url=f"{repository.url}/targets/",
             bootstrap=repository.bootstrap,
         )
-    except (OSError, ValueError, exceptions.RepositoryError, exceptions.StorageError) as err:
+    except (OSError, ValueError, exceptions.RepositoryError, StorageError) as err:
         raise InputError(
             f"cannot start a TUF client for {repository.url}",
             why=f"{type(err).__name__}: {err}".splitlines()[0],
@@ -136,7 +137,7 @@ def refresh_trusted_root(repository: TufRepository) -> Path:
             why=_describe(err),
             fix="check network access to it; without --online/--tuf-url the root shipped with sigstore is used, or give --trusted-root FILE",
         ) from None
-    except (OSError, exceptions.StorageError) as err:
+    except (OSError, StorageError) as err:
         raise InputError(
             f"cannot refresh the trusted root from TUF repository {repository.url}",
             why=f"{type(err).__name__}: {err}".splitlines()[0],

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from secureml.bundle import (
+    doctor,
     dra,
     imagepolicy,
     kfpconfig,
@@ -23,6 +24,7 @@ from secureml.bundle import (
     networkpolicy,
     rbac,
     spiffe,
+    trainer,
     validating,
 )
 from secureml.bundle.common import BundleOptions, Manifest
@@ -55,8 +57,12 @@ def _renderers(options: BundleOptions) -> list[Renderer]:
         kfpconfig.render_binding,
         imagepolicy.render,
         spiffe.render,
+        trainer.render_policies,
+        trainer.render_bindings,
+        trainer.render_spiffe,
         dra.render,
         monitoring.render,
+        doctor.render,
     ]
 
 

@@ -69,6 +69,12 @@ def render(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
                     "matchExpressions": [
                         {"key": contract.LABEL_PIPELINE, "operator": "Exists"},
                         {"key": contract.LABEL_STEP, "operator": "Exists"},
+                        # trainer nodes get their own ID under the step's (bundle/trainer.py)
+                        *(
+                            [{"key": contract.LABEL_TRAINER_NODE, "operator": "DoesNotExist"}]
+                            if profile.spec.trainer is not None
+                            else []
+                        ),
                     ],
                 },
             },

@@ -600,6 +600,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     from secureml.rules.placement import placement_rules
     from secureml.rules.resources import resource_rules
     from secureml.rules.runtime_class import runtime_class_rules
+    from secureml.rules.trainer_node import trainer_node_rules
     from secureml.rules.volumes import volume_rules
 
     return [
@@ -612,5 +613,6 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
         *launcher_rules(profile),
         *mount_rules(profile),
         *account_rules(profile),
+        *trainer_node_rules(profile),
         *immutable_rules(profile),
     ]

@@ -112,7 +112,7 @@ def run_cluster(
     def delete() -> None:
         try:
             custom.delete_namespaced_custom_object(
-                group, version, namespace, plural, name, propagation_policy="Foreground"
+                group, version, namespace, plural, name, propagation_policy="Background"
             )
             _say(f"deleted TrainJob {namespace}/{name}")
         except ApiException as err:
@@ -124,9 +124,31 @@ def run_cluster(
     def on_signal(signum: int, frame: FrameType | None) -> None:
         cancelled.append(signum)
 
+    previous = {}
     if install_signals:
         for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, on_signal)
+            previous[signum] = signal.signal(signum, on_signal)
+    try:
+        return _create_and_wait(custom, api_client, job, cancelled, poll_seconds, delete)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _create_and_wait(
+    custom: Any,
+    api_client: Any,
+    job: Manifest,
+    cancelled: list[int],
+    poll_seconds: float,
+    delete: Callable[[], None],
+) -> int:
+    from kubernetes.client.rest import ApiException
+
+    namespace = job["metadata"]["namespace"]
+    name = job["metadata"]["name"]
+    group, version = contract.TRAINER_API_VERSION.split("/")
+    plural = "trainjobs"
     try:
         created = custom.create_namespaced_custom_object(group, version, namespace, plural, job)
     except ApiException as err:

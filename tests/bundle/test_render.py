@@ -250,6 +250,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
             "secureml.launcherEnv",
             "secureml.interpreterEnv",
             "secureml.mountPaths",
+            "secureml.trainerNode",
         ]
     bindings = {
         b["spec"]["policyName"]: b

@@ -466,8 +466,43 @@ class TrainerSettings(_Model):
     )
 
 
+class DoctorSettings(_Model):
+    """The opt-in doctor DaemonSet: `secureml doctor node` on the tenant's GPU nodes (docs/bundle.md)."""
+
+    image: str = Field(
+        description="An image carrying secureml and its CLI (the runtime base image of `secureml "
+        "image build-base runtime`), REGISTRY/REPOSITORY@sha256:<64 hex>."
+    )
+    namespace: str = Field(
+        "secureml-system",
+        pattern=_DNS_LABEL,
+        description="The platform namespace the DaemonSet runs in (Pod Security privileged: it "
+        "mounts host paths read-only); never a tenant's.",
+    )
+    interval_seconds: int = Field(
+        300, ge=30, le=86400, description="Seconds between two checks of a node."
+    )
+
+    @model_validator(mode="after")
+    def _image_pinned(self) -> DoctorSettings:
+        try:
+            ref = ImageRef.parse(self.image)
+        except SecuremlError as err:
+            raise ValueError(f"image: {err.what}") from None
+        if ref.digest is None or ref.tag is not None or ref.by_digest() != self.image:
+            raise ValueError(
+                f"image {self.image!r} must be written as REGISTRY/REPOSITORY@sha256:<64 hex>"
+            )
+        return self
+
+
 class MonitoringSettings(_Model):
     alerts: bool = Field(True, description="Render DCGM PrometheusRule alerts for the tenant.")
+    doctor: DoctorSettings | None = Field(
+        None,
+        description="Opt in to a DaemonSet that runs `secureml doctor node` on the tenant's GPU "
+        "nodes and logs a report every intervalSeconds; absent: none.",
+    )
 
 
 class Spec(_Model):
@@ -630,6 +665,16 @@ def _contradictions(
         problems += _mig_profiles_on_models(profile.spec.gpu)
     problems += _quota_problems(profile, ok)
     problems += _mig_strategy_problems(profile, ok)
+    doctor = profile.spec.monitoring.doctor
+    if ok("spec.namespace", "spec.monitoring.doctor") and doctor is not None:
+        if doctor.namespace == profile.spec.namespace:
+            problems.append(
+                (
+                    "spec.monitoring.doctor.namespace",
+                    "the doctor DaemonSet mounts host paths: run it in the platform namespace "
+                    "(default secureml-system), never the tenant's",
+                )
+            )
     if ok(_TIER, "spec.gpu.confidentialComputing", "spec.gpu.models"):
         from secureml.profile_confidential import confidential_problems
 

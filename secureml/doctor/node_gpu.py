@@ -169,6 +169,7 @@ def mig_checks(nvml: Any, gpus: list[tuple[int, Any]], expected: Expectations) -
     """MIG mode and instances of each GPU against the profiles whose pools hold this node."""
     checks: list[Check] = []
     present: Counter[str] = Counter()
+    any_on = False
     for index, handle in gpus:
         where = _label(index, nvml, handle)
         name, title = f"gpu[{index}].mig", "MIG mode and instances"
@@ -196,6 +197,7 @@ def mig_checks(nvml: Any, gpus: list[tuple[int, Any]], expected: Expectations) -
             Counter(_mig_profile(nvml, h) for h in mig_handles(nvml, handle)) if on else Counter()
         )
         present.update(instances)
+        any_on = any_on or on
         layout = ", ".join(f"{n}x {p}" for p, n in sorted(instances.items())) or "no instances"
         seen = f"{where}: MIG {'on' if on else 'off'}" + (f", {layout}" if on else "")
         if pending != current:
@@ -229,28 +231,30 @@ def mig_checks(nvml: Any, gpus: list[tuple[int, Any]], expected: Expectations) -
                     "operator's MIG manager with nvidia.com/mig.config)",
                 )
             )
-        elif (
-            not on and expected.mig_profiles and not expected.whole_gpu and not expected.time_slice
-        ):
-            checks.append(
-                Check(
-                    name,
-                    title,
-                    "fail",
-                    f"{seen}; MIG profiles expected: {', '.join(sorted(expected.mig_profiles))}",
-                    "enable MIG and create the profiles' instances (MIG manager)",
-                )
-            )
         else:
             checks.append(Check(name, title, "pass", seen))
     if expected.mig_profiles:
-        checks.append(_mig_profiles_check(present, expected))
+        checks.append(_mig_profiles_check(present, expected, any_on))
     return checks
 
 
-def _mig_profiles_check(present: Counter[str], expected: Expectations) -> Check:
+def _mig_profiles_check(present: Counter[str], expected: Expectations, any_on: bool) -> Check:
+    """Under the `mixed` strategy a node of the right product need not be a MIG node: with no GPU
+    in MIG mode it simply offers no instances. Under `single` its product label says MIG."""
     name, title = "mig.profiles", "MIG instances the profiles allow are present"
     wanted = expected.mig_profiles
+    if not any_on:
+        single = expected.mig_strategy.get("single", [])
+        if single:
+            return Check(
+                name,
+                title,
+                "fail",
+                f"no GPU in MIG mode, but the node's product label is a MIG one (strategy single: "
+                f"{', '.join(single)})",
+                "enable MIG and create the instances (the MIG manager's nvidia.com/mig.config)",
+            )
+        return Check(name, title, "pass", "no GPU in MIG mode: this node offers no MIG instances")
     missing = sorted(p for p in wanted if not present[p])
     unused = sorted(p for p in present if p not in wanted)
     layout = ", ".join(f"{n}x {p}" for p, n in sorted(present.items())) or "none"

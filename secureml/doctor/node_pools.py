@@ -3,7 +3,8 @@
 A profile applies to a node when one of its GPU pools selects it: the time-sliced pool's node
 selector (`gpu.timeSlice.nodeSelector`, with the sharing-strategy label), the dedicated pool's
 (`gpu.wholeGpu.nodeSelector`), or, for MIG, the node's `nvidia.com/gpu.product` being a product of
-the profile's models (`<product>-MIG-<profile>` under the `single` strategy). Without node labels
+the profile's models (`<product>-MIG-<profile>` under the `single` strategy; a node without the
+product label, GPU Feature Discovery's, is in no MIG pool). Without node labels
 (`--node-labels` or `--node-name` not given) every profile applies: the checks then say what each
 profile expects, whether or not the node is in its pool.
 """
@@ -59,7 +60,7 @@ def pools_on_node(profile: TenantProfile, labels: Mapping[str, str] | None) -> l
             names = {n for p in mig_profiles for n in mig_product_names(p, list(gpu.models))}
         else:
             names = _products(profile)
-        if labels is None or product is None or product in names:
+        if labels is None or product in names:
             kinds.append("mig")
     if gpu.time_slice is not None:
         selector = {LABEL_SHARING_STRATEGY: SHARING_TIME_SLICING, **gpu.time_slice.node_selector}

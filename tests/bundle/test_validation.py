@@ -25,6 +25,7 @@ from tests.bundle.conftest import fixtures_dir, rendered
 
 BUILT_IN_GROUPS = {
     "v1",
+    "apps",
     "rbac.authorization.k8s.io",
     "networking.k8s.io",
     "admissionregistration.k8s.io",

@@ -98,6 +98,13 @@ class LocalStep:
         return any(component_factory.EXECUTOR_MODULE in part for part in command)
 
     @property
+    def trainjob(self) -> dict[str, Any] | None:
+        """A trainer step's TrainJob (docs/trainer.md), from its submitter's command; else None."""
+        from secureml.trainer.submit import trainjob_of
+
+        return trainjob_of(self.container.get("command", []))
+
+    @property
     def gpu_request(self) -> GPURequest | None:
         raw = self.env.get(contract.ENV_GPU_REQUEST)
         return decode_gpu_request(raw, where=f"step {self.name}") if raw else None
@@ -250,6 +257,16 @@ def check_before_running(
             "the ID the profile's template gives it",
         )
     gpu_steps = [f"{s.name} ({s.gpu_request.describe()})" for s in steps if s.gpu_request]
+    trainer_gpus = [s.name for s in steps if _trainer_gpus(s)]
+    if trainer_gpus and not has_gpu:
+        raise SecuremlError(
+            f"trainer step(s) {', '.join(trainer_gpus)} run their nodes on GPUs, and this machine "
+            "has none",
+            why="a local run starts each node as a process under the launcher, whose GPU stages "
+            "need a CUDA driver; --simulate-gpu gives fake GPUs to single-pod steps only",
+            fix="run a CPU-only TrainJob locally (no gpu= on the trainer step), or run on a "
+            "machine with GPUs",
+        )
     if gpu_steps and not simulate_gpu and not has_gpu:
         raise SecuremlError(
             f"step(s) {', '.join(gpu_steps)} need a GPU, and this machine has none",
@@ -287,6 +304,11 @@ def check_before_running(
         )
 
 
+def _trainer_gpus(step: LocalStep) -> bool:
+    job = step.trainjob
+    return job is not None and "resourcesPerNode" in job["spec"]["trainer"]
+
+
 def machine_has_gpu() -> bool:
     """Whether NVML starts here and sees at least one device."""
     try:
@@ -321,6 +343,8 @@ def apply_local_overlay(
         }
         if spiffe_endpoint is not None:
             values[contract.SPIFFE_SOCKET_ENV] = spiffe_endpoint
+        if step.trainjob is not None:  # its nodes run here, as processes (secureml.trainer.submit)
+            values[contract.ENV_TRAINER_LOCAL] = "1"
         limits = step.annotations.get(contract.ANNOTATION_LIMITS)
         if limits is not None:
             path = layout.limits_file(step.executor)
@@ -447,7 +471,9 @@ def identity_by_step(profile: TenantProfile) -> Callable[[Workload], str | None]
         step = workload.env.get(contract.ENV_STEP)
         if not pipeline or not step:
             return None
-        return profile.spiffe_id(pipeline, step)
+        node = workload.env.get(contract.ENV_TRAINER_NODE)  # a trainer node (docs/trainer.md)
+        suffix = f"{contract.SPIFFE_NODE_SEGMENT}{node}" if node and node.isdigit() else ""
+        return profile.spiffe_id(pipeline, step) + suffix
 
     return identity
 

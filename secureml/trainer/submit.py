@@ -48,6 +48,16 @@ def submit_command(trainjob: Manifest, command: Sequence[str]) -> list[str]:
     return ["python3", "-m", MODULE, "--trainjob", text, "--", *command]
 
 
+def trainjob_of(command: Sequence[str]) -> Manifest | None:
+    """The TrainJob in a step's command written by `submit_command`, or None."""
+    args = list(command)
+    for at in range(len(args) - 4):
+        if args[at : at + 4] == ["python3", "-m", MODULE, "--trainjob"]:
+            job: Manifest = json.loads(args[at + 4])
+            return job
+    return None
+
+
 def job_name(step: str, pod: str) -> str:
     """An RFC 1035 label unique per step pod: the step's name and a hash of the pod's."""
     base = re.sub(r"[^a-z0-9-]+", "-", step.lower()).strip("-")[:40].rstrip("-") or "step"
@@ -229,7 +239,10 @@ def run_local(job: Manifest, *, environ: dict[str, str] | None = None) -> int:
     if command[: len(contract.RUNTIME_LAUNCHER_PREFIX)] == list(contract.RUNTIME_LAUNCHER_PREFIX):
         command = [*contract.LAUNCHER_PREFIX, *command[len(contract.RUNTIME_LAUNCHER_PREFIX) :]]
     base = dict(os.environ if environ is None else environ)
+    # the node's launcher settings, but the Workload API socket of this machine (the local run's)
+    local = {name: base[name] for name in (contract.SPIFFE_SOCKET_ENV,) if name in base}
     base.update({e["name"]: e["value"] for e in trainer.get("env", []) if "value" in e})
+    base.update(local)
     port = str(_free_port())
     children: list[subprocess.Popen[bytes]] = []
     for index in range(nodes):

@@ -1,11 +1,10 @@
 """The profile's required attestations (`spec.images.attestations`) as admission checks, the same
 conditions `secureml compile` checks offline (`supplychain/predicates.py`):
 
-- policy-controller: an `authorities[].attestations` entry with a CUE policy (predicate type,
-  CycloneDX `bomFormat`, SPDX `spdxVersion`, the SLSA builder id) or, for a scan's maxSeverity,
-  a Rego policy (`package sigstore`, `isCompliant`; written with `import rego.v1`, which OPA has
-  read since 0.59 and 1.x requires). policy-controller evaluates both on the verified in-toto
-  statement.
+- policy-controller: an `authorities[].attestations` entry with a Rego policy (`package
+  sigstore`, `isCompliant`: predicate type, CycloneDX `bomFormat`, SPDX `spdxVersion`, the SLSA
+  builder id, the scan's severities), evaluated on the verified in-toto statement. Written with
+  `import rego.v1`, which policy-controller's OPA reads in its Rego v0 mode (OPA 0.59 and later).
 - Kyverno `ImageValidatingPolicy`: an `attestations` entry (`intoto.type`) and CEL validations:
   `verifyAttestationSignatures` against the requirement's attestor, and a condition on
   `extractPayload` (the statement) over `p`.
@@ -50,49 +49,54 @@ def identity_manifests(identities: Sequence[SignerIdentity]) -> list[Manifest]:
 
 
 def policy_controller_attestation(index: int, requirement: AttestationRequirement) -> Manifest:
-    """One `authorities[].attestations` entry: predicate type and its CUE or Rego policy."""
-    if requirement.max_severity is not None:
-        policy = {"type": "rego", "data": vuln_rego(requirement.max_severity)}
-    else:
-        policy = {"type": "cue", "data": _cue(requirement)}
+    """One `authorities[].attestations` entry: the predicate type and its Rego policy.
+
+    Rego, never CUE: policy-controller validates a CUE policy unified with the statement without
+    requiring concrete values, so a field the statement leaves out (a builder id, a bomFormat)
+    passes a CUE constraint on it; a Rego rule that reads an absent field is simply not true.
+    """
+    policy = {"type": "rego", "data": rego_policy(requirement)}
     return {"name": name(index), "predicateType": requirement.type, "policy": policy}
 
 
-def _cue(requirement: AttestationRequirement) -> str:
-    lines = [f"predicateType: {json.dumps(requirement.type)}"]
+def rego_policy(requirement: AttestationRequirement) -> str:
+    """`data.sigstore.isCompliant` over the verified statement (`input`), what policy-controller
+    queries; false unless every condition holds."""
+    conditions = [f"input.predicateType == {json.dumps(requirement.type)}"]
+    prelude = ""
     if requirement.type == predicates.CYCLONEDX:
-        lines.append('predicate: bomFormat: "CycloneDX"')
+        conditions.append('input.predicate.bomFormat == "CycloneDX"')
     elif requirement.type == predicates.SPDX:
-        lines.append('predicate: spdxVersion: =~"^SPDX-"')
+        conditions.append('startswith(input.predicate.spdxVersion, "SPDX-")')
     elif requirement.type in predicates.PROVENANCE_TYPES:
-        path = (
-            "runDetails: builder: id" if requirement.type == predicates.SLSA_V1 else "builder: id"
+        holder = (
+            "input.predicate.runDetails.builder"
+            if requirement.type == predicates.SLSA_V1
+            else "input.predicate.builder"
         )
-        wanted = json.dumps(requirement.builder.id) if requirement.builder else "string"
-        lines.append(f"predicate: {path}: {wanted}")
+        if requirement.builder is not None:
+            conditions.append(f"{holder}.id == {json.dumps(requirement.builder.id)}")
+        else:
+            conditions += [f"is_string({holder}.id)", f'{holder}.id != ""']
     elif requirement.type == predicates.COSIGN_VULN:
-        lines.append("predicate: scanner: result: {...}")
-    return "\n".join(lines) + "\n"
-
-
-def vuln_rego(max_severity: str) -> str:
-    """Every finding of a cosign vuln scan at a severity `max_severity` allows (fails closed)."""
-    allowed = predicates.allowed_severities(max_severity)
-    allowed_set = "{" + ", ".join(json.dumps(s) for s in allowed) + "}" if allowed else "set()"
+        conditions.append("is_object(input.predicate.scanner.result)")
+        if requirement.max_severity is not None:
+            allowed = predicates.allowed_severities(requirement.max_severity)
+            listed = ", ".join(json.dumps(s) for s in allowed)
+            prelude = f"allowed := {{{listed}}}\n\n" if allowed else "allowed := set()\n\n"
+            conditions.append(
+                'every target in object.get(input.predicate.scanner.result, "Results", []) {\n'
+                '\t\tevery finding in object.get(target, "Vulnerabilities", []) {\n'
+                "\t\t\tfinding.Severity in allowed\n"
+                "\t\t}\n"
+                "\t}"
+            )
+    body = "".join(f"\t{condition}\n" for condition in conditions)
     return (
         "package sigstore\n\n"
         "import rego.v1\n\n"
         "default isCompliant := false\n\n"
-        f"allowed := {allowed_set}\n\n"
-        "isCompliant if {\n"
-        f"\tinput.predicateType == {json.dumps(predicates.COSIGN_VULN)}\n"
-        "\tis_object(input.predicate.scanner.result)\n"
-        '\tevery target in object.get(input.predicate.scanner.result, "Results", []) {\n'
-        '\t\tevery finding in object.get(target, "Vulnerabilities", []) {\n'
-        "\t\t\tfinding.Severity in allowed\n"
-        "\t\t}\n"
-        "\t}\n"
-        "}\n"
+        f"{prelude}isCompliant if {{\n{body}}}\n"
     )
 
 
@@ -123,7 +127,9 @@ def payload_condition(requirement: AttestationRequirement) -> str:
         if requirement.builder is not None:
             conditions.append(f"{holder}.id == {_cel_string(requirement.builder.id)}")
         else:
-            conditions.append(f"size(string({holder}.id)) > 0")
+            conditions.append(f"type({holder}.id) == string && size({holder}.id) > 0")
+    elif requirement.type == predicates.COSIGN_VULN:
+        conditions.append("type(p.predicate.scanner.result) == map")
     if requirement.max_severity is not None:
         allowed = (
             "["

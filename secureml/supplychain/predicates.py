@@ -88,7 +88,7 @@ def _findings(result: dict[str, Any]) -> list[dict[str, Any]] | None:
     for target in results:
         if not isinstance(target, dict):
             return None
-        vulnerabilities = target.get("Vulnerabilities") or []
+        vulnerabilities = target.get("Vulnerabilities", [])  # Trivy leaves it out when empty
         if not isinstance(vulnerabilities, list) or not all(
             isinstance(v, dict) for v in vulnerabilities
         ):

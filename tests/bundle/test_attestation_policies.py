@@ -66,28 +66,22 @@ def test_policy_controller_one_policy_per_requirement() -> None:
     assert (
         authority["keyless"]["identities"] == signatures["authorities"][0]["keyless"]["identities"]
     )
-    assert authority["attestations"] == [
-        {
-            "name": "att0",
-            "predicateType": predicates.CYCLONEDX,
-            "policy": {
-                "type": "cue",
-                "data": f'predicateType: "{predicates.CYCLONEDX}"\npredicate: bomFormat: "CycloneDX"\n',
-            },
-        }
-    ]
+    [check] = authority["attestations"]
+    assert (check["name"], check["predicateType"], check["policy"]["type"]) == (
+        "att0",
+        predicates.CYCLONEDX,
+        "rego",
+    )
+    assert 'input.predicate.bomFormat == "CycloneDX"' in check["policy"]["data"]
     [check] = vuln["authorities"][0]["attestations"]
-    assert check["policy"]["type"] == "rego"
-    assert 'allowed := {"LOW", "MEDIUM", "HIGH"}' in check["policy"]["data"]
     assert check["policy"]["data"].startswith("package sigstore\n")
+    assert 'allowed := {"LOW", "MEDIUM", "HIGH"}' in check["policy"]["data"]
     [builder] = slsa["authorities"]
     assert builder["keyless"]["identities"] == [
         {"issuer": GH, "subjectRegExp": r"^https://github\.com/slsa-framework/"}
     ]
-    assert (
-        f'predicate: runDetails: builder: id: "{GENERATOR}"'
-        in builder["attestations"][0]["policy"]["data"]
-    )
+    data = builder["attestations"][0]["policy"]["data"]
+    assert f'input.predicate.runDetails.builder.id == "{GENERATOR}"' in data
 
 
 def test_kyverno_attestations_and_their_validations() -> None:
@@ -171,6 +165,25 @@ CASES = [
     (
         {"type": predicates.SLSA_V02, "builder": {"id": "b"}},
         statement(predicates.SLSA_V02, {"builder": {"id": "b"}}),
+    ),
+    # a field left out, or of another type, must not pass (policy-controller's CUE would let it)
+    (REQUIREMENTS[2], statement(predicates.SLSA_V1, {"runDetails": {}})),
+    (
+        {"type": predicates.SLSA_V1},
+        statement(predicates.SLSA_V1, {"runDetails": {"builder": {"id": 7}}}),
+    ),
+    (
+        {"type": predicates.SLSA_V1},
+        statement(predicates.SLSA_V1, {"runDetails": {"builder": {"id": "b"}}}),
+    ),
+    ({"type": predicates.COSIGN_VULN}, statement(predicates.COSIGN_VULN, {"scanner": {}})),
+    ({"type": predicates.COSIGN_VULN}, statement(predicates.COSIGN_VULN, scan("CRITICAL"))),
+    (
+        REQUIREMENTS[1],
+        statement(
+            predicates.COSIGN_VULN,
+            {"scanner": {"result": {"Results": [{"Vulnerabilities": None}]}}},
+        ),
     ),
 ]
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from secureml.images import ImageRef
 from secureml.supplychain import predicates
 from secureml.supplychain.identity import TrustedIdentity
-from secureml.supplychain.image_bundles import Candidate
+from secureml.supplychain.image_bundles import Candidate, read_bundle_file
 from secureml.supplychain.verifier import COSIGN_SIGN_PREDICATE, SignatureError, SignatureVerifier
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class AttestationFailure:
 def attestation_files(bundles_dir: Path, digest_hex: str) -> list[Candidate]:
     """The attestation bundles for `sha256:<digest_hex>` in a `--bundles` folder, by name."""
     found = sorted(Path(bundles_dir).glob(f"sha256-{digest_hex}.*.sigstore.json"))
-    return [(path.read_bytes(), str(path)) for path in found if path.is_file()]
+    return [read_bundle_file(path) for path in found if path.is_file()]
 
 
 def registry_candidates(ref: ImageRef) -> list[Candidate]:

@@ -86,3 +86,25 @@ def test_someone_must_be_trusted_to_sign(tmp_path):
     path.write_text(text.replace("      required: true\n", "      required: false\n", 1))
     [problem] = problems(path)
     assert "spec.images.attestations[0].identities: nobody is trusted to sign" in problem
+
+
+def test_the_example_in_the_docs_loads(tmp_path):
+    """docs/supply-chain.md's example `spec.images` block is a valid profile section."""
+    import yaml
+
+    doc = (ROOT / "docs" / "supply-chain.md").read_text()
+    section = doc.split("## Attestations required by the profile", 1)[1]
+    example = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    data = yaml.safe_load((ROOT / "profiles" / "team-a.yaml").read_text())
+    data["spec"]["images"]["signatures"]["identities"] = example["spec"]["images"]["signatures"][
+        "identities"
+    ]
+    data["spec"]["images"]["attestations"] = example["spec"]["images"]["attestations"]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    requirements = load_profile(path).spec.images.attestations
+    assert [r.type for r in requirements] == [
+        "https://cyclonedx.org/bom",
+        VULN,
+        "https://slsa.dev/provenance/v1",
+    ]

@@ -64,6 +64,14 @@ def load_trusted_root(spec: str | Path, *, online: bool = False) -> TrustedRoot:
             path = refresh_trusted_root(TufRepository.public(text))
         else:
             path = _embedded_root_path(text)
+    elif online:
+        raise InputError(
+            f"--online cannot refresh the trusted root {text}",
+            why="only the public instances (production, staging) have a TUF repository known "
+            "here; a trusted_root.json file would be used as it is, without the refresh asked for",
+            fix="drop --online to use the file, or give its TUF repository with --tuf-url and "
+            "--tuf-root",
+        )
     else:
         path = Path(text)
     try:

@@ -231,6 +231,8 @@ def test_online_without_a_reachable_repository_fails_closed(
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
+        # a file root has no TUF repository here: not silently used unrefreshed
+        (["--online", "--trusted-root", "trusted_root.json"], "--online cannot refresh"),
         (["--tuf-root", "root.json"], "--tuf-root given without --tuf-url"),
         (["--tuf-url", "http://127.0.0.1:9", "--trusted-root", "staging"], "both given"),
         (["--tuf-url", "http://127.0.0.1:9"], "needs --tuf-root"),

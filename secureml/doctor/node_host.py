@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from secureml.doctor.check import Check
+from secureml.doctor.check import Check, Status
 from secureml.doctor.node_pools import Expectations
 from secureml.errors import InputError
 
@@ -196,18 +196,18 @@ def device_plugin_checks(
             )
             continue
         replicas = advertised[resource]
-        status, fix = "pass", ""
         seen = f"{resource} x{replicas} replicas per GPU in {where} (for {who})"
+        fixes = []
         if replicas < 2:
-            status, fix = "warn", "set replicas to 2 or more: one replica is not a shared GPU"
+            fixes.append("set replicas to 2 or more: one replica is not a shared GPU")
         if not sharing.get("failRequestsGreaterThanOne", False):
-            status = "warn"
             seen += "; failRequestsGreaterThanOne is false"
-            fix = (
+            fixes.append(
                 "set sharing.timeSlicing.failRequestsGreaterThanOne: true, so that a pod asking "
                 "for two replicas fails rather than being promised twice the share"
             )
-        checks.append(Check(name, title, status, seen, fix))
+        status: Status = "warn" if fixes else "pass"
+        checks.append(Check(name, title, status, seen, "; ".join(fixes)))
     return checks
 
 

@@ -347,3 +347,28 @@ def test_unusable_input_exits_2(
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_time_slicing_settings_each_name_their_fix() -> None:
+    from secureml.doctor.node_host import device_plugin_checks
+    from secureml.doctor.node_pools import Expectations
+
+    expected = Expectations(time_slice={"nvidia.com/gpu.shared": ["team-a"]})
+    config = {
+        "version": "v1",
+        "sharing": {
+            "timeSlicing": {
+                "failRequestsGreaterThanOne": True,
+                "resources": [
+                    {"name": "nvidia.com/gpu", "rename": "nvidia.com/gpu.shared", "replicas": 4}
+                ],
+            }
+        },
+    }
+    (ok,) = device_plugin_checks(config, "cfg", expected)
+    assert ok.status == "pass" and ok.fix == "" and "x4 replicas" in ok.seen
+    config["sharing"]["timeSlicing"]["resources"][0]["replicas"] = 1
+    config["sharing"]["timeSlicing"]["failRequestsGreaterThanOne"] = False
+    (both,) = device_plugin_checks(config, "cfg", expected)
+    assert both.status == "warn"
+    assert "replicas to 2 or more" in both.fix and "failRequestsGreaterThanOne: true" in both.fix

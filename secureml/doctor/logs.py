@@ -4,7 +4,7 @@ It reads what `dmesg`, `journalctl -k` or a step's log hold (any prefix before `
 formats with and without `pid=`/`name=`) and finds four kinds of event:
 
 - `xid`: `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, ...`, classified by
-  `secureml.doctor.xid` (application, memory, device, NVLink) with its action;
+  `secureml.xid` (application, memory, device, NVLink) with its action;
 - `fallen-off-bus`: `NVRM: GPU at PCI:0000:3b:00 has fallen off the bus` (Xid 79's row);
 - `driver-mismatch`: `NVRM: API mismatch` or `Failed to initialize NVML: Driver/library version
   mismatch` (the kernel module and the user-space libraries differ);
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from secureml.doctor.check import Check, Report, Status
-from secureml.doctor.xid import ACTION_TEXT, CATALOG_URL, XidRow, classify
 from secureml.errors import SecuremlError
+from secureml.xid import ACTION_TEXT, CATALOG_URL, XidRow, classify
 
 LOGS_SCHEMA = "secureml.dev/doctor-logs/v1"
 Kind = Literal["xid", "fallen-off-bus", "driver-mismatch", "cuda-error"]

@@ -161,3 +161,10 @@ def test_cpu_only_training_on_one_profile_without_gpus() -> None:
     assert job is not None and "resourcesPerNode" not in job["spec"]["trainer"]
     labels = pod_patch_of(job)["metadata"]["labels"]
     assert labels["secureml.dev/isolation"] == "none"
+
+
+def test_injected_runtime_puts_its_launcher_in_front_on_every_node() -> None:
+    runtime = "registry.acme.example/platform/secureml-runtime@sha256:" + "d" * 64
+    job = compiled_trainer(trainer_profile(runtime={"image": runtime})).steps[0].trainjob
+    assert job is not None  # compiled: the node pods passed secureml.runtimeInjected
+    assert job["spec"]["trainer"]["command"] == ["/opt/secureml/bin/secureml-launch", "--"]

@@ -372,3 +372,24 @@ def test_time_slicing_settings_each_name_their_fix() -> None:
     (both,) = device_plugin_checks(config, "cfg", expected)
     assert both.status == "warn"
     assert "replicas to 2 or more" in both.fix and "failRequestsGreaterThanOne: true" in both.fix
+
+
+def test_interval_reports_again_and_again(make_fake_gpu, tmp_path: Path) -> None:
+    """The DaemonSet's mode: one JSON report per period, never exiting on its own."""
+    gpu = make_fake_gpu(driver_version=DRIVER)
+    argv = [sys.executable, "-m", "secureml", "doctor", "node", "--root", str(host_root(tmp_path)),
+            "--interval", "1", "--format", "json"]  # fmt: skip
+    with subprocess.Popen(argv, env=gpu.env(), stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            decoder, text, reports = json.JSONDecoder(), "", []
+            while len(reports) < 2:
+                line = proc.stdout.readline() if proc.stdout else ""
+                assert line, "the doctor stopped reporting"
+                text += line
+                if line.startswith("}"):
+                    reports.append(decoder.decode(text))
+                    text = ""
+            assert proc.poll() is None
+            assert all(r["schema"] == "secureml.dev/doctor-node/v1" for r in reports)
+        finally:
+            proc.kill()

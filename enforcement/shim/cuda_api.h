@@ -142,6 +142,78 @@ typedef enum CUdriverProcAddress_flags_enum {
     CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 1 << 1
 } CUdriverProcAddress_flags;
 
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphEdgeData_st CUgraphEdgeData;
+
+typedef enum CUmemorytype_enum {
+    CU_MEMORYTYPE_HOST = 0x01,
+    CU_MEMORYTYPE_DEVICE = 0x02,
+    CU_MEMORYTYPE_ARRAY = 0x03,
+    CU_MEMORYTYPE_UNIFIED = 0x04
+} CUmemorytype;
+
+typedef struct CUDA_MEMCPY3D_st {
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    void *reserved0;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    void *reserved1;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D;
+
+#define CUDA_ARRAY3D_LAYERED 0x01
+#define CUDA_ARRAY3D_SPARSE 0x40
+#define CUDA_ARRAY3D_DEFERRED_MAPPING 0x80
+
+typedef struct CUmemPoolProps_st {
+    CUmemAllocationType allocType;
+    CUmemAllocationHandleType handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+typedef CUDA_MEM_ALLOC_NODE_PARAMS CUDA_MEM_ALLOC_NODE_PARAMS_v2;
+
+typedef enum CUgraphNodeType_enum { CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10 } CUgraphNodeType;
+
+typedef struct CUgraphNodeParams_st {
+    CUgraphNodeType type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        CUDA_MEM_ALLOC_NODE_PARAMS_v2 alloc;
+    };
+    long long reserved2;
+} CUgraphNodeParams;
+
+typedef enum CUgraphInstantiateResult_enum { CUDA_GRAPH_INSTANTIATE_SUCCESS = 0 } CUgraphInstantiateResult;
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
+    cuuint64_t flags;
+    CUstream hUploadStream;
+    CUgraphNode hErrNode_out;
+    CUgraphInstantiateResult result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+
 typedef enum CUdriverProcAddressQueryResult_enum {
     CU_GET_PROC_ADDRESS_SUCCESS = 0,
     CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1,
@@ -150,21 +222,30 @@ typedef enum CUdriverProcAddressQueryResult_enum {
 
 #endif /* SECUREML_REAL_CUDA_H */
 
-/* Bytes a CUDA array of this shape takes, as the shim charges it and the fake allocates it:
- * element size by format (1 byte for formats this table does not know) times channels and extent. */
+/* Bytes per element of an array format, times its channels: what the shim charges per texel and
+ * the fake allocates. Exact for the plain and normalised integer and float formats; block-compressed
+ * formats (half a byte or a byte a texel) count a byte; any other format (YUV, packed) counts 8 bytes
+ * a channel, more than any of them takes (charging more, never less). */
+static inline unsigned long long secureml_texel_bytes(int format, unsigned channels) {
+    unsigned elem;
+    switch (format) {
+    case 0x01: case 0x08: case 0xc0: case 0xc6: elem = 1; break;
+    case 0x02: case 0x09: case 0x10: case 0xc1: case 0xc3: case 0xc7: case 0xc9: elem = 2; break;
+    case 0x03: case 0x0a: case 0x20: case 0xc2: case 0xc4: case 0xc8: case 0xca: elem = 4; break;
+    case 0xc5: case 0xcb: elem = 8; break;
+    default: elem = format >= 0x91 && format <= 0x9e ? 1 : 8; break;
+    }
+    return (unsigned long long)elem * (channels ? channels : 1);
+}
+
+/* Bytes a CUDA array of this shape takes as the fake lays it out (rows of width x texel bytes, no
+ * padding). Saturates instead of wrapping: a shape that overflows must not count as a small one. */
 static inline unsigned long long secureml_array_bytes(size_t w, size_t h, size_t d, int format,
                                                       unsigned channels) {
-    unsigned elem = 1;
-    switch (format) {
-    case 0x02: case 0x09: case 0x10: elem = 2; break;
-    case 0x03: case 0x0a: case 0x20: elem = 4; break;
-    default: elem = 1; break;
-    }
-    /* Saturates instead of wrapping: a shape that overflows must not be charged as a small one. */
     unsigned long long n = 0;
     if (__builtin_mul_overflow((unsigned long long)(w ? w : 1), (unsigned long long)(h ? h : 1), &n) ||
         __builtin_mul_overflow(n, (unsigned long long)(d ? d : 1), &n) ||
-        __builtin_mul_overflow(n, (unsigned long long)elem * (channels ? channels : 1), &n))
+        __builtin_mul_overflow(n, secureml_texel_bytes(format, channels), &n))
         return ~0ULL;
     return n;
 }

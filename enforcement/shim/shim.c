@@ -61,6 +61,16 @@ struct entry {
     uint64_t charge; /* charged size */
     uint8_t klass, slot, scrub;
     uint8_t ordinal; /* CUDA device of a cuMemCreate allocation (what its scrub maps it on) */
+    uint8_t levels;  /* levels of a mipmapped array (what its scrub zeroes) */
+};
+
+/* What graph memory nodes added to one graph charged on one device (docs/shim.md "Graph memory"). */
+struct graph_charge {
+    uint64_t graph;  /* 0 once the graph is destroyed while its executable graph lives */
+    uint64_t exec;   /* the executable graph instantiated from it; 0: none */
+    uint64_t charge;
+    uint8_t slot;
+    uint8_t pinned; /* instantiated twice: the charge is kept for the life of the process */
 };
 
 /* ------------------------------------------------------------------ the one state struct ----- */
@@ -81,6 +91,9 @@ static struct shim {
     int table_lock; /* a spin lock: held for a few table operations only */
     struct entry *table;
     size_t cap, count;
+    struct graph_charge *graphs; /* under table_lock, like the table */
+    size_t ngraphs, graphs_cap;
+    uint64_t graph_pool[REGION_DEVICES]; /* charges of graphs gone with their executables, until a trim */
     uint64_t last_counters_ns;
     uint64_t last_reclaim_ns;
     void *cuda, *nvml;
@@ -138,6 +151,21 @@ REAL(CUresult, cuArray3DCreate_v2, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *))
 REAL(CUresult, cuMipmappedArrayCreate, (CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int));
 REAL(CUresult, cuArrayDestroy, (CUarray));
 REAL(CUresult, cuMipmappedArrayDestroy, (CUmipmappedArray));
+REAL(CUresult, cuArray3DGetDescriptor_v2, (CUDA_ARRAY3D_DESCRIPTOR *, CUarray));
+REAL(CUresult, cuMipmappedArrayGetLevel, (CUarray *, CUmipmappedArray, unsigned int));
+REAL(CUresult, cuMemcpy3D_v2, (const CUDA_MEMCPY3D *));
+REAL(CUresult, cuGraphAddMemAllocNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *));
+REAL(CUresult, cuGraphAddNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *));
+REAL(CUresult, cuGraphAddNode_v2, (CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUgraphNodeParams *));
+REAL(CUresult, cuGraphAddNode_v3, (CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUgraphNodeParams *));
+REAL(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long));
+REAL(CUresult, cuGraphInstantiateWithParams, (CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *));
+REAL(CUresult, cuGraphInstantiateWithParams_ptsz, (CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *));
+REAL(CUresult, cuGraphInstantiate, (CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t));
+REAL(CUresult, cuGraphInstantiate_v2, (CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t));
+REAL(CUresult, cuGraphDestroy, (CUgraph));
+REAL(CUresult, cuGraphExecDestroy, (CUgraphExec));
+REAL(CUresult, cuDeviceGraphMemTrim, (CUdevice));
 REAL(CUresult, cuMemGetInfo_v2, (size_t *, size_t *));
 REAL(CUresult, cuDeviceTotalMem_v2, (size_t *, CUdevice));
 REAL(CUresult, cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **));
@@ -432,6 +460,11 @@ static void resolve_cuda(void) {
     RESOLVE(cuCtxEnablePeerAccess); RESOLVE(cuDeviceCanAccessPeer);
     RESOLVE(cuArrayCreate_v2); RESOLVE(cuArray3DCreate_v2); RESOLVE(cuMipmappedArrayCreate);
     RESOLVE(cuArrayDestroy); RESOLVE(cuMipmappedArrayDestroy);
+    RESOLVE(cuArray3DGetDescriptor_v2); RESOLVE(cuMipmappedArrayGetLevel); RESOLVE(cuMemcpy3D_v2);
+    RESOLVE(cuGraphAddMemAllocNode); RESOLVE(cuGraphAddNode); RESOLVE(cuGraphAddNode_v2); RESOLVE(cuGraphAddNode_v3);
+    RESOLVE(cuGraphInstantiateWithFlags); RESOLVE(cuGraphInstantiateWithParams); RESOLVE(cuGraphInstantiateWithParams_ptsz);
+    RESOLVE(cuGraphInstantiate); RESOLVE(cuGraphInstantiate_v2);
+    RESOLVE(cuGraphDestroy); RESOLVE(cuGraphExecDestroy); RESOLVE(cuDeviceGraphMemTrim);
     RESOLVE(cuMemGetInfo_v2); RESOLVE(cuDeviceTotalMem_v2);
     RESOLVE(cuLaunchKernel); RESOLVE(cuLaunchKernel_ptsz); RESOLVE(cuLaunchKernelEx); RESOLVE(cuLaunchKernelEx_ptsz);
     RESOLVE(cuLaunchCooperativeKernel); RESOLVE(cuLaunchCooperativeKernel_ptsz);
@@ -459,6 +492,8 @@ static void at_fork_child(void) {
     pthread_mutex_init(&S.nvml_lock, NULL);
     if (S.table) memset(S.table, 0, S.cap * sizeof *S.table);
     S.count = 0;
+    S.ngraphs = 0; /* graphs are the parent's */
+    memset(S.graph_pool, 0, sizeof S.graph_pool);
     S.me = -1;
     S.launcher = 0; /* the launcher role belongs to the process that claimed it, not its children */
 }
@@ -842,12 +877,13 @@ static CUresult remember_entry(struct entry e) {
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-static CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, uint64_t charged, int scrub) {
-    return remember_entry((struct entry){table_key(value, klass), value, bytes, charged, (uint8_t)klass, (uint8_t)slot, (uint8_t)scrub, 0});
+static CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, uint64_t charged, int scrub, unsigned levels) {
+    return remember_entry((struct entry){table_key(value, klass), value, bytes, charged, (uint8_t)klass, (uint8_t)slot, (uint8_t)scrub, 0,
+                                         (uint8_t)(levels > 255 ? 255 : levels)});
 }
 
-/* The common path of every linear allocation: charge, allocate, remember. */
-#define ALLOCATE(slot_expr, bytes_expr, klass, scrub, call, out_value)                                  \
+/* The common path of every allocation with an address or handle: charge, allocate, remember. */
+#define ALLOCATE(slot_expr, bytes_expr, klass, scrub, levels, call, out_value)                          \
     do {                                                                                               \
         init();                                                                                        \
         if (pass_through()) return (call);                                                             \
@@ -858,7 +894,7 @@ static CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, ui
         CUresult rc_ = (call);                                                                         \
         charge_done(slot_, charged_, rc_ == CUDA_SUCCESS);                                             \
         if (rc_ != CUDA_SUCCESS) return rc_;                                                           \
-        rc_ = remember((out_value), (klass), slot_, bytes_, charged_, (scrub));                        \
+        rc_ = remember((out_value), (klass), slot_, bytes_, charged_, (scrub), (levels));              \
         maybe_write_counters(COUNTERS_EVERY_NS);                                                                       \
         return rc_;                                                                                    \
     } while (0)
@@ -888,12 +924,52 @@ static CUresult scrub_vmm(const struct entry *e) {
     return rc;
 }
 
+/* A CUDA array has no address to memset: copy zeros into it from host memory, one slice at a time
+ * (cuMemcpy3D, a host source of mapped zero pages, so no device memory outside the quota is needed),
+ * then wait. An array created sparse or for deferred mapping holds no memory of its own: the
+ * cuMemCreate allocations mapped into it are scrubbed on their release. */
+static CUresult zero_array(CUarray a) {
+    if (!r_cuArray3DGetDescriptor_v2 || !r_cuMemcpy3D_v2) return CUDA_ERROR_NOT_FOUND;
+    CUDA_ARRAY3D_DESCRIPTOR d;
+    CUresult rc = r_cuArray3DGetDescriptor_v2(&d, a);
+    if (rc != CUDA_SUCCESS || (d.Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING))) return rc;
+    uint64_t row = secureml_array_bytes(d.Width, 1, 1, (int)d.Format, d.NumChannels), rows = d.Height ? d.Height : 1, slice;
+    if (__builtin_mul_overflow(row, rows, &slice) || slice > SIZE_MAX / 2) return CUDA_ERROR_INVALID_VALUE;
+    void *zeros = mmap(NULL, (size_t)slice, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (zeros == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUDA_MEMCPY3D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = CU_MEMORYTYPE_HOST, c.srcHost = zeros, c.srcPitch = (size_t)row, c.srcHeight = (size_t)rows;
+    c.dstMemoryType = CU_MEMORYTYPE_ARRAY, c.dstArray = a;
+    c.WidthInBytes = (size_t)row, c.Height = (size_t)rows, c.Depth = 1;
+    for (size_t z = 0; z < (d.Depth ? d.Depth : 1) && rc == CUDA_SUCCESS; z++) {
+        c.dstZ = z;
+        rc = r_cuMemcpy3D_v2(&c);
+    }
+    munmap(zeros, (size_t)slice);
+    if (rc == CUDA_SUCCESS && r_cuCtxSynchronize) rc = r_cuCtxSynchronize();
+    return rc;
+}
+
+static CUresult zero_mipmapped(const struct entry *e) {
+    if (!r_cuMipmappedArrayGetLevel) return CUDA_ERROR_NOT_FOUND;
+    CUresult rc = CUDA_SUCCESS;
+    for (unsigned l = 0; l < (e->levels ? e->levels : 1u) && rc == CUDA_SUCCESS; l++) {
+        CUarray level;
+        rc = r_cuMipmappedArrayGetLevel(&level, (CUmipmappedArray)(uintptr_t)e->value, l);
+        if (rc == CUDA_SUCCESS) rc = zero_array(level);
+    }
+    return rc;
+}
+
 /* Zero a block on the device before it goes back to the driver (scrub on free). */
 static void scrub(const struct entry *e, CUstream stream, int async, int ptsz) {
     if (!e->scrub || !S.limits.scrub_on_free) return;
     CUdeviceptr p = e->value;
     CUresult rc;
     if (e->klass == KEY_VMM) rc = scrub_vmm(e);
+    else if (e->klass == KEY_ARRAY) rc = zero_array((CUarray)(uintptr_t)e->value);
+    else if (e->klass == KEY_MIPMAP) rc = zero_mipmapped(e);
     else if (async && ptsz && r_cuMemsetD8Async_ptsz) rc = r_cuMemsetD8Async_ptsz(p, 0, e->bytes, stream);
     else if (async && r_cuMemsetD8Async) rc = r_cuMemsetD8Async(p, 0, e->bytes, stream);
     else rc = r_cuMemsetD8_v2 ? r_cuMemsetD8_v2(p, 0, e->bytes) : CUDA_ERROR_NOT_FOUND;
@@ -926,37 +1002,37 @@ static CUresult release(uint64_t value, int klass, CUresult (*call)(void *), voi
 EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     init();
     if (!r_cuMemAlloc_v2) return CUDA_ERROR_NOT_INITIALIZED;
-    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, r_cuMemAlloc_v2(dptr, bytesize), *dptr);
+    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, 0, r_cuMemAlloc_v2(dptr, bytesize), *dptr);
 }
 
 EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
     init();
     if (!r_cuMemAllocManaged) return CUDA_ERROR_NOT_INITIALIZED;
-    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, r_cuMemAllocManaged(dptr, bytesize, flags), *dptr);
+    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, 0, r_cuMemAllocManaged(dptr, bytesize, flags), *dptr);
 }
 
 EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
     init();
     if (!r_cuMemAllocAsync) return CUDA_ERROR_NOT_INITIALIZED;
-    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, r_cuMemAllocAsync(dptr, bytesize, hStream), *dptr);
+    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, 0, r_cuMemAllocAsync(dptr, bytesize, hStream), *dptr);
 }
 
 EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
     init();
     if (!r_cuMemAllocAsync_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
-    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, r_cuMemAllocAsync_ptsz(dptr, bytesize, hStream), *dptr);
+    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, 0, r_cuMemAllocAsync_ptsz(dptr, bytesize, hStream), *dptr);
 }
 
 EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
     init();
     if (!r_cuMemAllocFromPoolAsync) return CUDA_ERROR_NOT_INITIALIZED;
-    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, r_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream), *dptr);
+    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, 0, r_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream), *dptr);
 }
 
 EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
     init();
     if (!r_cuMemAllocFromPoolAsync_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
-    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, r_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream), *dptr);
+    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, 0, r_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream), *dptr);
 }
 
 EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
@@ -986,7 +1062,7 @@ EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, si
         charge_done(slot, actual - estimate, 1);
     }
     if (actual < estimate) uncharge(slot, estimate - actual);
-    return remember(*dptr, KEY_POINTER, slot, bytes, actual, 1);
+    return remember(*dptr, KEY_POINTER, slot, bytes, actual, 1, 0);
 }
 
 static CUresult call_free(void *ctx) { return r_cuMemFree_v2(*(CUdeviceptr *)ctx); }
@@ -1040,7 +1116,7 @@ EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t
     CUresult rc = r_cuMemCreate(handle, size, prop, flags);
     charge_done(slot, charged, rc == CUDA_SUCCESS);
     if (rc != CUDA_SUCCESS) return rc;
-    return remember_entry((struct entry){table_key(*handle, KEY_VMM), *handle, size, charged, KEY_VMM, (uint8_t)slot, 1, (uint8_t)ordinal});
+    return remember_entry((struct entry){table_key(*handle, KEY_VMM), *handle, size, charged, KEY_VMM, (uint8_t)slot, 1, (uint8_t)ordinal, 0});
 }
 
 static CUresult call_release(void *ctx) { return r_cuMemRelease(*(CUmemGenericAllocationHandle *)ctx); }
@@ -1051,11 +1127,23 @@ EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
     return release(handle, KEY_VMM, call_release, &handle, NULL, 0, 0);
 }
 
+/* What one level of an array is charged: the descriptor's bytes with each row rounded up to 64 bytes
+ * and the rows of a 2D or 3D array to a multiple of 8 (one block-linear GOB is 64 bytes x 8 rows).
+ * The driver's own layout may pad more (docs/shim.md "CUDA arrays"); it never takes less. */
+static uint64_t array_charge(size_t w, size_t h, size_t d, int format, unsigned channels) {
+    uint64_t row = secureml_array_bytes(w, 1, 1, format, channels), rows = h > 1 ? (uint64_t)h : 1, n;
+    if (row > UINT64_MAX - 63 || rows > UINT64_MAX - 7) return UINT64_MAX;
+    row = (row + 63) & ~63ULL;
+    if (h > 1) rows = (rows + 7) & ~7ULL;
+    if (__builtin_mul_overflow(row, rows, &n) || __builtin_mul_overflow(n, (uint64_t)(d ? d : 1), &n)) return UINT64_MAX;
+    return n;
+}
+
 EXPORT CUresult CUDAAPI cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d) {
     init();
     if (!r_cuArrayCreate_v2) return CUDA_ERROR_NOT_INITIALIZED;
     if (!pHandle || !d) return CUDA_ERROR_INVALID_VALUE;
-    ALLOCATE(current_slot(), secureml_array_bytes(d->Width, d->Height, 1, (int)d->Format, d->NumChannels), KEY_ARRAY, 0,
+    ALLOCATE(current_slot(), array_charge(d->Width, d->Height, 1, (int)d->Format, d->NumChannels), KEY_ARRAY, 1, 0,
              r_cuArrayCreate_v2(pHandle, d), (uint64_t)(uintptr_t)*pHandle);
 }
 
@@ -1063,15 +1151,17 @@ EXPORT CUresult CUDAAPI cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_
     init();
     if (!r_cuArray3DCreate_v2) return CUDA_ERROR_NOT_INITIALIZED;
     if (!pHandle || !d) return CUDA_ERROR_INVALID_VALUE;
-    ALLOCATE(current_slot(), secureml_array_bytes(d->Width, d->Height, d->Depth, (int)d->Format, d->NumChannels), KEY_ARRAY, 0,
+    ALLOCATE(current_slot(), array_charge(d->Width, d->Height, d->Depth, (int)d->Format, d->NumChannels), KEY_ARRAY, 1, 0,
              r_cuArray3DCreate_v2(pHandle, d), (uint64_t)(uintptr_t)*pHandle);
 }
 
+/* The levels' charges summed; a level halves each extent, down to 1 (the array's depth stays 0 for a
+ * 2D array, and the layer count of a layered one is charged at every level: more, never less). */
 static uint64_t mipmapped_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels) {
     uint64_t total = 0;
     for (unsigned l = 0; l < levels && l < 64; l++) {
-        size_t w = l < 64 ? d->Width >> l : 0, h = d->Height >> l, z = d->Depth >> l;
-        uint64_t b = secureml_array_bytes(w ? w : 1, h ? h : 1, z ? z : 1, (int)d->Format, d->NumChannels);
+        size_t w = d->Width >> l, h = d->Height >> l;
+        uint64_t b = array_charge(w ? w : 1, d->Height ? (h ? h : 1) : 0, d->Depth, (int)d->Format, d->NumChannels);
         if (__builtin_add_overflow(total, b, &total)) return UINT64_MAX;
     }
     return total;
@@ -1082,7 +1172,7 @@ EXPORT CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const 
     init();
     if (!r_cuMipmappedArrayCreate) return CUDA_ERROR_NOT_INITIALIZED;
     if (!pHandle || !d) return CUDA_ERROR_INVALID_VALUE;
-    ALLOCATE(current_slot(), mipmapped_bytes(d, numMipmapLevels ? numMipmapLevels : 1), KEY_MIPMAP, 0,
+    ALLOCATE(current_slot(), mipmapped_bytes(d, numMipmapLevels ? numMipmapLevels : 1), KEY_MIPMAP, 1, numMipmapLevels,
              r_cuMipmappedArrayCreate(pHandle, d, numMipmapLevels), (uint64_t)(uintptr_t)*pHandle);
 }
 
@@ -1099,6 +1189,220 @@ EXPORT CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray
     init();
     if (!r_cuMipmappedArrayDestroy) return CUDA_ERROR_NOT_INITIALIZED;
     return release((uint64_t)(uintptr_t)hMipmappedArray, KEY_MIPMAP, call_mipmapped_destroy, &hMipmappedArray, NULL, 0, 0);
+}
+
+/* ------------------------------------------------------------------ graph memory ------------- */
+
+/* A memory allocation node is charged when it is added to a graph: a graph may allocate that memory
+ * whenever its executable graph runs, and the driver keeps the physical memory in the device's graph
+ * memory pool after the graph is gone, until cuDeviceGraphMemTrim. So the charge stays while the
+ * graph or its executable graph exists, then waits in this process's pool of the device, and only a
+ * trim of that device releases it (docs/shim.md "Graph memory"). Records live under table_lock. */
+
+enum { MEM_LOCATION_HOST = 0x2, MEM_LOCATION_HOST_NUMA = 0x3, MEM_LOCATION_HOST_NUMA_CURRENT = 0x4 };
+
+/* Adds a charge to its graph's record (one per graph and device). Where memory for the record runs
+ * out the charge stays for the life of the process: never released is never undercounted. */
+static void graph_record(uint64_t graph, int slot, uint64_t charge) {
+    table_lock();
+    size_t i = 0;
+    while (i < S.ngraphs && !(S.graphs[i].graph == graph && S.graphs[i].slot == slot)) i++;
+    if (i == S.ngraphs && S.ngraphs == S.graphs_cap) {
+        size_t cap = S.graphs_cap ? S.graphs_cap * 2 : 16;
+        struct graph_charge *t = realloc(S.graphs, cap * sizeof *t);
+        if (t) S.graphs = t, S.graphs_cap = cap;
+    }
+    if (i < S.ngraphs) S.graphs[i].charge += charge;
+    else if (S.ngraphs < S.graphs_cap) S.graphs[S.ngraphs++] = (struct graph_charge){graph, 0, charge, (uint8_t)slot, 0};
+    table_unlock();
+}
+
+/* A record whose graph and executable graph are both gone: its charge moves to the device's pool
+ * (a pinned one stays charged for good). Lock held; the record at `i` is replaced by the last. */
+static void graph_retire_locked(size_t i) {
+    struct graph_charge *g = &S.graphs[i];
+    if (!g->pinned) S.graph_pool[g->slot] += g->charge;
+    *g = S.graphs[--S.ngraphs];
+}
+
+/* The common path of both ways to add a memory allocation node: charge, add, record. */
+static CUresult graph_alloc(CUgraph graph, const CUDA_MEM_ALLOC_NODE_PARAMS *p, CUresult (*call)(void *), void *ctx) {
+    if (pass_through() || !p) return call(ctx); /* without parameters the driver adds nothing */
+    int type = (int)p->poolProps.location.type;
+    if (type == MEM_LOCATION_HOST || type == MEM_LOCATION_HOST_NUMA || type == MEM_LOCATION_HOST_NUMA_CURRENT) return call(ctx);
+    if (type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED; /* a location this shim cannot charge */
+    int slot = slot_of_ordinal(p->poolProps.location.id);
+    uint64_t charged = charge_of(p->bytesize);
+    if (charge(slot, charged)) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = call(ctx);
+    charge_done(slot, charged, rc == CUDA_SUCCESS);
+    if (rc == CUDA_SUCCESS) graph_record((uint64_t)(uintptr_t)graph, slot, charged);
+    maybe_write_counters(COUNTERS_EVERY_NS);
+    return rc;
+}
+
+struct add_node {
+    CUgraphNode *node;
+    CUgraph graph;
+    const CUgraphNode *deps;
+    const CUgraphEdgeData *edges;
+    size_t ndeps;
+    void *params;
+};
+static CUresult call_add_mem_alloc(void *ctx) {
+    struct add_node *a = ctx;
+    return r_cuGraphAddMemAllocNode(a->node, a->graph, a->deps, a->ndeps, a->params);
+}
+static CUresult call_add_node(void *ctx) {
+    struct add_node *a = ctx;
+    return r_cuGraphAddNode(a->node, a->graph, a->deps, a->ndeps, a->params);
+}
+static CUresult call_add_node_v2(void *ctx) {
+    struct add_node *a = ctx;
+    return r_cuGraphAddNode_v2(a->node, a->graph, a->deps, a->edges, a->ndeps, a->params);
+}
+static CUresult call_add_node_v3(void *ctx) {
+    struct add_node *a = ctx;
+    return r_cuGraphAddNode_v3(a->node, a->graph, a->deps, a->edges, a->ndeps, a->params);
+}
+
+EXPORT CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                               size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
+    init();
+    if (!r_cuGraphAddMemAllocNode) return CUDA_ERROR_NOT_INITIALIZED;
+    struct add_node a = {phGraphNode, hGraph, dependencies, NULL, numDependencies, nodeParams};
+    return graph_alloc(hGraph, nodeParams, call_add_mem_alloc, &a);
+}
+
+/* The generic forms add a memory allocation node when the parameters say so. */
+static CUresult graph_add_node(CUgraph graph, CUgraphNodeParams *params, CUresult (*call)(void *), void *ctx) {
+    if (!params || params->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) return call(ctx);
+    return graph_alloc(graph, (const CUDA_MEM_ALLOC_NODE_PARAMS *)(const void *)&params->alloc, call, ctx);
+}
+
+EXPORT CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                       size_t numDependencies, CUgraphNodeParams *nodeParams) {
+    init();
+    if (!r_cuGraphAddNode) return CUDA_ERROR_NOT_INITIALIZED;
+    struct add_node a = {phGraphNode, hGraph, dependencies, NULL, numDependencies, nodeParams};
+    return graph_add_node(hGraph, nodeParams, call_add_node, &a);
+}
+
+EXPORT CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                          const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams) {
+    init();
+    if (!r_cuGraphAddNode_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    struct add_node a = {phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams};
+    return graph_add_node(hGraph, nodeParams, call_add_node_v2, &a);
+}
+
+EXPORT CUresult CUDAAPI cuGraphAddNode_v3(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                          const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams) {
+    init();
+    if (!r_cuGraphAddNode_v3) return CUDA_ERROR_NOT_INITIALIZED;
+    struct add_node a = {phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams};
+    return graph_add_node(hGraph, nodeParams, call_add_node_v3, &a);
+}
+
+/* After an instantiation: the graph's records now also belong to the executable graph. A second
+ * executable of one graph (the driver allows one for graphs with memory nodes) pins the charge. */
+static CUresult instantiated(CUresult rc, CUgraph graph, const CUgraphExec *exec) {
+    if (rc != CUDA_SUCCESS || !exec || pass_through()) return rc;
+    table_lock();
+    for (size_t i = 0; i < S.ngraphs; i++) {
+        struct graph_charge *g = &S.graphs[i];
+        if (g->graph != (uint64_t)(uintptr_t)graph) continue;
+        if (g->exec && g->exec != (uint64_t)(uintptr_t)*exec) g->pinned = 1;
+        g->exec = (uint64_t)(uintptr_t)*exec;
+    }
+    table_unlock();
+    return rc;
+}
+
+EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
+    init();
+    if (!r_cuGraphInstantiateWithFlags) return CUDA_ERROR_NOT_INITIALIZED;
+    return instantiated(r_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags), hGraph, phGraphExec);
+}
+
+EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+    init();
+    if (!r_cuGraphInstantiateWithParams) return CUDA_ERROR_NOT_INITIALIZED;
+    return instantiated(r_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams), hGraph, phGraphExec);
+}
+
+EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                          CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+    init();
+    if (!r_cuGraphInstantiateWithParams_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
+    return instantiated(r_cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams), hGraph, phGraphExec);
+}
+
+EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer,
+                                           size_t bufferSize) {
+    init();
+    if (!r_cuGraphInstantiate) return CUDA_ERROR_NOT_INITIALIZED;
+    return instantiated(r_cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize), hGraph, phGraphExec);
+}
+
+EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer,
+                                              size_t bufferSize) {
+    init();
+    if (!r_cuGraphInstantiate_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    return instantiated(r_cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize), hGraph, phGraphExec);
+}
+
+EXPORT CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
+    init();
+    if (!r_cuGraphDestroy) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = r_cuGraphDestroy(hGraph);
+    if (rc != CUDA_SUCCESS || pass_through() || !hGraph) return rc;
+    table_lock();
+    for (size_t i = 0; i < S.ngraphs;) {
+        struct graph_charge *g = &S.graphs[i];
+        if (g->graph != (uint64_t)(uintptr_t)hGraph) i++;
+        else if (g->exec) g->graph = 0, i++; /* the executable graph keeps the memory */
+        else graph_retire_locked(i);
+    }
+    table_unlock();
+    return rc;
+}
+
+EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
+    init();
+    if (!r_cuGraphExecDestroy) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = r_cuGraphExecDestroy(hGraphExec);
+    if (rc != CUDA_SUCCESS || pass_through() || !hGraphExec) return rc;
+    table_lock();
+    for (size_t i = 0; i < S.ngraphs;) {
+        struct graph_charge *g = &S.graphs[i];
+        if (g->exec != (uint64_t)(uintptr_t)hGraphExec) i++;
+        else if (g->graph) g->exec = 0, i++;
+        else graph_retire_locked(i);
+    }
+    table_unlock();
+    return rc;
+}
+
+/* A trim gives the device's unused graph memory back: the pool's charges on that device go. */
+EXPORT CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) {
+    init();
+    if (!r_cuDeviceGraphMemTrim) return CUDA_ERROR_NOT_INITIALIZED;
+    int slot = pass_through() ? -1 : slot_of_ordinal(device);
+    if (slot < 0) return r_cuDeviceGraphMemTrim(device);
+    table_lock();
+    uint64_t pooled = S.graph_pool[slot];
+    S.graph_pool[slot] = 0;
+    table_unlock();
+    free_begin(slot, pooled);
+    CUresult rc = r_cuDeviceGraphMemTrim(device);
+    free_done(slot, pooled, rc == CUDA_SUCCESS);
+    if (rc != CUDA_SUCCESS) {
+        table_lock();
+        S.graph_pool[slot] += pooled;
+        table_unlock();
+    }
+    return rc;
 }
 
 /* Legacy 32-bit entry points would allocate uncounted: refused outright (fail closed). */
@@ -1686,6 +1990,18 @@ static const struct hook {
     H(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 0),
     H(cuArrayDestroy, "cuArrayDestroy", 0),
     H(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 0),
+    H(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 0),
+    H(cuGraphAddNode, "cuGraphAddNode", 0),
+    H(cuGraphAddNode_v2, "cuGraphAddNode", 0),
+    H(cuGraphAddNode_v3, "cuGraphAddNode", 0),
+    H(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 0),
+    H(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", 0),
+    H(cuGraphInstantiateWithParams_ptsz, "cuGraphInstantiateWithParams", 1),
+    H(cuGraphInstantiate, "cuGraphInstantiate", 0),
+    H(cuGraphInstantiate_v2, "cuGraphInstantiate", 0),
+    H(cuGraphDestroy, "cuGraphDestroy", 0),
+    H(cuGraphExecDestroy, "cuGraphExecDestroy", 0),
+    H(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 0),
     H(cuMemGetInfo_v2, "cuMemGetInfo", 0),
     H(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 0),
     H(cuLaunchKernel, "cuLaunchKernel", 0),

@@ -15,9 +15,18 @@ CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
 CUresult cuMemFree_v2(CUdeviceptr);
 CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
 CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+CUresult cuGraphCreate(CUgraph *, unsigned int);
+CUresult cuGraphDestroy(CUgraph);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *);
+CUresult cuGraphAddNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
+CUresult cuDeviceGraphMemTrim(CUdevice);
 
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*async_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*node_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *);
+typedef CUresult (*add_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
+typedef CUresult (*add2_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUgraphNodeParams *);
+enum { KIND_ALLOC, KIND_ASYNC, KIND_NODE, KIND_ADD, KIND_ADD2 };
 typedef CUresult (*gpa1_fn)(const char *, void **, int, cuuint64_t);
 typedef CUresult (*gpa2_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 typedef void *(*dlsym_fn)(void *, const char *);
@@ -38,8 +47,28 @@ static void add(const char *name, void *fn, int async) {
     npaths++;
 }
 
-static CUresult try_alloc(int i, CUdeviceptr *p) {
+/* A graph memory allocation node of 1 MiB on device 0, added through `fn` of kind `kind`. With room,
+ * the graph is destroyed and the device trimmed, which gives the memory (and the charge) back. */
+static CUresult try_node(void *fn, int kind, int release) {
+    CUgraph g;
+    CUgraphNode n;
+    if (cuGraphCreate(&g, 0)) return (CUresult)-2;
+    CUgraphNodeParams gp;
+    memset(&gp, 0, sizeof gp);
+    gp.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+    gp.alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    gp.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    gp.alloc.bytesize = 1 << 20;
+    CUresult rc = kind == KIND_NODE ? ((node_fn)fn)(&n, g, NULL, 0, (CUDA_MEM_ALLOC_NODE_PARAMS *)(void *)&gp.alloc)
+                  : kind == KIND_ADD ? ((add_fn)fn)(&n, g, NULL, 0, &gp)
+                                     : ((add2_fn)fn)(&n, g, NULL, NULL, 0, &gp);
+    if (release) cuGraphDestroy(g), cuDeviceGraphMemTrim(0);
+    return rc;
+}
+
+static CUresult try_alloc(int i, CUdeviceptr *p, int room) {
     if (!paths[i].fn) return (CUresult)-1; /* the look-up itself found nothing */
+    if (paths[i].async >= KIND_NODE) return try_node(paths[i].fn, paths[i].async, room);
     if (paths[i].async) return ((async_fn)paths[i].fn)(p, 1 << 20, NULL);
     return ((alloc_fn)paths[i].fn)(p, 1 << 20);
 }
@@ -109,19 +138,46 @@ int main(int argc, char **argv) {
         add("cuGetProcAddress_v2(cuGetProcAddress) -> cuMemAlloc", fn, 0);
     else add("cuGetProcAddress_v2(cuGetProcAddress) -> cuMemAlloc", NULL, 0);
 
+    /* Graph memory allocation nodes: the same look-up paths, for the node's entry points. */
+    add("linked cuGraphAddMemAllocNode", (void *)cuGraphAddMemAllocNode, KIND_NODE);
+    add("linked cuGraphAddNode (a memory allocation node)", (void *)cuGraphAddNode, KIND_ADD);
+    for (size_t v = 0; v < sizeof VERSIONS / sizeof VERSIONS[0]; v++) {
+        void *f = NULL;
+        CUdriverProcAddressQueryResult qs;
+        if (VERSIONS[v] < 11040) continue;
+        snprintf(name, sizeof name, "cuGetProcAddress(cuGraphAddMemAllocNode, %d)", VERSIONS[v]);
+        add(name, cuGetProcAddress("cuGraphAddMemAllocNode", &f, VERSIONS[v], 0) ? NULL : f, KIND_NODE);
+        snprintf(name, sizeof name, "cuGetProcAddress_v2(cuGraphAddMemAllocNode, %d)", VERSIONS[v]);
+        add(name, cuGetProcAddress_v2("cuGraphAddMemAllocNode", &f, VERSIONS[v], 0, &qs) ? NULL : f, KIND_NODE);
+        if (VERSIONS[v] >= 12040) {
+            snprintf(name, sizeof name, "cuGetProcAddress_v2(cuGraphAddNode, %d)", VERSIONS[v]);
+            add(name, cuGetProcAddress_v2("cuGraphAddNode", &f, VERSIONS[v], 0, &qs) ? NULL : f, KIND_ADD2);
+        }
+    }
+    add("dlsym(libcuda handle, cuGraphAddMemAllocNode)", dlsym(cuda, "cuGraphAddMemAllocNode"), KIND_NODE);
+    add("dlsym(RTLD_DEFAULT, cuGraphAddMemAllocNode)", dlsym(RTLD_DEFAULT, "cuGraphAddMemAllocNode"), KIND_NODE);
+    add("dlsym(RTLD_NEXT, cuGraphAddMemAllocNode)", dlsym(RTLD_NEXT, "cuGraphAddMemAllocNode"), KIND_NODE);
+    add("dlsym(libcuda handle, cuGraphAddNode_v2)", dlsym(cuda, "cuGraphAddNode_v2"), KIND_ADD2);
+    for (size_t v = 0; v < sizeof SYMBOL_VERSIONS / sizeof SYMBOL_VERSIONS[0] && !bare; v++) {
+        snprintf(name, sizeof name, "dlvsym(libcuda handle, cuGraphAddMemAllocNode, '%s')", SYMBOL_VERSIONS[v]);
+        add(name, dlvsym(cuda, "cuGraphAddMemAllocNode", SYMBOL_VERSIONS[v]), KIND_NODE);
+        snprintf(name, sizeof name, "dlvsym(RTLD_NEXT, cuGraphAddMemAllocNode, '%s')", SYMBOL_VERSIONS[v]);
+        add(name, dlvsym(RTLD_NEXT, "cuGraphAddMemAllocNode", SYMBOL_VERSIONS[v]), KIND_NODE);
+    }
+
     /* Phase 1: the quota has room; phase 2: the quota is full (held through the linked call). */
     int room[MAX_PATHS], full[MAX_PATHS];
     for (int i = 0; i < npaths; i++) {
         CUdeviceptr p = 0;
-        room[i] = (int)try_alloc(i, &p);
-        if (room[i] == 0) cuMemFree_v2(p);
+        room[i] = (int)try_alloc(i, &p, 1);
+        if (room[i] == 0 && paths[i].async < KIND_NODE) cuMemFree_v2(p);
     }
     CUdeviceptr hold;
     size_t held = 0;
     while (cuMemAlloc_v2(&hold, 1 << 20) == CUDA_SUCCESS) held += 1 << 20;
     for (int i = 0; i < npaths; i++) {
         CUdeviceptr p = 0;
-        full[i] = (int)try_alloc(i, &p);
+        full[i] = (int)try_alloc(i, &p, 0);
     }
     void *other = dlmopen(LM_ID_NEWLM, "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     printf("{\"held\": %zu, \"dlmopen_new_namespace\": %s, \"paths\": {", held, other ? "\"loaded\"" : "\"refused\"");

@@ -3,8 +3,10 @@ quota: the linked call, cuGetProcAddress and cuGetProcAddress_v2 for CUDA 11.0 t
 flavours), dlsym on the driver's handle / RTLD_DEFAULT / RTLD_NEXT, dlvsym with any version string,
 libc's dlsym or dlvsym fetched through dlvsym or dlsym, cuGetProcAddress fetched through a look-up,
 the driver opened with RTLD_DEEPBIND, and a library linked against the driver loaded with
-RTLD_DEEPBIND (issue 13 item 7). A driver loaded into another link-map namespace with dlmopen is
-refused."""
+RTLD_DEEPBIND (issue 13 item 7). The graph memory allocation node's entry points
+(cuGraphAddMemAllocNode, and cuGraphAddNode with a memory allocation node) take the same paths and
+are refused the same way (issue 13 item 3). A driver loaded into another link-map namespace with
+dlmopen is refused."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def test_every_lookup_path_is_refused_over_the_quota(make_step) -> None:
     got = json.loads(result.stdout)
     assert got["held"] == 4 * MiB
     paths = got["paths"]
-    assert len(paths) == 59, sorted(paths)
+    assert len(paths) == 93, sorted(paths)
     wrong = {path: rcs for path, rcs in paths.items() if rcs != [0, 2]}
     assert not wrong, wrong  # [0, 2]: allocates with room, CUDA_ERROR_OUT_OF_MEMORY over the quota
     assert got["dlmopen_new_namespace"] == "refused"

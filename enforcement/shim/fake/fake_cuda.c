@@ -541,40 +541,342 @@ FAKE_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
     return rc;
 }
 
-static CUresult array_alloc(unsigned long long bytes, void **out) {
-    CUdeviceptr p;
-    if (!out) return CUDA_ERROR_INVALID_VALUE;
-    CUresult rc = do_alloc(current_slot(), bytes, FAKE_KIND_ARRAY, &p);
-    if (rc == CUDA_SUCCESS) *out = (void *)(uintptr_t)p;
+/* The arrays of this process: an array is a linear block laid out row after row (no padding), and
+ * its descriptor is kept here for cuArray3DGetDescriptor and copies. A mipmapped array's levels lie
+ * one after the other in its block; cuMipmappedArrayGetLevel registers each level it hands out,
+ * under a handle of its own. */
+#define LEVEL_TOKEN (1ULL << 61)
+struct fake_array {
+    CUdeviceptr handle; /* the block's address; a level's own token (LEVEL_TOKEN) */
+    CUdeviceptr base;
+    CUDA_ARRAY3D_DESCRIPTOR d;
+    unsigned levels; /* 0: a plain array or a level; n: a mipmapped array of n levels */
+};
+static struct fake_array *g_arrays;
+static size_t g_narrays, g_arrays_cap;
+static pthread_mutex_t g_arrays_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int array_find(CUdeviceptr handle, struct fake_array *out) {
+    int found = 0;
+    pthread_mutex_lock(&g_arrays_lock);
+    for (size_t i = 0; i < g_narrays && !found; i++)
+        if (g_arrays[i].handle == handle) *out = g_arrays[i], found = 1;
+    pthread_mutex_unlock(&g_arrays_lock);
+    return found;
+}
+
+static int array_register(struct fake_array a) {
+    int rc = 0;
+    pthread_mutex_lock(&g_arrays_lock);
+    if (g_narrays == g_arrays_cap) {
+        size_t cap = g_arrays_cap ? g_arrays_cap * 2 : 16;
+        struct fake_array *t = realloc(g_arrays, cap * sizeof *t);
+        if (t) g_arrays = t, g_arrays_cap = cap;
+        else rc = -1;
+    }
+    if (rc == 0) g_arrays[g_narrays++] = a;
+    pthread_mutex_unlock(&g_arrays_lock);
     return rc;
+}
+
+/* Forgets an array and the levels registered inside its block. */
+static void array_forget(CUdeviceptr base, unsigned long long bytes) {
+    pthread_mutex_lock(&g_arrays_lock);
+    for (size_t i = 0; i < g_narrays;)
+        if (g_arrays[i].base >= base && g_arrays[i].base - base < (bytes ? bytes : 1)) g_arrays[i] = g_arrays[--g_narrays];
+        else i++;
+    pthread_mutex_unlock(&g_arrays_lock);
+}
+
+static unsigned long long level_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned l, CUDA_ARRAY3D_DESCRIPTOR *out) {
+    CUDA_ARRAY3D_DESCRIPTOR v = *d;
+    v.Width = d->Width >> l ? d->Width >> l : 1;
+    v.Height = d->Height ? (d->Height >> l ? d->Height >> l : 1) : 0;
+    v.Depth = d->Depth ? (d->Depth >> l ? d->Depth >> l : 1) : 0;
+    if (out) *out = v;
+    return secureml_array_bytes(v.Width, v.Height, v.Depth, (int)v.Format, v.NumChannels);
+}
+
+static unsigned long long mip_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels) {
+    unsigned long long total = 0;
+    for (unsigned l = 0; l < levels; l++)
+        if (__builtin_add_overflow(total, level_bytes(d, l, NULL), &total)) return ~0ULL;
+    return total;
+}
+
+static CUresult array_create(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels, void **out) {
+    if (!d || !out) return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr p;
+    CUresult rc = do_alloc(current_slot(), levels ? mip_bytes(d, levels) : level_bytes(d, 0, NULL), FAKE_KIND_ARRAY, &p);
+    if (rc != CUDA_SUCCESS) return rc;
+    if (array_register((struct fake_array){p, p, *d, levels})) return do_free(p), CUDA_ERROR_OUT_OF_MEMORY;
+    *out = (void *)(uintptr_t)p;
+    return CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult CUDAAPI cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d) {
     if (!d) return CUDA_ERROR_INVALID_VALUE;
-    return array_alloc(secureml_array_bytes(d->Width, d->Height, 1, (int)d->Format, d->NumChannels), (void **)pHandle);
+    CUDA_ARRAY3D_DESCRIPTOR d3;
+    memset(&d3, 0, sizeof d3);
+    d3.Width = d->Width, d3.Height = d->Height, d3.Format = d->Format, d3.NumChannels = d->NumChannels;
+    return array_create(&d3, 0, (void **)pHandle);
 }
 
 FAKE_EXPORT CUresult CUDAAPI cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d) {
-    if (!d) return CUDA_ERROR_INVALID_VALUE;
-    return array_alloc(secureml_array_bytes(d->Width, d->Height, d->Depth, (int)d->Format, d->NumChannels), (void **)pHandle);
+    return array_create(d, 0, (void **)pHandle);
 }
 
 FAKE_EXPORT CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
                                                     unsigned int numMipmapLevels) {
     if (!d || numMipmapLevels == 0 || numMipmapLevels > 32) return CUDA_ERROR_INVALID_VALUE;
-    unsigned long long total = 0;
-    for (unsigned l = 0; l < numMipmapLevels; l++) {
-        size_t w = d->Width >> l, h = d->Height >> l, z = d->Depth >> l;
-        unsigned long long b = secureml_array_bytes(w ? w : 1, h ? h : 1, z ? z : 1, (int)d->Format, d->NumChannels);
-        if (__builtin_add_overflow(total, b, &total)) return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return array_alloc(total, (void **)pHandle);
+    return array_create(d, numMipmapLevels, (void **)pHandle);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray) { return hArray ? do_free((CUdeviceptr)(uintptr_t)hArray) : CUDA_ERROR_INVALID_HANDLE; }
+static CUresult array_destroy(CUdeviceptr p, int mipmapped) {
+    struct fake_array a;
+    if (!p || !array_find(p, &a) || (a.levels != 0) != mipmapped || (p & LEVEL_TOKEN)) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult rc = do_free(p);
+    if (rc == CUDA_SUCCESS) array_forget(p, a.levels ? mip_bytes(&a.d, a.levels) : level_bytes(&a.d, 0, NULL));
+    return rc;
+}
 
-FAKE_EXPORT CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray h) {
-    return h ? do_free((CUdeviceptr)(uintptr_t)h) : CUDA_ERROR_INVALID_HANDLE;
+FAKE_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray) { return array_destroy((CUdeviceptr)(uintptr_t)hArray, 0); }
+
+FAKE_EXPORT CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray h) { return array_destroy((CUdeviceptr)(uintptr_t)h, 1); }
+
+FAKE_EXPORT CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray) {
+    struct fake_array a;
+    if (!pArrayDescriptor) return CUDA_ERROR_INVALID_VALUE;
+    if (!array_find((CUdeviceptr)(uintptr_t)hArray, &a) || a.levels) return CUDA_ERROR_INVALID_HANDLE;
+    *pArrayDescriptor = a.d;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level) {
+    struct fake_array m;
+    CUdeviceptr base = (CUdeviceptr)(uintptr_t)hMipmappedArray;
+    if (!pLevelArray) return CUDA_ERROR_INVALID_VALUE;
+    if (!array_find(base, &m) || !m.levels) return CUDA_ERROR_INVALID_HANDLE;
+    if (level >= m.levels) return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr at = base + mip_bytes(&m.d, level);
+    struct fake_array l = {0, at, m.d, 0};
+    level_bytes(&m.d, level, &l.d);
+    pthread_mutex_lock(&g_arrays_lock);
+    for (size_t i = 0; i < g_narrays && !l.handle; i++)
+        if (g_arrays[i].base == at && (g_arrays[i].handle & LEVEL_TOKEN)) l.handle = g_arrays[i].handle;
+    pthread_mutex_unlock(&g_arrays_lock);
+    static uint64_t next_token;
+    if (!l.handle) {
+        l.handle = LEVEL_TOKEN | __atomic_add_fetch(&next_token, 1, __ATOMIC_RELAXED);
+        if (array_register(l)) return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *pLevelArray = (CUarray)(uintptr_t)l.handle;
+    return CUDA_SUCCESS;
+}
+
+/* One side of a 3D copy: the host address of (x, y, z), rows `pitch` bytes apart and slices `pitch`
+ * x `height`; an array's rows are its width in bytes and its slices its height. */
+struct copy_side {
+    unsigned char *host;
+    size_t pitch, height;
+};
+
+static CUresult copy_side(CUmemorytype type, const void *hostp, CUdeviceptr dev, CUarray arr, size_t pitch, size_t height,
+                          size_t x, size_t y, size_t z, const CUDA_MEMCPY3D *c, struct copy_side *out) {
+    size_t rows = c->Height ? c->Height : 1, slices = c->Depth ? c->Depth : 1;
+    if (type == CU_MEMORYTYPE_ARRAY) {
+        struct fake_array a;
+        if (!array_find((CUdeviceptr)(uintptr_t)arr, &a) || a.levels) return CUDA_ERROR_INVALID_HANDLE;
+        pitch = (size_t)secureml_array_bytes(a.d.Width, 1, 1, (int)a.d.Format, a.d.NumChannels);
+        height = a.d.Height ? a.d.Height : 1;
+        size_t depth = a.d.Depth ? a.d.Depth : 1;
+        if (x + c->WidthInBytes > pitch || y + rows > height || z + slices > depth) return CUDA_ERROR_INVALID_VALUE;
+        dev = a.base;
+        type = CU_MEMORYTYPE_DEVICE;
+    } else if (pitch < c->WidthInBytes || (slices > 1 && height < rows)) return CUDA_ERROR_INVALID_VALUE;
+    size_t span = (z + slices - 1) * pitch * (height ? height : 1) + (y + rows - 1) * pitch + x + c->WidthInBytes;
+    size_t first = z * pitch * (height ? height : 1) + y * pitch + x;
+    if (type == CU_MEMORYTYPE_HOST) {
+        if (!hostp) return CUDA_ERROR_INVALID_VALUE;
+        out->host = (unsigned char *)(uintptr_t)hostp;
+    } else if (type == CU_MEMORYTYPE_DEVICE) {
+        out->host = host_of(dev, span);
+        if (!out->host) return CUDA_ERROR_INVALID_VALUE;
+    } else return CUDA_ERROR_NOT_SUPPORTED;
+    out->host += first;
+    out->pitch = pitch, out->height = height ? height : 1;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) {
+    CUresult rc = ready();
+    if (rc) return rc;
+    if (!c || c->srcLOD || c->dstLOD || c->reserved0 || c->reserved1) return CUDA_ERROR_INVALID_VALUE;
+    if (!c->WidthInBytes) return CUDA_SUCCESS;
+    struct copy_side src, dst;
+    rc = copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcPitch, c->srcHeight, c->srcXInBytes, c->srcY,
+                   c->srcZ, c, &src);
+    if (rc == CUDA_SUCCESS)
+        rc = copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstPitch, c->dstHeight, c->dstXInBytes, c->dstY,
+                       c->dstZ, c, &dst);
+    if (rc) return rc;
+    size_t rows = c->Height ? c->Height : 1, slices = c->Depth ? c->Depth : 1;
+    for (size_t z = 0; z < slices; z++)
+        for (size_t y = 0; y < rows; y++)
+            memmove(dst.host + (z * dst.height + y) * dst.pitch, src.host + (z * src.height + y) * src.pitch, c->WidthInBytes);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ graphs ------------------- */
+
+/* Graphs hold memory allocation nodes only (other nodes are not simulated). A node's memory is
+ * taken from the device when the node is added and stays taken while the graph or its executable
+ * graph exists (one executable at a time, as the driver allows for graphs with memory nodes); then
+ * it goes to the device's graph memory pool of this process, which cuDeviceGraphMemTrim gives back.
+ * An exiting process's pool is freed with the rest of its memory. */
+struct fake_graph {
+    unsigned magic;
+    int destroyed;
+    struct fake_exec *exec;
+    size_t nblocks;
+    CUdeviceptr *blocks;
+};
+#define GRAPH_MAGIC 0x64a9f001u
+struct fake_exec {
+    unsigned magic;
+    struct fake_graph *graph;
+};
+#define EXEC_MAGIC 0xe8ec0001u
+static CUdeviceptr *g_pool;
+static size_t g_npool;
+static pthread_mutex_t g_graph_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct fake_graph *graph_of(CUgraph h) {
+    struct fake_graph *g = (struct fake_graph *)h;
+    return g && g->magic == GRAPH_MAGIC && !g->destroyed ? g : NULL;
+}
+
+/* The graph's memory to the pool; the graph goes. Lock held. */
+static void graph_retire(struct fake_graph *g) {
+    CUdeviceptr *t = realloc(g_pool, (g_npool + g->nblocks + 1) * sizeof *t);
+    if (t) {
+        g_pool = t;
+        memcpy(g_pool + g_npool, g->blocks, g->nblocks * sizeof *t);
+        g_npool += g->nblocks;
+    }
+    g->magic = 0;
+    free(g->blocks);
+    free(g);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
+    if (!phGraph || flags) return CUDA_ERROR_INVALID_VALUE;
+    struct fake_graph *g = calloc(1, sizeof *g);
+    if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+    g->magic = GRAPH_MAGIC;
+    *phGraph = (CUgraph)g;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
+    pthread_mutex_lock(&g_graph_lock);
+    struct fake_graph *g = graph_of(hGraph);
+    if (g && g->exec) g->destroyed = 1;
+    else if (g) graph_retire(g);
+    pthread_mutex_unlock(&g_graph_lock);
+    return g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult add_alloc_node(CUgraphNode *phGraphNode, CUgraph hGraph, CUDA_MEM_ALLOC_NODE_PARAMS *p) {
+    if (!phGraphNode || !p || p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE || p->poolProps.handleTypes)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_graph_lock);
+    struct fake_graph *g = graph_of(hGraph);
+    CUresult rc = !g ? CUDA_ERROR_INVALID_VALUE : g->exec ? CUDA_ERROR_NOT_PERMITTED : CUDA_SUCCESS;
+    CUdeviceptr *t = rc ? NULL : realloc(g->blocks, (g->nblocks + 1) * sizeof *t);
+    if (!rc && !t) rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!rc) g->blocks = t, rc = do_alloc(slot_of_dev(p->poolProps.location.id), p->bytesize, FAKE_KIND_ASYNC, &p->dptr);
+    if (!rc) {
+        g->blocks[g->nblocks++] = p->dptr;
+        *phGraphNode = (CUgraphNode)(uintptr_t)(g->nblocks);
+    }
+    pthread_mutex_unlock(&g_graph_lock);
+    return rc;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                                    size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
+    (void)dependencies, (void)numDependencies;
+    return add_alloc_node(phGraphNode, hGraph, nodeParams);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                            size_t numDependencies, CUgraphNodeParams *nodeParams) {
+    (void)dependencies, (void)numDependencies;
+    if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+    if (nodeParams->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) return CUDA_ERROR_NOT_SUPPORTED;
+    return add_alloc_node(phGraphNode, hGraph, (CUDA_MEM_ALLOC_NODE_PARAMS *)&nodeParams->alloc);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                               const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                               CUgraphNodeParams *nodeParams) {
+    (void)dependencyData;
+    return cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
+    (void)flags;
+    if (!phGraphExec) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_graph_lock);
+    struct fake_graph *g = graph_of(hGraph);
+    CUresult rc = !g ? CUDA_ERROR_INVALID_VALUE : g->exec && g->nblocks ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    struct fake_exec *e = rc ? NULL : calloc(1, sizeof *e);
+    if (!rc && !e) rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!rc) {
+        *e = (struct fake_exec){EXEC_MAGIC, g};
+        g->exec = e;
+        *phGraphExec = (CUgraphExec)e;
+    }
+    pthread_mutex_unlock(&g_graph_lock);
+    return rc;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                          CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+    if (!instantiateParams) return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = cuGraphInstantiateWithFlags(phGraphExec, hGraph, instantiateParams->flags);
+    instantiateParams->result_out = rc ? (CUgraphInstantiateResult)1 : CUDA_GRAPH_INSTANTIATE_SUCCESS;
+    return rc;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
+    struct fake_exec *e = (struct fake_exec *)hGraphExec;
+    pthread_mutex_lock(&g_graph_lock);
+    int ok = e && e->magic == EXEC_MAGIC;
+    if (ok) {
+        struct fake_graph *g = e->graph;
+        if (g->exec == e) g->exec = NULL;
+        if (g->destroyed && !g->exec) graph_retire(g);
+        e->magic = 0;
+        free(e);
+    }
+    pthread_mutex_unlock(&g_graph_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) {
+    int slot = slot_of_dev(device);
+    if (slot < 0) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&g_graph_lock);
+    for (size_t i = 0; i < g_npool;) {
+        int s;
+        uint64_t off;
+        if (!decode(g_pool[i], &s, &off) && s == slot) do_free(g_pool[i]), g_pool[i] = g_pool[--g_npool];
+        else i++;
+    }
+    pthread_mutex_unlock(&g_graph_lock);
+    return CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
@@ -918,6 +1220,19 @@ static const struct proc {
     P("cuMipmappedArrayCreate", cuMipmappedArrayCreate, 5000, 0),
     P("cuArrayDestroy", cuArrayDestroy, 2000, 0),
     P("cuMipmappedArrayDestroy", cuMipmappedArrayDestroy, 5000, 0),
+    P("cuArray3DGetDescriptor", cuArray3DGetDescriptor_v2, 3020, 0),
+    P("cuMipmappedArrayGetLevel", cuMipmappedArrayGetLevel, 5000, 0),
+    P("cuMemcpy3D", cuMemcpy3D_v2, 3020, 0),
+    P("cuGraphCreate", cuGraphCreate, 10000, 0),
+    P("cuGraphDestroy", cuGraphDestroy, 10000, 0),
+    P("cuGraphAddMemAllocNode", cuGraphAddMemAllocNode, 11040, 0),
+    P("cuGraphAddNode", cuGraphAddNode, 12020, 0),
+    P("cuGraphAddNode", cuGraphAddNode_v2, 12030, 0),
+    P("cuGraphInstantiate", cuGraphInstantiateWithFlags, 11040, 0),
+    P("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags, 11040, 0),
+    P("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams, 12000, 0),
+    P("cuGraphExecDestroy", cuGraphExecDestroy, 10000, 0),
+    P("cuDeviceGraphMemTrim", cuDeviceGraphMemTrim, 11040, 0),
     P("cuMemGetInfo", cuMemGetInfo_v2, 3020, 0),
     P("cuMemGetAddressRange", cuMemGetAddressRange_v2, 3020, 0),
     P("cuMemsetD8", cuMemsetD8_v2, 3020, 0),

@@ -55,6 +55,8 @@ RULES: dict[str, str] = {
     "pipeline parameter or task output, so neither the compiler nor admission preview can check it",
     "launcher.no-command": "the component has no command the launcher can wrap",
     "pipeline.nested-unresolved": "a nested pipeline could not be found to secure its steps",
+    "model.no-trusted-signers": "the step verifies its inputs' model signatures (verify_inputs=) "
+    "but the profile trusts no model signer (spec.models)",
 }
 
 

@@ -59,11 +59,14 @@ def read_cc_state(nvml: Any) -> CCState:
     mode = "off"
     if int(state.ccFeature) == nvml.NVML_CC_SYSTEM_FEATURE_ENABLED:
         mode = "devtools" if int(state.devToolsMode) else "on"
-    multi_gpu = "none"
+    multi_gpu = "unknown"
     settings = nvml.c_nvmlSystemConfComputeSettings_v1_t()
-    # pynvml passes the struct as given: by reference, as nvml.h declares it.
-    if nvml.nvmlSystemGetConfComputeSettings(ctypes.byref(settings)) == nvml.NVML_SUCCESS:
-        multi_gpu = MULTI_GPU.get(int(settings.multiGpuMode), str(settings.multiGpuMode))
+    try:  # newer than the state call: an older driver lacks it
+        # pynvml passes the struct as given: by reference, as nvml.h declares it.
+        if nvml.nvmlSystemGetConfComputeSettings(ctypes.byref(settings)) == nvml.NVML_SUCCESS:
+            multi_gpu = MULTI_GPU.get(int(settings.multiGpuMode), str(settings.multiGpuMode))
+    except nvml.NVMLError:
+        pass
     return CCState(
         mode=mode,
         ready=bool(ready),

@@ -137,10 +137,22 @@ def _nvml_checks(inputs: NodeInputs, expected: Expectations) -> list[Check]:
         version = pynvml.nvmlSystemGetNVMLVersion()
         version = version.decode() if isinstance(version, bytes) else version
         labels = dict(inputs.labels) if inputs.labels is not None else None
-        return [
-            Check(name, title, "pass", f"NVML {version}"),
-            *gpu_checks(pynvml, expected, labels, module_version(inputs.root)),
-        ]
+        reached = Check(name, title, "pass", f"NVML {version}")
+        try:
+            return [reached, *gpu_checks(pynvml, expected, labels, module_version(inputs.root))]
+        except (
+            pynvml.NVMLError
+        ) as err:  # a GPU lost or a driver fault mid-way: say so, no traceback
+            return [
+                reached,
+                Check(
+                    "nvml.error",
+                    "NVML answered every query",
+                    "fail",
+                    f"NVML failed while checking the GPUs: {err}",
+                    "check `dmesg` for NVRM errors (secureml doctor logs) and reset or drain the node",
+                ),
+            ]
     finally:
         pynvml.nvmlShutdown()
 

@@ -56,6 +56,7 @@ typedef enum cudaError_enum {
     CUDA_ERROR_ECC_UNCORRECTABLE = 214,
     CUDA_ERROR_OPERATING_SYSTEM = 304,
     CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_ILLEGAL_STATE = 401,
     CUDA_ERROR_NOT_FOUND = 500,
     CUDA_ERROR_ILLEGAL_ADDRESS = 700,
     CUDA_ERROR_NOT_PERMITTED = 800,
@@ -205,6 +206,13 @@ typedef struct CUgraphNodeParams_st {
     };
     long long reserved2;
 } CUgraphNodeParams;
+
+typedef enum CUstreamCaptureStatus_enum {
+    CU_STREAM_CAPTURE_STATUS_NONE = 0,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+    CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
+} CUstreamCaptureStatus;
+typedef enum CUstreamCaptureMode_enum { CU_STREAM_CAPTURE_MODE_GLOBAL = 0 } CUstreamCaptureMode;
 
 typedef enum CUgraphInstantiateResult_enum { CUDA_GRAPH_INSTANTIATE_SUCCESS = 0 } CUgraphInstantiateResult;
 typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {

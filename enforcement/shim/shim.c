@@ -94,6 +94,7 @@ static struct shim {
     struct graph_charge *graphs; /* under table_lock, like the table */
     size_t ngraphs, graphs_cap;
     uint64_t graph_pool[REGION_DEVICES]; /* charges of graphs gone with their executables, until a trim */
+    uint64_t captured[REGION_DEVICES];   /* charged by stream capture, until the capture ends in a graph */
     uint64_t last_counters_ns;
     uint64_t last_reclaim_ns;
     void *cuda, *nvml;
@@ -166,6 +167,10 @@ REAL(CUresult, cuGraphInstantiate_v2, (CUgraphExec *, CUgraph, CUgraphNode *, ch
 REAL(CUresult, cuGraphDestroy, (CUgraph));
 REAL(CUresult, cuGraphExecDestroy, (CUgraphExec));
 REAL(CUresult, cuDeviceGraphMemTrim, (CUdevice));
+REAL(CUresult, cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *));
+REAL(CUresult, cuStreamIsCapturing_ptsz, (CUstream, CUstreamCaptureStatus *));
+REAL(CUresult, cuStreamEndCapture, (CUstream, CUgraph *));
+REAL(CUresult, cuStreamEndCapture_ptsz, (CUstream, CUgraph *));
 REAL(CUresult, cuMemGetInfo_v2, (size_t *, size_t *));
 REAL(CUresult, cuDeviceTotalMem_v2, (size_t *, CUdevice));
 REAL(CUresult, cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **));
@@ -465,6 +470,7 @@ static void resolve_cuda(void) {
     RESOLVE(cuGraphInstantiateWithFlags); RESOLVE(cuGraphInstantiateWithParams); RESOLVE(cuGraphInstantiateWithParams_ptsz);
     RESOLVE(cuGraphInstantiate); RESOLVE(cuGraphInstantiate_v2);
     RESOLVE(cuGraphDestroy); RESOLVE(cuGraphExecDestroy); RESOLVE(cuDeviceGraphMemTrim);
+    RESOLVE(cuStreamIsCapturing); RESOLVE(cuStreamIsCapturing_ptsz); RESOLVE(cuStreamEndCapture); RESOLVE(cuStreamEndCapture_ptsz);
     RESOLVE(cuMemGetInfo_v2); RESOLVE(cuDeviceTotalMem_v2);
     RESOLVE(cuLaunchKernel); RESOLVE(cuLaunchKernel_ptsz); RESOLVE(cuLaunchKernelEx); RESOLVE(cuLaunchKernelEx_ptsz);
     RESOLVE(cuLaunchCooperativeKernel); RESOLVE(cuLaunchCooperativeKernel_ptsz);
@@ -494,6 +500,7 @@ static void at_fork_child(void) {
     S.count = 0;
     S.ngraphs = 0; /* graphs are the parent's */
     memset(S.graph_pool, 0, sizeof S.graph_pool);
+    memset(S.captured, 0, sizeof S.captured);
     S.me = -1;
     S.launcher = 0; /* the launcher role belongs to the process that claimed it, not its children */
 }
@@ -979,21 +986,33 @@ static void scrub(const struct entry *e, CUstream stream, int async, int ptsz) {
     }
 }
 
+/* Whether a stream is being captured into a graph (an invalidated capture counts: it has not ended). */
+static int capturing(CUstream stream, int ptsz) {
+    CUresult (*is)(CUstream, CUstreamCaptureStatus *) = ptsz && r_cuStreamIsCapturing_ptsz ? r_cuStreamIsCapturing_ptsz : r_cuStreamIsCapturing;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return is && is(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+static void captured_add(int slot, uint64_t charge) {
+    table_lock();
+    S.captured[slot] += charge;
+    table_unlock();
+}
+
 /* The common path of every release: forget, scrub, release, uncharge (or restore on failure). */
 static CUresult release(uint64_t value, int klass, CUresult (*call)(void *), void *ctx, CUstream stream, int async, int ptsz) {
     init();
     if (pass_through()) return call(ctx);
     struct entry e;
     int known = value && table_take(table_key(value, klass), &e) == 0;
-    if (known) {
-        scrub(&e, stream, async, ptsz);
-        free_begin(e.slot, e.charge);
-    }
+    /* A free captured into a graph happens when the graph runs: the charge goes to that graph. */
+    int captured = known && async && capturing(stream, ptsz);
+    if (known) scrub(&e, stream, async, ptsz); /* captured too: the graph then zeroes before it frees */
+    if (known && !captured) free_begin(e.slot, e.charge);
     CUresult rc = call(ctx);
-    if (known) {
-        free_done(e.slot, e.charge, rc == CUDA_SUCCESS);
-        if (rc != CUDA_SUCCESS) table_put(e);
-    }
+    if (known && !captured) free_done(e.slot, e.charge, rc == CUDA_SUCCESS);
+    if (known && captured && rc == CUDA_SUCCESS) captured_add(e.slot, e.charge);
+    if (known && rc != CUDA_SUCCESS) table_put(e);
     return rc;
 }
 
@@ -1011,28 +1030,65 @@ EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, un
     ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, 0, r_cuMemAllocManaged(dptr, bytesize, flags), *dptr);
 }
 
+/* A stream-ordered allocation: charged like any other, but one made while its stream is captured is
+ * a memory allocation node of the graph the capture ends in (docs/shim.md "Graph memory"): its
+ * charge waits for that graph (cuStreamEndCapture), and no free of its address releases it. */
+struct async_alloc {
+    CUdeviceptr *dptr;
+    size_t bytes;
+    CUmemoryPool pool;
+    CUstream stream;
+};
+
+static inline CUresult allocate_async(const struct async_alloc *a, int ptsz, CUresult (*call)(const struct async_alloc *)) {
+    init();
+    if (pass_through()) return call(a);
+    int slot = current_slot();
+    uint64_t charged = charge_of(a->bytes);
+    if (slot == NO_CONTEXT) return CUDA_ERROR_INVALID_CONTEXT;
+    if (charge(slot, charged)) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = call(a);
+    charge_done(slot, charged, rc == CUDA_SUCCESS);
+    if (rc != CUDA_SUCCESS) return rc;
+    if (capturing(a->stream, ptsz)) captured_add(slot, charged);
+    else rc = remember(*a->dptr, KEY_POINTER, slot, a->bytes, charged, 1, 0);
+    maybe_write_counters(COUNTERS_EVERY_NS);
+    return rc;
+}
+
+static CUresult call_alloc_async(const struct async_alloc *a) { return r_cuMemAllocAsync(a->dptr, a->bytes, a->stream); }
+static CUresult call_alloc_async_ptsz(const struct async_alloc *a) { return r_cuMemAllocAsync_ptsz(a->dptr, a->bytes, a->stream); }
+static CUresult call_alloc_pool(const struct async_alloc *a) { return r_cuMemAllocFromPoolAsync(a->dptr, a->bytes, a->pool, a->stream); }
+static CUresult call_alloc_pool_ptsz(const struct async_alloc *a) {
+    return r_cuMemAllocFromPoolAsync_ptsz(a->dptr, a->bytes, a->pool, a->stream);
+}
+
 EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
     init();
     if (!r_cuMemAllocAsync) return CUDA_ERROR_NOT_INITIALIZED;
-    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, 0, r_cuMemAllocAsync(dptr, bytesize, hStream), *dptr);
+    struct async_alloc a = {dptr, bytesize, NULL, hStream};
+    return allocate_async(&a, 0, call_alloc_async);
 }
 
 EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
     init();
     if (!r_cuMemAllocAsync_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
-    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, 0, r_cuMemAllocAsync_ptsz(dptr, bytesize, hStream), *dptr);
+    struct async_alloc a = {dptr, bytesize, NULL, hStream};
+    return allocate_async(&a, 1, call_alloc_async_ptsz);
 }
 
 EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
     init();
     if (!r_cuMemAllocFromPoolAsync) return CUDA_ERROR_NOT_INITIALIZED;
-    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, 0, r_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream), *dptr);
+    struct async_alloc a = {dptr, bytesize, pool, hStream};
+    return allocate_async(&a, 0, call_alloc_pool);
 }
 
 EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
     init();
     if (!r_cuMemAllocFromPoolAsync_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
-    ALLOCATE(current_slot(), bytesize, KEY_POINTER, 1, 0, r_cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream), *dptr);
+    struct async_alloc a = {dptr, bytesize, pool, hStream};
+    return allocate_async(&a, 1, call_alloc_pool_ptsz);
 }
 
 EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
@@ -1403,6 +1459,33 @@ EXPORT CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) {
         table_unlock();
     }
     return rc;
+}
+
+/* A capture that ended in a graph hands it what was charged during the capture. With several
+ * captures at once in one process the first to end takes them all (still charged, to a graph that
+ * may go sooner); a capture that fails leaves them for the next one. */
+static CUresult capture_ended(CUresult rc, const CUgraph *graph) {
+    if (rc != CUDA_SUCCESS || !graph || !*graph || pass_through()) return rc;
+    uint64_t moved[REGION_DEVICES];
+    table_lock();
+    memcpy(moved, S.captured, sizeof moved);
+    memset(S.captured, 0, sizeof S.captured);
+    table_unlock();
+    for (int d = 0; d < REGION_DEVICES; d++)
+        if (moved[d]) graph_record((uint64_t)(uintptr_t)*graph, d, moved[d]);
+    return rc;
+}
+
+EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+    init();
+    if (!r_cuStreamEndCapture) return CUDA_ERROR_NOT_INITIALIZED;
+    return capture_ended(r_cuStreamEndCapture(hStream, phGraph), phGraph);
+}
+
+EXPORT CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
+    init();
+    if (!r_cuStreamEndCapture_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
+    return capture_ended(r_cuStreamEndCapture_ptsz(hStream, phGraph), phGraph);
 }
 
 /* Legacy 32-bit entry points would allocate uncounted: refused outright (fail closed). */
@@ -2002,6 +2085,8 @@ static const struct hook {
     H(cuGraphDestroy, "cuGraphDestroy", 0),
     H(cuGraphExecDestroy, "cuGraphExecDestroy", 0),
     H(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 0),
+    H(cuStreamEndCapture, "cuStreamEndCapture", 0),
+    H(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 1),
     H(cuMemGetInfo_v2, "cuMemGetInfo", 0),
     H(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 0),
     H(cuLaunchKernel, "cuLaunchKernel", 0),

@@ -1,7 +1,8 @@
 """CUDA arrays and graph memory nodes under the quota (issue 13 item 3): arrays are charged, refused
 over the quota, released on destroy and zeroed then when scrub_on_free is set; a graph memory
-allocation node is charged when it is added, refused over the quota, and released only once the
-graph and its executable graph are gone and the device is trimmed. The fake driver's own count of
+allocation node (added, or made by a stream capture) is charged when it is added, refused over the
+quota, and released only once the graph and its executable graph are gone and the device is
+trimmed. The fake driver's own count of
 the memory it gave out is the ground truth that never passes the limit."""
 
 from __future__ import annotations
@@ -179,6 +180,47 @@ def test_graph_memory_nodes_are_charged_until_the_graph_is_gone_and_trimmed(make
     stats = step.gpu.stats()
     assert stats["peak"] <= 4 * MiB
     assert stats["used"] == 0  # everything given back: nothing lost in the pool
+
+
+def test_memory_a_stream_capture_allocates_or_frees_is_charged_to_the_graph(make_step) -> None:
+    """cuMemAllocAsync and cuMemFreeAsync on a stream being captured become the graph's allocation
+    and free nodes: the memory is the graph's from then on, so the captured free releases nothing and
+    the charge follows the graph to its destruction and a trim."""
+    step = make_step(memory=4 * MiB)
+    got = step.python(
+        CUDA_PY
+        + textwrap.dedent("""
+    out = {}
+    s = ctypes.c_void_p(); p = ctypes.c_uint64(); q = ctypes.c_uint64(); g = ctypes.c_void_p()
+    assert cu.cuStreamCreate(ctypes.byref(s), 0) == 0
+    assert cu.cuMemAllocAsync(ctypes.byref(q), ctypes.c_size_t(1 << 20), s) == 0  # before the capture
+    assert cu.cuStreamBeginCapture_v2(s, 0) == 0
+    out["captured_alloc"] = cu.cuMemAllocAsync(ctypes.byref(p), ctypes.c_size_t(2 << 20), s)
+    out["captured_free"] = cu.cuMemFreeAsync(p, s)
+    out["captured_free_of_earlier"] = cu.cuMemFreeAsync(q, s)
+    out["during_capture"] = alloc(2 << 20)[0]
+    out["end"] = cu.cuStreamEndCapture(s, ctypes.byref(g))
+    out["with_the_graph"] = alloc(2 << 20)[0]
+    out["destroy"] = cu.cuGraphDestroy(g)
+    out["before_trim"] = alloc(2 << 20)[0]
+    out["trim"] = cu.cuDeviceGraphMemTrim(0)
+    out["whole_quota"] = alloc(4 << 20)[0]
+    print(json.dumps(out))
+    """)
+    )
+    assert got == {
+        "captured_alloc": 0,
+        "captured_free": 0,
+        "captured_free_of_earlier": 0,
+        "during_capture": OOM,
+        "end": 0,
+        "with_the_graph": OOM,
+        "destroy": 0,
+        "before_trim": OOM,
+        "trim": 0,
+        "whole_quota": 0,
+    }
+    assert step.gpu.stats()["peak"] <= 4 * MiB
 
 
 def test_without_the_shim_the_fake_driver_gives_graph_and_array_memory_past_the_quota(

@@ -51,6 +51,8 @@ HOOKED = [
     "cuGraphDestroy",
     "cuGraphExecDestroy",
     "cuDeviceGraphMemTrim",
+    "cuStreamEndCapture",
+    "cuStreamEndCapture_ptsz",
     "cuMemGetInfo_v2",
     "cuDeviceTotalMem_v2",
     "cuLaunchKernel",

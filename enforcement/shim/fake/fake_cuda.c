@@ -27,9 +27,11 @@ struct fake_ctx {
     int dev; /* visible ordinal */
 };
 #define CTX_MAGIC 0xc0fe0001u
+struct fake_graph;
 struct fake_stream {
     unsigned magic;
     int dev;
+    struct fake_graph *capture; /* the graph a capture in progress records into; NULL: none */
 };
 #define STREAM_MAGIC 0x5feed001u
 
@@ -389,7 +391,7 @@ FAKE_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Fla
     if (!t_current) return CUDA_ERROR_INVALID_CONTEXT;
     struct fake_stream *s = malloc(sizeof *s);
     if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
-    *s = (struct fake_stream){STREAM_MAGIC, t_current->dev};
+    *s = (struct fake_stream){STREAM_MAGIC, t_current->dev, NULL};
     *phStream = (CUstream)s;
     return CUDA_SUCCESS;
 }
@@ -430,7 +432,14 @@ FAKE_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesiz
     return do_alloc(current_slot(), bytesize, FAKE_KIND_MANAGED, dptr);
 }
 
+/* Stream capture (graph section): an allocation or free on a capturing stream becomes the graph's. */
+static struct fake_graph *capture_of(CUstream s);
+static CUresult capture_alloc(struct fake_graph *g, int slot, size_t bytes, CUdeviceptr *out);
+static CUresult capture_free(struct fake_graph *g, CUdeviceptr p);
+
 FAKE_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    struct fake_graph *g = capture_of(hStream);
+    if (g) return capture_alloc(g, stream_slot(hStream), bytesize, dptr);
     return do_alloc(stream_slot(hStream), bytesize, FAKE_KIND_ASYNC, dptr);
 }
 
@@ -441,6 +450,8 @@ FAKE_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t byte
 FAKE_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
     uintptr_t p = (uintptr_t)pool;
     int slot = p >= 1 && p <= FAKE_MAX_SLOTS ? slot_of_dev((CUdevice)(p - 1)) : stream_slot(hStream);
+    struct fake_graph *g = capture_of(hStream);
+    if (g) return capture_alloc(g, slot, bytesize, dptr);
     return do_alloc(slot, bytesize, FAKE_KIND_ASYNC, dptr);
 }
 
@@ -458,8 +469,8 @@ FAKE_EXPORT CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, C
 FAKE_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) { return do_free(dptr); }
 
 FAKE_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-    (void)hStream;
-    return do_free(dptr);
+    struct fake_graph *g = capture_of(hStream);
+    return g ? capture_free(g, dptr) : do_free(dptr);
 }
 
 FAKE_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return cuMemFreeAsync(dptr, hStream); }
@@ -767,6 +778,66 @@ static void graph_retire(struct fake_graph *g) {
     g->magic = 0;
     free(g->blocks);
     free(g);
+}
+
+/* A graph's memory of a captured allocation, and of a captured free: the graph frees it (at a
+ * launch, in the driver); here it stays the graph's until the graph goes, then the pool's. */
+static CUresult graph_take(struct fake_graph *g, CUdeviceptr p) {
+    CUdeviceptr *t = realloc(g->blocks, (g->nblocks + 1) * sizeof *t);
+    if (!t) return CUDA_ERROR_OUT_OF_MEMORY;
+    g->blocks = t;
+    g->blocks[g->nblocks++] = p;
+    return CUDA_SUCCESS;
+}
+
+static struct fake_graph *capture_of(CUstream s) {
+    struct fake_stream *fs = (struct fake_stream *)s;
+    return fs && (uintptr_t)fs > 2 && fs->magic == STREAM_MAGIC ? fs->capture : NULL;
+}
+
+static CUresult capture_alloc(struct fake_graph *g, int slot, size_t bytes, CUdeviceptr *out) {
+    pthread_mutex_lock(&g_graph_lock);
+    CUresult rc = do_alloc(slot, bytes, FAKE_KIND_ASYNC, out);
+    if (rc == CUDA_SUCCESS && graph_take(g, *out)) do_free(*out), rc = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_unlock(&g_graph_lock);
+    return rc;
+}
+
+static CUresult capture_free(struct fake_graph *g, CUdeviceptr p) {
+    if (!host_of(p, 1)) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_graph_lock);
+    int owned = 0;
+    for (size_t i = 0; i < g->nblocks && !owned; i++) owned = g->blocks[i] == p;
+    CUresult rc = owned ? CUDA_SUCCESS : graph_take(g, p);
+    pthread_mutex_unlock(&g_graph_lock);
+    return rc;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+    (void)mode;
+    struct fake_stream *fs = (struct fake_stream *)hStream;
+    if (!fs || (uintptr_t)fs <= 2 || fs->magic != STREAM_MAGIC) return CUDA_ERROR_NOT_SUPPORTED; /* default streams */
+    if (fs->capture) return CUDA_ERROR_ILLEGAL_STATE;
+    struct fake_graph *g = calloc(1, sizeof *g);
+    if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+    g->magic = GRAPH_MAGIC;
+    fs->capture = g;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
+    if (!captureStatus) return CUDA_ERROR_INVALID_VALUE;
+    *captureStatus = capture_of(hStream) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+    struct fake_stream *fs = (struct fake_stream *)hStream;
+    if (!phGraph) return CUDA_ERROR_INVALID_VALUE;
+    if (!capture_of(hStream)) return CUDA_ERROR_ILLEGAL_STATE;
+    *phGraph = (CUgraph)fs->capture;
+    fs->capture = NULL;
+    return CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
@@ -1224,6 +1295,9 @@ static const struct proc {
     P("cuMipmappedArrayGetLevel", cuMipmappedArrayGetLevel, 5000, 0),
     P("cuMemcpy3D", cuMemcpy3D_v2, 3020, 0),
     P("cuGraphCreate", cuGraphCreate, 10000, 0),
+    P("cuStreamBeginCapture", cuStreamBeginCapture_v2, 10010, 0),
+    P("cuStreamIsCapturing", cuStreamIsCapturing, 10000, 0),
+    P("cuStreamEndCapture", cuStreamEndCapture, 10000, 0),
     P("cuGraphDestroy", cuGraphDestroy, 10000, 0),
     P("cuGraphAddMemAllocNode", cuGraphAddMemAllocNode, 11040, 0),
     P("cuGraphAddNode", cuGraphAddNode, 12020, 0),

@@ -5,7 +5,7 @@
  *   shim_driver hold BYTES                           allocate, print "ready", wait for stdin EOF
  *   shim_driver fill CHUNK                           allocate CHUNK until refused; print the total
  *   shim_driver launch SECONDS                       launch kernels back to back for SECONDS
- *   shim_driver hooks                                every intercepted entry point once
+ *   shim_driver hooks                                every intercepted entry point once (arrays, graphs and captures too)
  *   shim_driver bench N alloc|launch|info START_NS    ns per operation (an alloc+free pair, a launch, a cuMemGetInfo)
  */
 #define _GNU_SOURCE
@@ -40,6 +40,15 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTO
 CUresult cuArrayDestroy(CUarray);
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray);
 CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *);
+CUresult cuGraphCreate(CUgraph *, unsigned int);
+CUresult cuGraphDestroy(CUgraph);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuDeviceGraphMemTrim(CUdevice);
+CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
+CUresult cuStreamEndCapture(CUstream, CUgraph *);
 CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
@@ -160,9 +169,34 @@ static int hooks(void) {
     CHECK(cuArrayCreate_v2(&a, &d2));
     CHECK(cuArrayDestroy(a));
     CHECK(cuArray3DCreate_v2(&a, &d3));
-    CHECK(cuArrayDestroy(a));
+    static unsigned char texels[32 * 2 * 2 * 32 * 8];
+    CUDA_MEMCPY3D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = CU_MEMORYTYPE_HOST, c.srcHost = texels, c.srcPitch = 32 * 2 * 2, c.srcHeight = 32;
+    c.dstMemoryType = CU_MEMORYTYPE_ARRAY, c.dstArray = a, c.WidthInBytes = 32 * 2 * 2, c.Height = 32, c.Depth = 8;
+    CHECK(cuMemcpy3D_v2(&c));
+    CHECK(cuArrayDestroy(a)); /* scrubbed (cuMemcpy3D of zeros) when scrub_on_free is set */
     CHECK(cuMipmappedArrayCreate(&m, &d3, 4));
     CHECK(cuMipmappedArrayDestroy(m));
+    CUgraph g;
+    CUgraphNode n;
+    CUgraphExec e;
+    CUDA_MEM_ALLOC_NODE_PARAMS np;
+    memset(&np, 0, sizeof np);
+    np.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    np.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    np.bytesize = 1 << 20;
+    CHECK(cuGraphCreate(&g, 0));
+    CHECK(cuGraphAddMemAllocNode(&n, g, NULL, 0, &np));
+    CHECK(cuGraphInstantiateWithFlags(&e, g, 0));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuGraphExecDestroy(e));
+    CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuMemAllocAsync(&p, 4096, s));
+    CHECK(cuMemFreeAsync(p, s));
+    CHECK(cuStreamEndCapture(s, &g));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuDeviceGraphMemTrim(0));
     CHECK(cuMemGetInfo_v2(&free_b, &total));
     CHECK(cuDeviceTotalMem_v2(&total, 0));
     CUlaunchConfig cfg;

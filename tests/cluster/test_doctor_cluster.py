@@ -474,3 +474,73 @@ def test_without_profiles_the_tenants_on_the_cluster_are_named(
     assert lines[at + 2] == "      fix:  give the tenant profiles: --profiles FILE|DIR (repeatable)"
     counts = document["counts"]
     assert lines[-1] == f"0 failed, {counts['warn']} warning(s), {counts['pass']} passed"
+
+
+def test_the_dra_driver_needs_its_device_classes_and_a_node_publishing_devices(
+    k8s_cluster: ControlPlane, tmp_path: Path, components: list[str]
+) -> None:
+    """The `dra` backend on the real server: resource.k8s.io/v1 DeviceClasses and a ResourceSlice
+    as NVIDIA's DRA driver creates them."""
+    profile, tenant = fresh_profile(tmp_path, base="team-dra")
+    _, document = doctor(k8s_cluster, "--profiles", str(profile))
+    checks = checks_of(document)
+    assert "gpu.device-plugin" not in checks  # the dra backend asks for no extended resource
+    dra = checks["gpu.dra-driver"]
+    assert dra["status"] == "fail"
+    assert f"no DeviceClass gpu.nvidia.com (tenant(s) {tenant}); mig.nvidia.com" in dra["seen"]
+
+    for name in ("gpu.nvidia.com", "mig.nvidia.com"):
+        existing, _ = k8s_cluster.request("GET", f"/apis/resource.k8s.io/v1/deviceclasses/{name}")
+        assert existing == 404, f"another test made DeviceClass {name}: this test would delete it"
+        _create(
+            k8s_cluster,
+            "/apis/resource.k8s.io/v1/deviceclasses",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": name},
+                "spec": {
+                    "selectors": [
+                        {
+                            "cel": {
+                                "expression": f"device.driver == 'gpu.nvidia.com' && '{name}' != ''"
+                            }
+                        }
+                    ]
+                },
+            },
+        )
+        components.append(f"/apis/resource.k8s.io/v1/deviceclasses/{name}")
+    _, document = doctor(k8s_cluster, "--profiles", str(profile))
+    dra = checks_of(document)["gpu.dra-driver"]
+    assert dra["status"] == "fail" and "no node publishes a ResourceSlice" in dra["seen"]
+
+    node = f"dra-node-{uuid.uuid4().hex[:6]}"
+    _create(
+        k8s_cluster,
+        "/api/v1/nodes",
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}},
+    )
+    components.append(f"/api/v1/nodes/{node}")
+    _create(
+        k8s_cluster,
+        "/apis/resource.k8s.io/v1/resourceslices",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpu.nvidia.com"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0"}],
+            },
+        },
+    )
+    components.append(f"/apis/resource.k8s.io/v1/resourceslices/{node}-gpu.nvidia.com")
+    _, document = doctor(k8s_cluster, "--profiles", str(profile))
+    dra = checks_of(document)["gpu.dra-driver"]
+    assert dra["status"] == "pass", dra
+    assert dra["seen"] == (
+        "DeviceClasses gpu.nvidia.com, mig.nvidia.com; 1 ResourceSlice(s) of gpu.nvidia.com"
+    )

@@ -134,6 +134,11 @@ def test_an_unreachable_cluster_is_exit_2(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "error: cannot reach the API server" in result.output
     assert "Traceback" not in result.output and result.stdout == ""
+    result = CliRunner().invoke(
+        app, ["doctor", "cluster", "--kubeconfig", str(kubeconfig), "--context", "other"]
+    )
+    assert result.exit_code == 2, result.output
+    assert f"error: cannot use kubeconfig {kubeconfig}, context other" in result.output
 
 
 def test_crds_not_installed_are_findings_not_errors() -> None:

@@ -379,17 +379,23 @@ def test_interval_reports_again_and_again(make_fake_gpu, tmp_path: Path) -> None
     gpu = make_fake_gpu(driver_version=DRIVER)
     argv = [sys.executable, "-m", "secureml", "doctor", "node", "--root", str(host_root(tmp_path)),
             "--interval", "1", "--format", "json"]  # fmt: skip
-    with subprocess.Popen(argv, env=gpu.env(), stdout=subprocess.PIPE, text=True) as proc:
+    errors = tmp_path / "stderr"
+    with (
+        errors.open("w") as stderr,
+        subprocess.Popen(
+            argv, env=gpu.env(), stdout=subprocess.PIPE, stderr=stderr, text=True
+        ) as proc,
+    ):
         try:
             decoder, text, reports = json.JSONDecoder(), "", []
             while len(reports) < 2:
                 line = proc.stdout.readline() if proc.stdout else ""
-                assert line, "the doctor stopped reporting"
+                assert line, f"the doctor stopped reporting: {errors.read_text()}"
                 text += line
                 if line.startswith("}"):
                     reports.append(decoder.decode(text))
                     text = ""
-            assert proc.poll() is None
+            assert proc.poll() is None, errors.read_text()
             assert all(r["schema"] == "secureml.dev/doctor-node/v1" for r in reports)
         finally:
             proc.kill()

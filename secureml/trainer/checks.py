@@ -11,6 +11,19 @@ from secureml.profile import TenantProfile
 
 AddViolation = Callable[[str, str, str], None]
 
+# id -> what the rule guards; docs/rules.md documents each one (tests/compiler checks both agree).
+RULES: dict[str, str] = {
+    "trainer.forbidden": "a multi-node step, and the profile allows no TrainJobs",
+    "trainer.runtime": "the trainer runtime is not one the profile allows",
+    "trainer.max-nodes": "more nodes than spec.trainer.maxNodes",
+    "trainer.gpu-kind": "a node's GPU request is not whole GPUs",
+    "trainer.gpus-per-node": "more whole GPUs per node than spec.trainer.maxGpusPerNode",
+    "trainer.quota": "nodes x GPUs beyond the namespace's GPU quota",
+    "trainer.dra": "GPU nodes on a dra tenant",
+    "trainer.runtime-install": "the nodes would install packages at run time",
+    "trainer.outputs": "KFP outputs the nodes cannot return",
+}
+
 
 def check_trainer_step(
     settings: SecureSettings,

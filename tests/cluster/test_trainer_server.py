@@ -321,3 +321,14 @@ def _gone(admin_api: Any, name: str, timeout_s: float = 20.0) -> bool:
                 return True
         time.sleep(0.2)
     return False
+
+
+def test_trainer_policies_type_check_without_warnings(
+    k8s_cluster: ControlPlane, admin_api: Any
+) -> None:
+    from secureml.bundle.common import cluster_name
+    from secureml.bundle.trainer import NETPOL_POLICY, TRAINJOB_POLICY
+    from tests.cluster.test_bundles_apply import _type_warnings
+
+    names = [cluster_name(PROFILE, suffix) for suffix in (TRAINJOB_POLICY, NETPOL_POLICY)]
+    assert _type_warnings(k8s_cluster, names) == {name: [] for name in names}

@@ -276,6 +276,8 @@ def test_missing_signatures_come_from_the_supply_chain_verifier(tmp_path) -> Non
 
 
 def test_docs_list_every_rule_id() -> None:
+    from secureml.trainer.checks import RULES as TRAINER_RULES
+
     text = (ROOT / "docs" / "rules.md").read_text()
     documented = set(re.findall(r"^\| `([a-z]+\.[a-z-]+)` \|", text, flags=re.M))
     assert documented == set(RULES) | {
@@ -284,4 +286,5 @@ def test_docs_list_every_rule_id() -> None:
         "image.signer-untrusted",
         "image.no-launcher",  # compile --check-images (secureml.stepimage.compilecheck)
         *ATTESTATION_RULES.values(),  # images.attestations (secureml.supplychain.attestations)
+        *TRAINER_RULES,  # multi-node steps (secureml.trainer.checks, tests/trainer)
     }

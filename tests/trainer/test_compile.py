@@ -1,6 +1,7 @@
 """A trainer step compiles to a KFP task that submits a TrainJob the compiler built and checked."""
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -8,9 +9,10 @@ import pytest
 from secureml import MIG, WholeGPU
 from secureml.compiler import CompileError
 from secureml.errors import SecuremlError
+from secureml.trainer.checks import RULES
 from secureml.trainer.manifest import pod_patch_of
 from secureml.trainer.submit import MODULE
-from tests.compiler.compilerhelp import executor
+from tests.compiler.compilerhelp import executor, make_profile
 from tests.trainer.trainerhelp import compiled_trainer, trainer_pipeline, trainer_profile
 
 
@@ -168,3 +170,16 @@ def test_injected_runtime_puts_its_launcher_in_front_on_every_node() -> None:
     job = compiled_trainer(trainer_profile(runtime={"image": runtime})).steps[0].trainjob
     assert job is not None  # compiled: the node pods passed secureml.runtimeInjected
     assert job["spec"]["trainer"]["command"] == ["/opt/secureml/bin/secureml-launch", "--"]
+
+
+def test_dra_tenants_get_no_gpu_nodes() -> None:
+    profile = make_profile("team-dra", trainer={"maxNodes": 4, "maxGpusPerNode": 2,
+                                                "allowedRuntimes": ["torch-distributed"]})  # fmt: skip
+    with pytest.raises(CompileError) as caught:
+        compiled_trainer(profile)
+    assert "trainer.dra" in _rules(caught.value)
+
+
+def test_every_trainer_rule_has_a_test_here() -> None:
+    text = Path(__file__).read_text()
+    assert [rule for rule in RULES if f'"{rule}"' not in text] == []

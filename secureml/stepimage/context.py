@@ -30,8 +30,9 @@ import secureml
 from secureml.errors import InputError
 
 # What the launcher imports beyond the standard library (NVML; the identity stage's SPIFFE client,
-# which brings grpcio, protobuf and cryptography), and kfp's executor for the step base images.
-RUNTIME_REQUIREMENTS = ("nvidia-ml-py", "spiffe")
+# which brings grpcio, protobuf and cryptography; the verify-inputs stage's sigstore and
+# model-signing, which imports pyOpenSSL undeclared), and kfp's executor for the step base images.
+RUNTIME_REQUIREMENTS = ("nvidia-ml-py", "spiffe", "sigstore", "model-signing", "pyopenssl")
 EXECUTOR_REQUIREMENTS = ("kfp",)
 CUDA_REQUIREMENTS = ("nvidia-cuda-runtime-cu12",)
 # The runtime is `enforcement/` (whole, without builds and fuzzers) plus the modules of the
@@ -127,30 +128,46 @@ def _imported_modules(source: Path) -> set[str]:
                 found.add(node.module)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("secureml."))
-    return {".".join(name.split(".")[:2]) for name in found}
+    return found
 
 
 def runtime_modules() -> list[Path]:
     """The files of `secureml` (outside `enforcement/`) that the launcher's code imports,
-    transitively."""
+    transitively: top-level modules, and single modules of a subpackage (with its `__init__.py`),
+    e.g. `supplychain/models.py` for the verify-inputs stage."""
     pending = [p for p in ENFORCEMENT_DIR.rglob("*.py") if "fuzz" not in p.parts]
     seen: set[Path] = set()
     while pending:
         for name in _imported_modules(pending.pop()):
-            top = name.split(".", 1)[1]
-            if top in ("enforcement", "components"):
+            parts = name.split(".")[1:]
+            if parts[0] in ("enforcement", "components"):
                 continue
-            candidate = PACKAGE_DIR / f"{top}.py"
-            if not candidate.is_file():
+            files = []
+            for depth in range(1, len(parts) + 1):
+                found = _module_file(parts[:depth])
+                if found is None:  # `from secureml.pkg.module import name`: a name, no module
+                    break
+                files.append(found)
+            if not files:
                 raise InputError(
                     f"the launcher imports {name}, which is not a module file of secureml",
-                    why="the runtime carries single modules of the package, not subpackages",
-                    fix="keep the launcher's imports to secureml's top-level modules",
+                    why="the runtime carries the package's module files the launcher imports",
+                    fix="import secureml's modules by their full name",
                 )
-            if candidate not in seen:
-                seen.add(candidate)
-                pending.append(candidate)
+            for candidate in files:
+                if candidate not in seen:
+                    seen.add(candidate)
+                    pending.append(candidate)
     return sorted(seen)
+
+
+def _module_file(parts: Sequence[str]) -> Path | None:
+    """`secureml/<a>/<b>.py` or `secureml/<a>/<b>/__init__.py` for ["a", "b"], if it exists."""
+    base = PACKAGE_DIR.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def stage(dest: Path, requirements: Sequence[str]) -> Path:
@@ -162,7 +179,9 @@ def stage(dest: Path, requirements: Sequence[str]) -> Path:
         if (PACKAGE_DIR / name).is_file():
             shutil.copy2(PACKAGE_DIR / name, src / name)
     for module in runtime_modules():
-        shutil.copy2(module, src / module.name)
+        target = src / module.relative_to(PACKAGE_DIR)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(module, target)
     shutil.copytree(ENFORCEMENT_DIR, src / "enforcement", ignore=_SKIP)
     shutil.copytree(images_dir(), dest / "images", ignore=_SKIP)
     wheels = dest / "wheels"

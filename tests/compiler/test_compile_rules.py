@@ -178,7 +178,24 @@ CASES = {
         None,
         ["pipeline.nested-unresolved"],
     ),
+    "model.no-trusted-signers": (lambda: _verifies_a_model(), None, ["model.no-trusted-signers"]),
 }
+
+
+def _verifies_a_model():
+    @secure_component(image=IMAGE)
+    def publish(model: dsl.Output[dsl.Model]) -> None:
+        pass
+
+    @secure_component(image=IMAGE, verify_inputs=["model"])
+    def load(model: dsl.Input[dsl.Model]) -> None:
+        pass
+
+    @dsl.pipeline(name="rules")
+    def pipeline() -> None:
+        load(model=publish().outputs["model"])
+
+    return pipeline
 
 
 def _dynamic_image():

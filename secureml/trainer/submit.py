@@ -39,6 +39,8 @@ EXIT_UNUSABLE = 2
 EXIT_CANCELLED = 143
 POLL_SECONDS = 5.0
 NETWORK_POLICY_PREFIX = "secureml-trainjob-"
+GROUP, VERSION = contract.TRAINER_API_VERSION.split("/")
+PLURAL = "trainjobs"
 
 
 def submit_command(trainjob: Manifest, command: Sequence[str]) -> list[str]:
@@ -116,13 +118,11 @@ def run_cluster(
     custom = client.CustomObjectsApi(api_client)
     namespace = job["metadata"]["namespace"]
     name = job["metadata"]["name"]
-    group, version = contract.TRAINER_API_VERSION.split("/")
-    plural = "trainjobs"
 
     def delete() -> None:
         try:
             custom.delete_namespaced_custom_object(
-                group, version, namespace, plural, name, propagation_policy="Background"
+                GROUP, VERSION, namespace, PLURAL, name, propagation_policy="Background"
             )
             _say(f"deleted TrainJob {namespace}/{name}")
         except ApiException as err:
@@ -157,10 +157,8 @@ def _create_and_wait(
 
     namespace = job["metadata"]["namespace"]
     name = job["metadata"]["name"]
-    group, version = contract.TRAINER_API_VERSION.split("/")
-    plural = "trainjobs"
     try:
-        created = custom.create_namespaced_custom_object(group, version, namespace, plural, job)
+        created = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job)
     except ApiException as err:
         _say(f"the API server refused TrainJob {namespace}/{name}: {err.status} {err.reason}")
         _say(str(err.body or "")[:2000])
@@ -169,7 +167,7 @@ def _create_and_wait(
     try:
         _own_network_policy(api_client, job, created)
         while not cancelled:
-            current = custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+            current = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
             final = _final_condition(current)
             if final is not None:
                 _print_logs(api_client, namespace, name)

@@ -10,6 +10,7 @@ harness installs every CRD of ../shared/fixtures/crds), a tenant whose profile a
 """
 
 import copy
+import functools
 import os
 import signal
 import threading
@@ -50,10 +51,16 @@ def _profile() -> TenantProfile:
 PROFILE = _profile()
 
 
-def _job(name: str = "train-1") -> Job:
+@functools.cache
+def _compiled() -> Job:
     compiled = compiled_trainer(PROFILE).steps[0].trainjob
     assert compiled is not None
-    return with_run(compiled, name, ["python3", "/app/train.py", "--epochs", "1"])
+    return compiled
+
+
+def _job(name: str = "train-1") -> Job:
+    """The compiled TrainJob (compiled once) for one run (`with_run` copies it)."""
+    return with_run(_compiled(), name, ["python3", "/app/train.py", "--epochs", "1"])
 
 
 def _custom(api: Any) -> Any:

@@ -238,6 +238,7 @@ def test_the_step_runs_as_its_pod(sandbox, pod):
         "config": "ok",
         "shim-claim": "ok",
         "identity": "ok",
+        "verify-inputs": "skipped",
         "preflight": "ok",
         "scrub-before": "ok",
         "shim": "ok",
@@ -284,6 +285,36 @@ print(json.dumps({
     "preload_file": open("/etc/ld.so.preload").read(),
 }))
 """
+
+
+def test_the_runtime_verifies_a_signed_model(sandbox, pod):
+    """The payload carries what the launcher's verify-inputs stage imports (secureml.supplychain,
+    sigstore, model-signing): its own interpreter, inside the pod, verifies a model folder signed
+    with model-signing's key signer and refuses it once a file changed."""
+    from tests.models.modelsign import make_model, new_key, sign_with_key
+
+    scratch = sandbox.work / "emptydir" / "minio-scratch" / "signed"
+    model = make_model(scratch / "model")
+    private, public = new_key(scratch)
+    sign_with_key(model, private)
+    (scratch / "public.pem").write_bytes(public)
+    subprocess.run(["chown", "-R", "1000:1000", str(scratch)], check=True)
+    code = (
+        "import sys; from pathlib import Path; "
+        "from secureml.supplychain.models import ModelTrust, verify_model; "
+        "v = verify_model(Path(sys.argv[1]), ModelTrust(keys=(Path(sys.argv[2]).read_bytes(),))); "
+        "print(v.method, v.files, v.digest)"
+    )
+    python = f"{contract.RUNTIME_DIR}/python/bin/python3"
+    argv = [python, "-I", "-c", code, "/minio/signed/model", "/minio/signed/public.pem"]
+    result = podrun.run_main(pod, sandbox, argv)
+    assert result.returncode == 0, result.stderr
+    method, files, digest = result.stdout.split()
+    assert (method, files) == ("key", "3") and digest.startswith("sha256:")
+
+    (model / "weights.bin").write_bytes(b"changed")
+    refused = podrun.run_main(pod, sandbox, argv)
+    assert refused.returncode != 0 and "modified: weights.bin" in refused.stderr
 
 
 def test_the_pod_confines_the_step(sandbox, pod):

@@ -33,8 +33,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from control_planes import control_plane
 from fakegpu import FakeGPU, RealGPU, compiler, real_gpu_available
-from harness.controlplane import ControlPlane, HarnessError, binaries
+from harness.controlplane import ControlPlane
 from harness.spire import Spire, SpireError, build_spire, running_spire
 from registry import INSTALL_HINT, REGISTRY_BIN, running_registry
 
@@ -63,20 +64,6 @@ def make_fake_gpu(tmp_path: Path) -> Callable[..., FakeGPU]:
         return FakeGPU(tmp_path / f"fakegpu{count}", **options)  # type: ignore[arg-type]
 
     return make
-
-
-def control_plane(version: str = "1.36") -> Iterator[ControlPlane]:
-    """A started ControlPlane of Kubernetes `version` for a fixture to yield; skips (fails under
-    CI=true) when the harness cannot be built."""
-    try:
-        binaries(version)
-    except HarnessError as error:
-        reason = f"no test control plane: {error}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
-    with ControlPlane(version=version) as cluster:  # a start failure fails everywhere: Go is there
-        yield cluster
 
 
 @pytest.fixture(scope="session")

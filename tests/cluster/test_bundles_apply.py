@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import control_plane
+from control_planes import control_plane
 from harness.controlplane import ControlPlane
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient

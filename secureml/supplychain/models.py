@@ -42,6 +42,7 @@ from secureml.supplychain.verifier import (
     SignatureError,
     _first_line,
     _parse_bundle_json,
+    verify_dsse,
 )
 from secureml.verify_inputs import DEFAULT_SIGNATURE
 
@@ -211,7 +212,9 @@ def _verify_sigstore(
         ) from None
     policy = IdentityPolicy(trust.signers)
     try:
-        payload_type, payload = verifier_for(trust.trusted_root).verify_dsse(parsed, policy)
+        payload_type, payload = verify_dsse(
+            verifier_for(trust.trusted_root), json.loads(bundle), parsed, policy
+        )
     except UntrustedSignerError as err:
         raise SignatureError(
             "untrusted",

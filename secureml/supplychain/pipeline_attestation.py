@@ -31,6 +31,7 @@ from secureml.supplychain.verifier import (
     SignatureError,
     _first_line,
     _parse_bundle_json,
+    verify_dsse,
 )
 
 if TYPE_CHECKING:
@@ -305,7 +306,7 @@ def _verify_keyless(
         ) from None
     policy = IdentityPolicy(identities)
     try:
-        payload_type, payload = verifier.verify_dsse(bundle, policy)
+        payload_type, payload = verify_dsse(verifier, json.loads(attestation), bundle, policy)
     except UntrustedSignerError as err:
         raise SignatureError(
             "untrusted",

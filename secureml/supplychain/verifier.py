@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from secureml.errors import SecuremlError
 from secureml.images import ImageRef
@@ -34,6 +34,11 @@ from secureml.supplychain.intoto_entry import INTOTO_KIND, log_entry_kind, verif
 from secureml.supplychain.root_windows import check_root_windows
 from secureml.supplychain.trust import resolve_trusted_root, verifier_for
 from secureml.supplychain.tuf_refresh import TufRepository, refresh_trusted_root
+
+if TYPE_CHECKING:
+    from sigstore.models import Bundle
+    from sigstore.verify import Verifier
+    from sigstore.verify.policy import VerificationPolicy
 
 COSIGN_SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -195,14 +200,11 @@ class SignatureVerifier:
         policy = IdentityPolicy(identities)
         is_dsse = "dsseEnvelope" in document
         try:
-            if is_dsse and log_entry_kind(document) == INTOTO_KIND:
-                payload_type, payload = verify_intoto_dsse(self._verifier, document, policy)
-            elif is_dsse:
-                payload_type, payload = self._verifier.verify_dsse(bundle, policy)
+            if is_dsse:
+                payload_type, payload = verify_dsse(self._verifier, document, bundle, policy)
             else:
                 hashed = Hashed(algorithm=HashAlgorithm.SHA2_256, digest=bytes.fromhex(hex_digest))
                 self._verifier.verify_artifact(raw if raw is not None else hashed, bundle, policy)
-            if not (is_dsse and log_entry_kind(document) == INTOTO_KIND):  # intoto checks its own
                 check_root_windows(self._verifier, bundle)
         except UntrustedSignerError as err:
             raise SignatureError(
@@ -235,6 +237,21 @@ class SignatureVerifier:
             predicate_type=found_predicate,
             trusted_identity=str(matched),
         )
+
+
+def verify_dsse(
+    verifier: Verifier, document: dict[str, Any], bundle: Bundle, policy: VerificationPolicy
+) -> tuple[str, bytes]:
+    """A DSSE bundle (`document` its JSON) verified as every secureml check verifies one: image
+    attestations, model signatures and compile attestations alike. sigstore-python's
+    `verify_dsse`, or `verify_intoto_dsse` for a Rekor v1 `intoto` 0.0.2 entry (which
+    sigstore-python refuses), then the trusted root's validity windows at the signing time
+    (sigstore-python compares them with now). Returns (payload type, payload)."""
+    if log_entry_kind(document) == INTOTO_KIND:
+        return verify_intoto_dsse(verifier, document, policy)  # checks the windows itself
+    payload_type, payload = verifier.verify_dsse(bundle, policy)
+    check_root_windows(verifier, bundle)
+    return payload_type, payload
 
 
 def _parse_bundle_json(data: bytes, source: str) -> dict[str, Any]:

@@ -115,3 +115,29 @@ def test_another_ca_valid_then_does_not_stand_in_for_the_issuer(pki, bundles, tm
 
     with pytest.raises(SignatureError, match="no certificate authority"):
         verify(pki, tmp_path, expired_issuer_plus_other, "message", bundles)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_the_shared_dsse_path_checks_the_windows(pki, bundles, tmp_path, name) -> None:
+    """`verify_dsse`, which model signatures and compile attestations verify through too (they
+    called sigstore-python's `verify_dsse` directly before, without the windows)."""
+    from sigstore.models import Bundle
+
+    from secureml.supplychain.identity import IdentityPolicy
+    from secureml.supplychain.trust import verifier_for
+    from secureml.supplychain.verifier import verify_dsse
+
+    raw = bundles["dsse"]
+
+    def check(root: dict[str, Any], where: Path) -> None:
+        where.write_text(json.dumps(root))
+        verify_dsse(
+            verifier_for(where), json.loads(raw), Bundle.from_json(raw), IdentityPolicy(WHO)
+        )
+
+    check(pki.trusted_root(), tmp_path / "good.json")
+    edit, reason = REFUSED[name]
+    root = pki.trusted_root()
+    edit(root)
+    with pytest.raises(Exception, match=reason):
+        check(root, tmp_path / "edited.json")

@@ -13,7 +13,7 @@ import yaml
 from cel_expr_python import cel
 
 from secureml.bundle import BundleOptions, render_objects
-from secureml.bundle.attestation_policies import payload_condition
+from secureml.bundle.attestation_policies import payload_condition, rego_policy
 from secureml.profile import AttestationRequirement, TenantProfile
 from secureml.supplychain import predicates
 from tests.bundle.test_validation import crd_schema
@@ -209,3 +209,21 @@ def test_admission_decides_like_the_compiler(
     verdict = program.eval(data={"p": found}).value()
     # an evaluation error (a field absent) denies at admission, as failurePolicy Fail does
     assert (verdict is True) == compiler_accepts(parsed, found)
+
+
+@pytest.mark.parametrize(("requirement", "found"), CASES)
+def test_policy_controller_rego_decides_like_the_compiler(
+    requirement: dict[str, Any], found: dict[str, Any]
+) -> None:
+    """The ClusterImagePolicy's Rego, run by a real Rego engine (rego-cpp, `regopy`) on the same
+    statements: compliant exactly where the compiler accepts. policy-controller runs OPA; rego-cpp
+    answers `undefined` where OPA answers the default `false`, and both deny."""
+    from regopy import Input, Interpreter
+
+    parsed = AttestationRequirement.model_validate(requirement)
+    rego = Interpreter()
+    rego.add_module("policy.rego", rego_policy(parsed))
+    rego.set_input(Input(found))
+    answer = rego.query("data.sigstore.isCompliant")
+    assert answer.ok(), str(answer)
+    assert (str(answer) == '{"expressions":[true]}') == compiler_accepts(parsed, found), str(answer)

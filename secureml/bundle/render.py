@@ -76,7 +76,11 @@ def render_objects(profile: TenantProfile, options: BundleOptions) -> list[Manif
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     """libyaml's emitter (the pure-Python one is slow on the policies' long CEL); block style for
-    multi-line strings (CEL expressions), so the files read well."""
+    multi-line strings (CEL expressions), so the files read well; every object written out in
+    full, never as a YAML anchor and alias (`&id001` / `*id001`) where two share a sub-object."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _str_representer(dumper: yaml.SafeDumper, text: str) -> Any:

@@ -62,6 +62,15 @@ def test_no_timestamps_or_absolute_paths(profile: TenantProfile) -> None:
     assert "creationTimestamp" not in text and str(ROOT) not in text
 
 
+def test_no_yaml_anchors_or_aliases(profile: TenantProfile) -> None:
+    """Shared sub-objects (the network policy's namespace selectors) are written out in full."""
+    for name, text in render_bundle(profile, BundleOptions()).items():
+        events = yaml.parse(text, Loader=yaml.SafeLoader)
+        assert not [
+            e for e in events if isinstance(e, yaml.AliasEvent) or getattr(e, "anchor", None)
+        ], name
+
+
 def test_stale_files_from_an_earlier_render_are_removed(tmp_path: Path) -> None:
     folder = write_bundle(load("team-a"), tmp_path, BundleOptions())
     (folder / "notes.yaml").write_text("kept: true\n")  # not ours: left alone

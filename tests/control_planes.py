@@ -11,13 +11,16 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from harness.controlplane import ControlPlane, HarnessError, binaries
+from harness.controlplane import CRDS, ControlPlane, HarnessError, binaries
 
 
 def control_plane(version: str = "1.36") -> Iterator[ControlPlane]:
     """A started ControlPlane of Kubernetes `version` for a fixture to yield; skips (fails under
-    CI=true) when the harness cannot be built."""
+    CI=true) when the harness cannot be built or the real CRDs it installs are absent (a checkout
+    without ../shared/fixtures)."""
     try:
+        if not CRDS.is_dir():
+            raise HarnessError(f"{CRDS} is absent: the real CRDs come from ../shared/fixtures/crds")
         binaries(version)
     except HarnessError as error:
         reason = f"no test control plane: {error}"

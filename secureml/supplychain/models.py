@@ -35,14 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from secureml.errors import InputError, SecuremlError
-from secureml.supplychain.identity import IdentityPolicy, TrustedIdentity, UntrustedSignerError
+from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.model_trust import PUBLIC_ROOTS
 from secureml.supplychain.verifier import (
     IN_TOTO_PAYLOAD_TYPE,
+    KeylessAdvice,
     SignatureError,
     _first_line,
     _parse_bundle_json,
-    verify_dsse,
+    verify_keyless_dsse,
 )
 from secureml.verify_inputs import DEFAULT_SIGNATURE
 
@@ -188,8 +189,6 @@ def _model_folder(model_dir: Path, subject: str) -> Path:
 def _verify_sigstore(
     bundle: bytes, trust: ModelTrust, subject: str, sig_path: Path
 ) -> tuple[str, bytes, str, str]:
-    from sigstore.models import Bundle
-
     from secureml.supplychain.trust import verifier_for
 
     if not trust.signers:
@@ -200,39 +199,20 @@ def _verify_sigstore(
             fix="list the signer under spec.models.signers (issuer and subject or subjectRegExp)",
             where=str(sig_path),
         )
-    try:
-        parsed = Bundle.from_json(bundle)
-    except Exception as err:  # noqa: BLE001 - InvalidBundle, pydantic, base64: an unusable bundle fails closed
-        raise SignatureError(
-            "invalid",
-            f"{subject}: the signature is not a valid Sigstore bundle",
-            why=_first_line(err),
-            fix="use the signature model-signing wrote for this model",
-            where=str(sig_path),
-        ) from None
-    policy = IdentityPolicy(trust.signers)
-    try:
-        payload_type, payload = verify_dsse(
-            verifier_for(trust.trusted_root), json.loads(bundle), parsed, policy
-        )
-    except UntrustedSignerError as err:
-        raise SignatureError(
-            "untrusted",
-            f"{subject}: signer is not trusted",
-            why=str(err),
-            fix="sign with a trusted identity, or (platform team) add the signer to spec.models.signers",
-            where=str(sig_path),
-        ) from None
-    except Exception as err:  # noqa: BLE001 - sigstore errors, or anything malformed input provokes: fail closed
-        raise SignatureError(
-            "invalid",
-            f"{subject}: signature does not verify",
-            why=f"Sigstore verification failed: {_first_line(err)}",
-            fix="use the signature made for this model with the trusted Sigstore instance",
-            where=str(sig_path),
-        ) from None
-    assert policy.matched is not None and policy.matched_subject is not None
-    return payload_type, payload, policy.matched_subject, policy.matched.issuer
+    return verify_keyless_dsse(
+        bundle,
+        trust.signers,
+        verifier_for(trust.trusted_root),
+        subject=subject,
+        whose="",
+        where=str(sig_path),
+        advice=KeylessAdvice(
+            unusable="use the signature model-signing wrote for this model",
+            untrusted="sign with a trusted identity, or (platform team) add the signer to "
+            "spec.models.signers",
+            invalid="use the signature made for this model with the trusted Sigstore instance",
+        ),
+    )
 
 
 def _verify_with_keys(

@@ -28,10 +28,11 @@ from secureml.errors import SecuremlError
 from secureml.images import ImageRef
 from secureml.supplychain.verifier import (
     IN_TOTO_PAYLOAD_TYPE,
+    KeylessAdvice,
     SignatureError,
     _first_line,
     _parse_bundle_json,
-    verify_dsse,
+    verify_keyless_dsse,
 )
 
 if TYPE_CHECKING:
@@ -292,39 +293,23 @@ def _verify_keyless(
     source: str,
 ) -> tuple[str, bytes, str, str]:
     """sigstore-python's DSSE verification (certificate chain, SCT, log entry) and the signer."""
-    from sigstore.models import Bundle
-
-    from secureml.supplychain.identity import IdentityPolicy, UntrustedSignerError
     from secureml.supplychain.trust import verifier_for
 
-    verifier = verifier_for(root[0], online=root[1])
-    try:
-        bundle = Bundle.from_json(attestation)
-    except Exception as err:  # noqa: BLE001 - InvalidBundle, pydantic, base64: an unusable bundle (fails closed)
-        raise SignatureError(
-            "invalid", f"{source} is not a valid Sigstore bundle", why=_first_line(err)
-        ) from None
-    policy = IdentityPolicy(identities)
-    try:
-        payload_type, payload = verify_dsse(verifier, json.loads(attestation), bundle, policy)
-    except UntrustedSignerError as err:
-        raise SignatureError(
-            "untrusted",
-            f"{subject}: the attestation's signer is not trusted",
-            why=str(err),
-            fix="trust the identity of the CI job that compiles pipelines (--certificate-identity[-regexp], --certificate-oidc-issuer)",
-            where=source,
-        ) from None
-    except Exception as err:  # noqa: BLE001 - sigstore.errors.Error, or anything malformed input provokes: fail closed
-        raise SignatureError(
-            "invalid",
-            f"{subject}: the attestation's signature does not verify",
-            why=f"Sigstore verification failed: {_first_line(err)}",
-            fix="use the attestation written when this pipeline was compiled, and the trusted root of the instance that signed it",
-            where=source,
-        ) from None
-    assert policy.matched is not None and policy.matched_subject is not None
-    return payload_type, payload, policy.matched_subject, policy.matched.issuer
+    return verify_keyless_dsse(
+        attestation,
+        identities,
+        verifier_for(root[0], online=root[1]),
+        subject=subject,
+        whose="the attestation's ",
+        where=source,
+        advice=KeylessAdvice(
+            unusable="use the .sigstore.json bundle compile --attest wrote",
+            untrusted="trust the identity of the CI job that compiles pipelines "
+            "(--certificate-identity[-regexp], --certificate-oidc-issuer)",
+            invalid="use the attestation written when this pipeline was compiled, and the "
+            "trusted root of the instance that signed it",
+        ),
+    )
 
 
 def _read_statement(payload_type: str, payload: bytes) -> tuple[dict[str, Any] | None, list[str]]:

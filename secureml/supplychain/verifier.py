@@ -254,6 +254,64 @@ def verify_dsse(
     return payload_type, payload
 
 
+@dataclass(frozen=True)
+class KeylessAdvice:
+    """What to tell the user when a keyless DSSE bundle fails, per way of failing."""
+
+    unusable: str  # the file is no Sigstore bundle
+    untrusted: str  # it verifies, but its signer is no trusted identity
+    invalid: str  # it does not verify
+
+
+def verify_keyless_dsse(
+    bundle_bytes: bytes,
+    identities: Sequence[TrustedIdentity],
+    verifier: Verifier,
+    *,
+    subject: str,
+    whose: str,
+    where: str,
+    advice: KeylessAdvice,
+) -> tuple[str, bytes, str, str]:
+    """A keyless DSSE bundle (model signatures, compile attestations) through `verify_dsse`, every
+    failure a `SignatureError` naming `subject` and, through `whose` ("" or "the attestation's "),
+    what was signed; returns (payload type, payload, signer subject, signer issuer)."""
+    from sigstore.models import Bundle
+
+    document = _parse_bundle_json(bundle_bytes, where)
+    try:
+        bundle = Bundle.from_json(bundle_bytes)
+    except Exception as err:  # noqa: BLE001 - InvalidBundle, pydantic, base64: an unusable bundle fails closed
+        raise SignatureError(
+            "invalid",
+            f"{subject}: {whose}signature is not a valid Sigstore bundle",
+            why=_first_line(err),
+            fix=advice.unusable,
+            where=where,
+        ) from None
+    policy = IdentityPolicy(identities)
+    try:
+        payload_type, payload = verify_dsse(verifier, document, bundle, policy)
+    except UntrustedSignerError as err:
+        raise SignatureError(
+            "untrusted",
+            f"{subject}: {whose}signer is not trusted",
+            why=str(err),
+            fix=advice.untrusted,
+            where=where,
+        ) from None
+    except Exception as err:  # noqa: BLE001 - sigstore errors, or anything malformed input provokes: fail closed
+        raise SignatureError(
+            "invalid",
+            f"{subject}: {whose}signature does not verify",
+            why=f"Sigstore verification failed: {_first_line(err)}",
+            fix=advice.invalid,
+            where=where,
+        ) from None
+    assert policy.matched is not None and policy.matched_subject is not None
+    return payload_type, payload, policy.matched_subject, policy.matched.issuer
+
+
 def _parse_bundle_json(data: bytes, source: str) -> dict[str, Any]:
     try:
         document = json.loads(data)

@@ -2,13 +2,12 @@
 #ifndef SECUREML_SHIM_REGION_H
 #define SECUREML_SHIM_REGION_H
 
-#include <pthread.h>
 #include <stdint.h>
 
 #include "limits.h"
 
 #define REGION_MAGIC 0x53454d4c53484d31ULL /* "SEMLSHM1" */
-#define REGION_LAYOUT 3
+#define REGION_LAYOUT 4
 #define REGION_DEVICES 16
 #define REGION_PROCS 256
 #define REGION_EXPORTS 128
@@ -55,7 +54,7 @@ struct region_proc {
 struct region {
     uint64_t magic;
     uint32_t layout, nprocs; /* nprocs: high-water mark of procs[] in use */
-    pthread_mutex_t lock;    /* robust, process-shared */
+    uint64_t lock;           /* 0: free; else the holder's region_lock_token (docs/shim.md "The lock") */
     struct shim_limits limits; /* set once by whoever created the region: first initialiser wins */
     uint64_t scrub_failures;
     /* The step's launcher (docs/shim.md "The launcher's own process"): the one process in which the
@@ -74,5 +73,16 @@ struct region {
      * device's use is the sum of its row (kept together so that summing it is cheap). */
     uint64_t charged[REGION_DEVICES][REGION_PROCS];
 };
+
+/* Who holds the lock: the holding thread's id (22 bits: pid_max is at most 2^22), 21 bits of its pid
+ * namespace's inode and 21 of its start time (the starttime field of /proc/<tid>/stat; 0 where /proc
+ * cannot tell), so that a waiter tells a holder that died from a live one, and from a later thread
+ * that reuses its id. Never 0. */
+#define REGION_LOCK_BITS 21
+#define REGION_LOCK_MASK ((1ULL << REGION_LOCK_BITS) - 1)
+static inline uint64_t region_lock_token(int32_t tid, uint64_t pidns, uint64_t start_time) {
+    return (uint64_t)(uint32_t)tid << (2 * REGION_LOCK_BITS) | (pidns & REGION_LOCK_MASK) << REGION_LOCK_BITS |
+           (start_time & REGION_LOCK_MASK);
+}
 
 #endif

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -275,12 +276,16 @@ static void sleep_ns(uint64_t ns) {
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
 }
 
-/* starttime (field 22) of /proc/<pid>/stat; 0 when the process is gone or a zombie. */
-static uint64_t process_start_time(int pid) {
+/* starttime (field 22) of /proc/<pid>/stat (of a thread id: that thread's); 0 when the task is gone
+ * or a zombie, or when /proc cannot tell (then *unknown is set, where given). */
+static uint64_t task_start_time(int pid, int *unknown) {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    if (fd < 0) {
+        if (unknown && errno != ENOENT && errno != ESRCH) *unknown = 1;
+        return 0;
+    }
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0) return 0;
@@ -299,19 +304,76 @@ static uint64_t process_start_time(int pid) {
     return t ? t : 1;
 }
 
+static uint64_t process_start_time(int pid) { return task_start_time(pid, NULL); }
+
 /* ------------------------------------------------------------------ the shared region -------- */
 
-static void region_lock(void) {
-    int rc = pthread_mutex_lock(&S.region->lock);
-    if (rc == EOWNERDEAD) {
-        /* Nothing to rebuild: a device's use is always the sum of the per-process charges, and each
-         * process changes only its own (docs/shim.md "Robust lock"). */
-        pthread_mutex_consistent(&S.region->lock);
-        logf_(LOG_WARN, "a process died holding the accounting lock; lock recovered");
+/* The lock (docs/shim.md "The lock"): one word, 0 or the holder's token. Taking it is one
+ * compare-and-swap, releasing it one store; a waiter that finds the holder gone (SIGKILL, a thread
+ * that exited) takes it over: nothing to rebuild, since a device's use is always the sum of the
+ * per-process charges and each process changes only its own. */
+static __thread uint64_t t_token __attribute__((tls_model("initial-exec")));
+
+static uint64_t pid_namespace(void) {
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+static uint64_t lock_token(void) {
+    uint64_t t = t_token;
+    if (__builtin_expect(!t, 0)) {
+        int tid = (int)gettid();
+        t_token = t = region_lock_token(tid, pid_namespace(), task_start_time(tid, NULL));
+    }
+    return t;
+}
+
+/* Whether the thread a token names is gone (or is an earlier thread with the id of a live one).
+ * Only a holder in this process's pid namespace can be judged (its id means another thread here);
+ * where /proc cannot tell, only an id that no longer exists counts as gone. */
+static int holder_gone(uint64_t token) {
+    int tid = (int)(token >> (2 * REGION_LOCK_BITS)), unknown = 0;
+    if ((token >> REGION_LOCK_BITS & REGION_LOCK_MASK) != (pid_namespace() & REGION_LOCK_MASK)) return 0;
+    uint64_t start = task_start_time(tid, &unknown), bits = token & REGION_LOCK_MASK;
+    if (unknown) return kill(tid, 0) == -1 && errno == ESRCH;
+    return !start || (bits && (start & REGION_LOCK_MASK) != bits);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spin a little, then yield, then sleep, looking at the holder now and then. */
+static __attribute__((noinline)) void region_lock_wait(uint64_t *word, uint64_t me) {
+    for (unsigned round = 0;; round++) {
+        uint64_t v = __atomic_load_n(word, __ATOMIC_RELAXED);
+        if (!v) {
+            if (__atomic_compare_exchange_n(word, &v, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
+            continue;
+        }
+        if (round < 128) cpu_relax();
+        else if (round < 256) sched_yield();
+        else {
+            if (!(round & 15) && holder_gone(v) && __atomic_compare_exchange_n(word, &v, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+                logf_(LOG_WARN, "a process died holding the accounting lock; lock recovered");
+                return;
+            }
+            sleep_ns(50000);
+        }
     }
 }
 
-static void region_unlock(void) { pthread_mutex_unlock(&S.region->lock); }
+static inline void region_lock(void) {
+    uint64_t *word = &S.region->lock, me = lock_token(), free_ = 0;
+    if (__builtin_expect(!__atomic_compare_exchange_n(word, &free_, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED), 0))
+        region_lock_wait(word, me);
+}
+
+static inline void region_unlock(void) { __atomic_store_n(&S.region->lock, 0, __ATOMIC_RELEASE); }
 
 /* What the step has charged on a device: the sum of its processes' charges (gone ones included,
  * until the driver frees their memory). Exact under the lock; without it, a free in progress may
@@ -406,13 +468,7 @@ static int region_attach(const struct stat *limits_st, struct shim_limits mine) 
     }
     struct region *r = p;
     if (r->magic != REGION_MAGIC) {
-        memset(r, 0, sizeof *r);
-        pthread_mutexattr_t a;
-        pthread_mutexattr_init(&a);
-        pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-        pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-        pthread_mutex_init(&r->lock, &a);
-        pthread_mutexattr_destroy(&a);
+        memset(r, 0, sizeof *r); /* the lock too: free */
         r->limits = mine;
         r->layout = REGION_LAYOUT;
         __atomic_store_n(&r->magic, REGION_MAGIC, __ATOMIC_RELEASE);
@@ -495,6 +551,7 @@ static void write_counters(void);
 static void at_fork_child(void) {
     /* The child's device allocations (none survive fork) and process entry are its own. */
     S.table_lock = 0;
+    t_token = 0; /* this thread has another id now */
     pthread_mutex_init(&S.nvml_lock, NULL);
     if (S.table) memset(S.table, 0, S.cap * sizeof *S.table);
     S.count = 0;
@@ -604,15 +661,18 @@ static void write_counters(void) {
 /* Rewrites the counters file when `every_ns` has passed since this process last did. */
 static __thread unsigned t_calls __attribute__((tls_model("initial-exec")));
 
-static void maybe_write_counters(uint64_t every_ns) {
-    if (!S.counters_path[0]) return;
-    /* The periodic refresh reads the clock every 64th call of a thread only (a refusal always). */
-    if (every_ns == COUNTERS_EVERY_NS && (++t_calls & 63)) return;
+static __attribute__((noinline)) void write_counters_if_due(uint64_t every_ns) {
     uint64_t t = now_ns();
     uint64_t last = __atomic_load_n(&S.last_counters_ns, __ATOMIC_RELAXED);
     if (t - last < every_ns) return;
     if (!__atomic_compare_exchange_n(&S.last_counters_ns, &last, t, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
     write_counters();
+}
+
+static inline void maybe_write_counters(uint64_t every_ns) {
+    /* The periodic refresh reads the clock every 64th call of a thread only (a refusal always). */
+    if (every_ns == COUNTERS_EVERY_NS && (++t_calls & 63)) return;
+    if (S.counters_path[0]) write_counters_if_due(every_ns);
 }
 
 /* At exit: the counters. Charges of memory still allocated stay: the driver frees it only after the
@@ -693,24 +753,27 @@ static int uuid_slot_locked(const unsigned char uuid[16]) {
 
 /* Region device of a CUDA ordinal (keyed by the device's UUID, so that every process agrees
  * whatever its CUDA_VISIBLE_DEVICES order). -1 when unknown. */
-static int slot_of_ordinal(CUdevice dev) {
+static __attribute__((noinline)) int slot_of_new_ordinal(CUdevice dev) {
     if (dev < 0 || dev >= MAX_ORDINALS || !S.region) return -1;
-    int s = __atomic_load_n(&S.dev_slot[dev], __ATOMIC_ACQUIRE);
-    if (s >= 0) return s;
     CUuuid u;
     CUresult rc = r_cuDeviceGetUuid_v2 ? r_cuDeviceGetUuid_v2(&u, dev) : r_cuDeviceGetUuid ? r_cuDeviceGetUuid(&u, dev) : CUDA_ERROR_NOT_FOUND;
     if (rc != CUDA_SUCCESS) return -1;
     region_lock();
-    s = uuid_slot_locked((const unsigned char *)u.bytes);
+    int s = uuid_slot_locked((const unsigned char *)u.bytes);
     region_unlock();
     if (s >= 0) __atomic_store_n(&S.dev_slot[dev], s, __ATOMIC_RELEASE);
     return s;
 }
 
+static inline int slot_of_ordinal(CUdevice dev) {
+    int s = dev >= 0 && dev < MAX_ORDINALS ? __atomic_load_n(&S.dev_slot[dev], __ATOMIC_ACQUIRE) : -1;
+    return s >= 0 ? s : slot_of_new_ordinal(dev);
+}
+
 #define NO_CONTEXT (-2)
 
 /* Region device of the calling thread's current context; NO_CONTEXT when there is none. */
-static int current_slot(void) {
+static inline int current_slot(void) {
     CUdevice dev;
     if (!r_cuCtxGetDevice || r_cuCtxGetDevice(&dev) != CUDA_SUCCESS) return NO_CONTEXT;
     return slot_of_ordinal(dev);
@@ -719,8 +782,9 @@ static int current_slot(void) {
 /* ------------------------------------------------------------------ charging ----------------- */
 
 /* Check and charge in one step under the region lock. 0 on success, -1 when over the limit. The
- * charge counts as in flight (pending_alloc) until charge_done says what the driver did. */
-static int charge(int slot, uint64_t bytes) {
+ * charge counts as in flight (pending_alloc) until charge_done says what the driver did. The common
+ * case (registered, fits) is inline; the rest (first charge, refusal, reconciliation) is not. */
+static __attribute__((noinline)) int charge_slow(int slot, uint64_t bytes, int locked) {
     if (!S.ok || slot < 0) {
         logf_(LOG_INFO, "refused %llu bytes: %s", (unsigned long long)bytes, S.ok ? "unknown device" : S.error);
         maybe_write_counters(COUNTERS_ON_EVENT_NS);
@@ -728,7 +792,7 @@ static int charge(int slot, uint64_t bytes) {
     }
     struct region *r = S.region;
     struct region_device *d = &r->dev[slot];
-    region_lock();
+    if (!locked) region_lock();
     int me = my_entry();
     uint64_t used = device_used(slot);
     int fits = me >= 0 && bytes <= S.limits.memory && used <= S.limits.memory - bytes;
@@ -752,16 +816,32 @@ static int charge(int slot, uint64_t bytes) {
     return fits ? 0 : -1;
 }
 
+static inline int charge(int slot, uint64_t bytes) {
+    int me = S.me;
+    if (__builtin_expect(!S.ok || slot < 0 || me < 0, 0)) return charge_slow(slot, bytes, 0);
+    struct region *r = S.region;
+    region_lock();
+    uint64_t used = device_used(slot), limit = S.limits.memory;
+    if (__builtin_expect(bytes > limit || used > limit - bytes, 0)) return charge_slow(slot, bytes, 1);
+    struct region_proc *pr = &r->procs[me];
+    __atomic_store_n(&pr->pending_alloc[slot], pr->pending_alloc[slot] + bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->charged[slot][me], r->charged[slot][me] + bytes, __ATOMIC_RELEASE);
+    struct region_device *d = &r->dev[slot];
+    if (used + bytes > d->peak) d->peak = used + bytes;
+    region_unlock();
+    return 0;
+}
+
 /* Only the process itself changes its charges and in-flight counters (reconcile_locked changes those
  * of gone processes): a decrease needs no lock. Orders: a charge goes before its in-flight mark, so
  * that a reader who sees the mark gone also sees the charge gone. */
-static void sub_own(uint64_t *field, uint64_t bytes) {
+static inline void sub_own(uint64_t *field, uint64_t bytes) {
     uint64_t v = __atomic_load_n(field, __ATOMIC_RELAXED);
     __atomic_store_n(field, v >= bytes ? v - bytes : 0, __ATOMIC_RELEASE);
 }
 
 /* After the driver call of a charge: the driver holds the memory now (ok), or never will (undo). */
-static void charge_done(int slot, uint64_t bytes, int ok) {
+static inline void charge_done(int slot, uint64_t bytes, int ok) {
     if (S.me < 0) return;
     struct region_proc *pr = &S.region->procs[S.me];
     if (!ok) sub_own(&S.region->charged[slot][S.me], bytes);
@@ -769,7 +849,7 @@ static void charge_done(int slot, uint64_t bytes, int ok) {
 }
 
 /* Before the driver frees charged memory: from now on the driver may no longer hold it. */
-static void free_begin(int slot, uint64_t bytes) {
+static inline void free_begin(int slot, uint64_t bytes) {
     if (S.me < 0) return;
     uint64_t *pending = &S.region->procs[S.me].pending_free[slot];
     __atomic_store_n(pending, *pending + bytes, __ATOMIC_RELAXED);
@@ -777,7 +857,7 @@ static void free_begin(int slot, uint64_t bytes) {
 }
 
 /* After the driver's free: the charge goes (ok), or the memory is still held (not ok). */
-static void free_done(int slot, uint64_t bytes, int ok) {
+static inline void free_done(int slot, uint64_t bytes, int ok) {
     if (S.me < 0) return;
     struct region_proc *pr = &S.region->procs[S.me];
     if (ok) sub_own(&S.region->charged[slot][S.me], bytes);
@@ -785,7 +865,7 @@ static void free_done(int slot, uint64_t bytes, int ok) {
 }
 
 /* Lowers a charge to what the driver really holds (the driver holds less than was charged). */
-static void uncharge(int slot, uint64_t bytes) {
+static inline void uncharge(int slot, uint64_t bytes) {
     if (S.me >= 0) sub_own(&S.region->charged[slot][S.me], bytes);
 }
 
@@ -801,7 +881,7 @@ static size_t table_hash(uint64_t key, size_t cap) {
     return (size_t)key & (cap - 1);
 }
 
-static int table_grow(void) {
+static __attribute__((noinline)) int table_grow(void) {
     size_t cap = S.cap ? S.cap * 2 : 1024;
     struct entry *t = calloc(cap, sizeof *t);
     if (!t) return -1;
@@ -817,29 +897,34 @@ static int table_grow(void) {
     return 0;
 }
 
-static void table_lock(void) {
-    while (__atomic_exchange_n(&S.table_lock, 1, __ATOMIC_ACQUIRE))
+static __attribute__((noinline)) void table_lock_wait(void) {
+    do
         while (__atomic_load_n(&S.table_lock, __ATOMIC_RELAXED)) sched_yield();
+    while (__atomic_exchange_n(&S.table_lock, 1, __ATOMIC_ACQUIRE));
 }
 
-static void table_unlock(void) { __atomic_store_n(&S.table_lock, 0, __ATOMIC_RELEASE); }
+static inline void table_lock(void) {
+    if (__builtin_expect(__atomic_exchange_n(&S.table_lock, 1, __ATOMIC_ACQUIRE), 0)) table_lock_wait();
+}
 
-static int table_put(struct entry e) {
+static inline void table_unlock(void) { __atomic_store_n(&S.table_lock, 0, __ATOMIC_RELEASE); }
+
+static inline int table_put(const struct entry *e) {
     table_lock();
     int rc = 0;
-    if ((S.count + 1) * 2 > S.cap) rc = table_grow();
+    if (__builtin_expect((S.count + 1) * 2 > S.cap, 0)) rc = table_grow();
     if (rc == 0) {
-        size_t j = table_hash(e.key, S.cap);
-        while (S.table[j].key && S.table[j].key != e.key) j = (j + 1) & (S.cap - 1);
+        size_t j = table_hash(e->key, S.cap);
+        while (S.table[j].key && S.table[j].key != e->key) j = (j + 1) & (S.cap - 1);
         if (!S.table[j].key) S.count++;
-        S.table[j] = e;
+        S.table[j] = *e;
     }
     table_unlock();
     return rc;
 }
 
 /* Removes and returns the entry for `key`; 0 when found. Backward-shift deletion keeps probes short. */
-static int table_take(uint64_t key, struct entry *out) {
+static inline int table_take(uint64_t key, struct entry *out) {
     table_lock();
     int rc = -1;
     if (S.cap) {
@@ -877,16 +962,18 @@ static CUresult driver_release(uint64_t value, int klass) {
 
 /* After a successful driver allocation: remember it, or give it back when memory for that runs out
  * (the charge stays where the driver could not take the memory back). */
-static CUresult remember_entry(struct entry e) {
-    if (table_put(e) == 0) return CUDA_SUCCESS;
-    free_begin(e.slot, e.charge);
-    free_done(e.slot, e.charge, driver_release(e.value, e.klass) == CUDA_SUCCESS);
+static __attribute__((noinline)) CUresult give_back(const struct entry *e) {
+    free_begin(e->slot, e->charge);
+    free_done(e->slot, e->charge, driver_release(e->value, e->klass) == CUDA_SUCCESS);
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-static CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, uint64_t charged, int scrub, unsigned levels) {
-    return remember_entry((struct entry){table_key(value, klass), value, bytes, charged, (uint8_t)klass, (uint8_t)slot, (uint8_t)scrub, 0,
-                                         (uint8_t)(levels > 255 ? 255 : levels)});
+static inline CUresult remember_entry(const struct entry *e) { return table_put(e) == 0 ? CUDA_SUCCESS : give_back(e); }
+
+static inline CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, uint64_t charged, int scrub, unsigned levels) {
+    struct entry e = {table_key(value, klass), value, bytes, charged, (uint8_t)klass, (uint8_t)slot, (uint8_t)scrub, 0,
+                      (uint8_t)(levels > 255 ? 255 : levels)};
+    return remember_entry(&e);
 }
 
 /* The common path of every allocation with an address or handle: charge, allocate, remember. */
@@ -970,8 +1057,7 @@ static CUresult zero_mipmapped(const struct entry *e) {
 }
 
 /* Zero a block on the device before it goes back to the driver (scrub on free). */
-static void scrub(const struct entry *e, CUstream stream, int async, int ptsz) {
-    if (!e->scrub || !S.limits.scrub_on_free) return;
+static __attribute__((noinline)) void scrub_now(const struct entry *e, CUstream stream, int async, int ptsz) {
     CUdeviceptr p = e->value;
     CUresult rc;
     if (e->klass == KEY_VMM) rc = scrub_vmm(e);
@@ -984,6 +1070,10 @@ static void scrub(const struct entry *e, CUstream stream, int async, int ptsz) {
         __atomic_add_fetch(&S.region->scrub_failures, 1, __ATOMIC_RELAXED);
         logf_(LOG_WARN, "scrub of %llu bytes failed (%d)", (unsigned long long)e->bytes, (int)rc);
     }
+}
+
+static inline void scrub(const struct entry *e, CUstream stream, int async, int ptsz) {
+    if (e->scrub && S.limits.scrub_on_free) scrub_now(e, stream, async, ptsz);
 }
 
 /* Whether a stream is being captured into a graph (an invalidated capture counts: it has not ended). */
@@ -1000,7 +1090,8 @@ static void captured_add(int slot, uint64_t charge) {
 }
 
 /* The common path of every release: forget, scrub, release, uncharge (or restore on failure). */
-static CUresult release(uint64_t value, int klass, CUresult (*call)(void *), void *ctx, CUstream stream, int async, int ptsz) {
+static inline __attribute__((always_inline)) CUresult release(uint64_t value, int klass, CUresult (*call)(void *), void *ctx,
+                                                               CUstream stream, int async, int ptsz) {
     init();
     if (pass_through()) return call(ctx);
     struct entry e;
@@ -1012,7 +1103,7 @@ static CUresult release(uint64_t value, int klass, CUresult (*call)(void *), voi
     CUresult rc = call(ctx);
     if (known && !captured) free_done(e.slot, e.charge, rc == CUDA_SUCCESS);
     if (known && captured && rc == CUDA_SUCCESS) captured_add(e.slot, e.charge);
-    if (known && rc != CUDA_SUCCESS) table_put(e);
+    if (known && rc != CUDA_SUCCESS) table_put(&e);
     return rc;
 }
 
@@ -1172,7 +1263,8 @@ EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t
     CUresult rc = r_cuMemCreate(handle, size, prop, flags);
     charge_done(slot, charged, rc == CUDA_SUCCESS);
     if (rc != CUDA_SUCCESS) return rc;
-    return remember_entry((struct entry){table_key(*handle, KEY_VMM), *handle, size, charged, KEY_VMM, (uint8_t)slot, 1, (uint8_t)ordinal, 0});
+    struct entry e = {table_key(*handle, KEY_VMM), *handle, size, charged, KEY_VMM, (uint8_t)slot, 1, (uint8_t)ordinal, 0};
+    return remember_entry(&e);
 }
 
 static CUresult call_release(void *ctx) { return r_cuMemRelease(*(CUmemGenericAllocationHandle *)ctx); }

@@ -3,7 +3,9 @@ counted by the fake driver itself), and processes killed mid-flight give their c
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
 import time
 
 import pytest
@@ -61,33 +63,66 @@ def test_processes_killed_mid_flight_leave_the_accounting_usable(make_step) -> N
     assert step.gpu.stats()["peak"] <= 16 * MiB
 
 
-def test_a_process_dying_inside_the_lock_does_not_wedge_the_step(make_step) -> None:
-    import subprocess
-
+def _lock_holder(step, mode: str) -> subprocess.Popen[str]:
+    """tests/shim/lock_holder.c holding the accounting lock of `step`'s region (see its modes)."""
     from fakegpu import SHIM_DIR, build_native
 
     from secureml.enforcement.shim_control import region_path
 
     from .shimstep import HERE
 
-    step = make_step(memory=8 * MiB)
-    assert step.run("fill", str(MiB)) == {"total": 8 * MiB}  # creates the region
     holder_bin = build_native(
         "lock_holder",
         [HERE / "lock_holder.c"],
-        flags=(f"-I{SHIM_DIR}",),
+        flags=(f"-I{SHIM_DIR}", "-pthread"),
         headers=(SHIM_DIR / "region.h",),
     )
     holder = subprocess.Popen(
-        [str(holder_bin), str(region_path(step.limits_file))], stdout=subprocess.PIPE, text=True
+        [str(holder_bin), str(region_path(step.limits_file)), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
+    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    return holder
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_a_holder_dying_inside_the_lock_does_not_wedge_the_step(make_step, mode: str) -> None:
+    """A process SIGKILLed in the lock, or a thread that exited in it while its process lives on:
+    the next locker finds the holder's thread gone and takes the lock over."""
+    step = make_step(memory=8 * MiB)
+    assert step.run("fill", str(MiB)) == {"total": 8 * MiB}  # creates the region
+    holder = _lock_holder(step, mode)
     try:
-        assert holder.stdout.readline() == "locked\n"
+        if mode == "process":
+            holder.kill()
+            holder.wait()
+        # Nothing to rebuild: the use is the sum of the per-process charges.
+        assert step.run("fill", str(MiB), timeout=20) == {"total": 8 * MiB}
     finally:
         holder.kill()
         holder.wait()
-    # The lock is recovered and the torn total rebuilt from the per-process charges.
-    assert step.run("fill", str(MiB), timeout=20) == {"total": 8 * MiB}
+
+
+def test_a_live_holder_keeps_the_lock(make_step) -> None:
+    """Waiters look at the holder, and a live one is waited for, however long it holds the lock."""
+    step = make_step(memory=8 * MiB)
+    assert step.run("fill", str(MiB)) == {"total": 8 * MiB}
+    holder = _lock_holder(step, "live")
+    try:
+        waiter = step.popen("fill", str(MiB))
+        time.sleep(1.0)  # many times the waiters' look at the holder (every ~1 ms)
+        assert waiter.poll() is None  # still waiting for the lock
+        assert holder.stdin is not None
+        holder.stdin.close()  # release
+        assert holder.wait(timeout=10) == 0
+        out, err = waiter.communicate(timeout=20)
+        assert waiter.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1]) == {"total": 8 * MiB}
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,7 @@ from secureml.compile_rules import TaskView, check_task, task_gpu_request
 from secureml.decorator import SecureSettings, settings_of
 from secureml.errors import SecuremlError
 from secureml.gpu_request import ISOLATION_TIMESLICE_SHIM, GPURequest, TimeSlice
+from secureml.kfp_k8s_config import one_message
 from secureml.kfp_names import remembered_names
 from secureml.kfp_nested_merge import fixed_merges
 from secureml.violation import Violation
@@ -199,16 +200,16 @@ def _write_yaml(component: GraphComponent, documents: list[dict[str, Any]]) -> s
     """The pipeline YAML, as `kfp.compiler.Compiler().compile` writes it: kfp's comment header and
     the pipelineSpec and platformSpec documents (`MessageToDict` of kfp's protos, keys sorted).
 
-    The documents are emitted with libyaml when PyYAML has it (same data, a few long strings
-    folded differently, about ten times faster than the pure-Python emitter kfp uses); a pipeline
-    whose importer downloads to a workspace goes through kfp's own writer, which validates that.
+    The documents are written by `secureml.kfp_yaml` (the same data, strings quoted or in literal
+    blocks where kfp's PyYAML folds them, several times faster); a pipeline whose importer
+    downloads to a workspace goes through kfp's own writer, which validates that.
     """
-    import yaml
     from kfp.compiler import pipeline_spec_builder as builder
 
+    from secureml.kfp_yaml import dump_documents
+
     pipeline_dict = documents[0]
-    dumper = getattr(yaml, "CSafeDumper", None)
-    if dumper is None or _downloads_to_workspace(pipeline_dict):
+    if _downloads_to_workspace(pipeline_dict):
         from kfp import compiler
 
         with tempfile.TemporaryDirectory(prefix="secureml-compile-") as tmp:
@@ -216,7 +217,7 @@ def _write_yaml(component: GraphComponent, documents: list[dict[str, Any]]) -> s
             compiler.Compiler().compile(component, str(path))
             return path.read_text(encoding="utf-8")
     header: str = builder.extract_comments_from_pipeline_spec(pipeline_dict, component.description)
-    return header + yaml.dump_all(documents, sort_keys=True, Dumper=dumper)
+    return header + dump_documents(documents)
 
 
 def _downloads_to_workspace(pipeline_dict: dict[str, Any]) -> bool:
@@ -519,16 +520,18 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
     )
 
     _write_resources(task, placed, report)
-    _write_scheduling(task, placed, report)
-    _write_labels(task, ctx, step, placed, report)
     spiffe_id = profile.spiffe_id(ctx.pipeline, step)
     shim_on = placed.isolation == ISOLATION_TIMESLICE_SHIM
-    _write_annotations(task, ctx, spiffe_id, ref.digest, step_request, shim_on, report)
-    scratch = _write_pod_security(task, ctx, settings)
+    with one_message(task):  # the kfp.kubernetes setters below parse the task's config once
+        _write_scheduling(task, placed, report)
+        _write_labels(task, ctx, step, placed, report)
+        _write_annotations(task, ctx, spiffe_id, ref.digest, step_request, shim_on, report)
+        scratch = _write_pod_security(task, ctx, settings)
+        verify_env = _verify_inputs_settings(task, ctx, settings, report)
     has_gpu = step_request is not None
     identity = spec.identity
     env = _launcher_env(ctx, step, placed.isolation, image, spiffe_id, step_request, shim_on)
-    env.update(_verify_inputs_settings(task, ctx, settings, report))
+    env.update(verify_env)
     # What task.set_env_variable does, in one step: kfp's setters call inspect.stack() each time,
     # which made this loop the largest cost of compiling a long pipeline.
     task.container_spec.env = {**(task.container_spec.env or {}), **env}

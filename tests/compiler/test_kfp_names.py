@@ -36,3 +36,21 @@ def test_kfp_gets_its_function_back() -> None:
         assert utils.maybe_rename_for_k8s("A_B") == original("A_B") == "a-b"
         raise RuntimeError
     assert utils.maybe_rename_for_k8s is original
+
+
+@pytest.mark.parametrize(
+    ("name", "collection"),
+    [
+        ("a", []),
+        ("a", ["a"]),
+        ("a", ["a", "a-2", "a-3", "b"]),
+        ("a", ["a", "a-3"]),
+        ("a-2", ["a-2", "a"]),
+        ("", ["", "-2"]),
+    ],
+)
+def test_unique_name_answers_as_kfp(name: str, collection: list[str]) -> None:
+    from secureml.kfp_names import unique_name
+
+    expected = utils.make_name_unique_by_adding_index(name, collection, "-")
+    assert unique_name(name, collection, "-") == expected

@@ -846,13 +846,13 @@ def _check_admission(
 ) -> None:
     """Evaluate the tenant's admission rules on every previewed pod (the rule engine is part of
     the package: an installation without it is broken, and fails here rather than skip the check)."""
-    from secureml.preview import preview_pods
+    from secureml.preview import iter_preview_pods
     from secureml.rules import evaluate, rules_for_profile
 
-    pods = preview_pods(documents, profile)  # the documents as written, without a YAML round trip
     rules = rules_for_profile(profile)
     reports = {step.step: step for step in ctx.steps}
-    for path, pod in pods.items():
+    # the documents as written, without a YAML round trip; each pod judged, then dropped
+    for path, pod in iter_preview_pods(documents, profile):
         # a preview is keyed by its DAG path (`inner/score`); its step label names the task
         label = pod.get("metadata", {}).get("labels", {}).get(contract.LABEL_STEP)
         report = reports.get(label) if label else None

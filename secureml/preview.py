@@ -3,7 +3,8 @@
 `preview_pods(docs, profile)` reads the compiled YAML (the pipelineSpec and the kubernetes
 platformSpec) and builds, per task, the executor Pod that KFP 2.17.0's backend and Argo Workflows
 v4.0.5 create, then applies the tenant bundle's MutatingAdmissionPolicy
-(`secureml.bundle.mutation.apply.apply_mutations`). `preview_driver_pods(docs, profile)`
+(`secureml.bundle.mutation.apply.apply_mutations`); `iter_preview_pods` yields the same pods one
+at a time. `preview_driver_pods(docs, profile)`
 builds KFP's driver pods (the root DAG's and each task's). The admission rules (`secureml.rules`)
 are evaluated on exactly these pods, offline and on a real API server.
 
@@ -122,12 +123,20 @@ def preview_pods(
 ) -> dict[str, dict[str, Any]]:
     """Executor pods by task path (`task`, or `parent/child` inside nested pipelines), in order;
     `mutate=False`: as Argo submits them, before the tenant's MutatingAdmissionPolicy."""
+    return dict(iter_preview_pods(pipeline_yaml_docs, profile, mutate=mutate))
+
+
+def iter_preview_pods(
+    pipeline_yaml_docs: Sequence[dict[str, Any]], profile: TenantProfile, *, mutate: bool = True
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """`preview_pods` one (task path, pod) at a time, each pod built when asked for: the compiler
+    judges and drops each in turn instead of holding every pod of a long pipeline at once."""
     pipeline_spec, k8s_executors = _split(pipeline_yaml_docs)
     executors = pipeline_spec.get("deploymentSpec", {}).get("executors", {})
     from secureml.bundle.mutation.apply import apply_mutations
 
     workflow = _workflow(pipeline_spec, profile)
-    pods: dict[str, dict[str, Any]] = {}
+    pipeline = _pipeline_name(pipeline_spec)
     for path, executor_label, task in _executor_tasks(pipeline_spec):
         executor = executors.get(executor_label, {})
         if "container" not in executor:
@@ -135,14 +144,13 @@ def preview_pods(
         if executor["container"].get("image") in contract.KFP_PLATFORM_OP_IMAGES:
             continue  # CreatePVC / DeletePVC: KFP's driver makes the call, no executor pod
         template = _executor_template(
-            _pipeline_name(pipeline_spec),
+            pipeline,
             executor["container"],
             k8s_executors.get(executor_label, {}),
             retry="retryPolicy" in task,
         )
         pod = argo_pod(workflow, f"{_node(workflow, path)}.executor", template)
-        pods[path] = apply_mutations(pod, profile) if mutate else pod
-    return pods
+        yield path, apply_mutations(pod, profile) if mutate else pod
 
 
 def preview_driver_pods(

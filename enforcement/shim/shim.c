@@ -29,7 +29,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <linux/membarrier.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,6 +92,10 @@ static struct shim {
     int me; /* index of this process in region->procs, -1 until it first charges */
     int dev_slot[MAX_ORDINALS]; /* CUDA ordinal -> region device, -1 unknown */
     int table_lock; /* a spin lock: held for a few table operations only */
+    int table_owner;  /* the one thread that has used the table, which then takes no lock; 0: none yet */
+    int table_shared; /* another thread came (or no membarrier): every thread takes table_lock */
+    int table_busy;   /* the owner is in a table operation */
+    int membarrier_ok;
     struct entry *table;
     size_t cap, count;
     struct graph_charge *graphs; /* under table_lock, like the table */
@@ -108,6 +114,7 @@ static struct shim {
 } S = {
     .once = PTHREAD_ONCE_INIT,
     .me = -1,
+    .table_shared = 1, /* until the constructor finds membarrier */
     .nvml_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
@@ -271,6 +278,15 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+/* For periodic work only (reconciliation from memory reports, the counters refresh): the time of the
+ * kernel's last tick (a few ms old at most), a few ns to read where CLOCK_MONOTONIC costs tens in a
+ * virtual machine. The same clock as now_ns(), coarser. */
+static uint64_t coarse_now_ns(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts)) return now_ns();
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
 static void sleep_ns(uint64_t ns) {
     struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
@@ -313,6 +329,13 @@ static uint64_t process_start_time(int pid) { return task_start_time(pid, NULL);
  * that exited) takes it over: nothing to rebuild, since a device's use is always the sum of the
  * per-process charges and each process changes only its own. */
 static __thread uint64_t t_token __attribute__((tls_model("initial-exec")));
+static __thread int t_tid __attribute__((tls_model("initial-exec")));
+
+static inline int my_tid(void) {
+    int t = t_tid;
+    if (__builtin_expect(!t, 0)) t_tid = t = (int)gettid();
+    return t;
+}
 
 static uint64_t pid_namespace(void) {
     struct stat st;
@@ -322,7 +345,7 @@ static uint64_t pid_namespace(void) {
 static uint64_t lock_token(void) {
     uint64_t t = t_token;
     if (__builtin_expect(!t, 0)) {
-        int tid = (int)gettid();
+        int tid = my_tid();
         t_token = t = region_lock_token(tid, pid_namespace(), task_start_time(tid, NULL));
     }
     return t;
@@ -551,7 +574,8 @@ static void write_counters(void);
 static void at_fork_child(void) {
     /* The child's device allocations (none survive fork) and process entry are its own. */
     S.table_lock = 0;
-    t_token = 0; /* this thread has another id now */
+    t_token = 0, t_tid = 0; /* this thread has another id now */
+    S.table_owner = 0, S.table_busy = 0, S.table_shared = !S.membarrier_ok; /* the only thread now */
     pthread_mutex_init(&S.nvml_lock, NULL);
     if (S.table) memset(S.table, 0, S.cap * sizeof *S.table);
     S.count = 0;
@@ -662,7 +686,7 @@ static void write_counters(void) {
 static __thread unsigned t_calls __attribute__((tls_model("initial-exec")));
 
 static __attribute__((noinline)) void write_counters_if_due(uint64_t every_ns) {
-    uint64_t t = now_ns();
+    uint64_t t = coarse_now_ns();
     uint64_t last = __atomic_load_n(&S.last_counters_ns, __ATOMIC_RELAXED);
     if (t - last < every_ns) return;
     if (!__atomic_compare_exchange_n(&S.last_counters_ns, &last, t, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
@@ -909,8 +933,58 @@ static inline void table_lock(void) {
 
 static inline void table_unlock(void) { __atomic_store_n(&S.table_lock, 0, __ATOMIC_RELEASE); }
 
-static inline int table_put(const struct entry *e) {
+/* The table without a lock (docs/shim.md "Allocation table"). While one thread alone has used the
+ * table (its owner) it takes no lock: it marks itself busy with a plain store, then checks that no
+ * other thread came. The first other thread, under the spin lock, says it came (table_shared), then
+ * makes every running thread of the process pass a memory barrier (membarrier), so that the owner
+ * either sees table_shared or is seen busy, and waits until it is not; from then on every thread
+ * takes the spin lock. Where membarrier is unavailable every thread takes it from the start. */
+static long membarrier_(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
+
+__attribute__((constructor)) static void table_setup(void) {
+    /* Registration is the process's and survives fork; checked once here. */
+    S.membarrier_ok = membarrier_(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 && membarrier_(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
+    if (S.membarrier_ok) __atomic_store_n(&S.table_shared, 0, __ATOMIC_RELEASE);
+}
+
+static __attribute__((noinline)) void table_lock_shared(void) {
     table_lock();
+    if (__atomic_load_n(&S.table_shared, __ATOMIC_RELAXED)) return;
+    int owner = __atomic_load_n(&S.table_owner, __ATOMIC_RELAXED);
+    if (!owner) {
+        __atomic_store_n(&S.table_owner, my_tid(), __ATOMIC_RELAXED); /* this thread, from its next call */
+        return;
+    }
+    if (owner == my_tid()) return;
+    __atomic_store_n(&S.table_shared, 1, __ATOMIC_SEQ_CST);
+    if (membarrier_(MEMBARRIER_CMD_PRIVATE_EXPEDITED) && membarrier_(MEMBARRIER_CMD_GLOBAL)) {
+        /* Forbidden since the constructor (a seccomp filter installed later): a store buffer drains
+         * within microseconds. */
+        logf_(LOG_WARN, "membarrier failed (%s); waiting 1 ms instead", strerror(errno));
+        sleep_ns(1000000);
+    }
+    while (__atomic_load_n(&S.table_busy, __ATOMIC_ACQUIRE)) sched_yield();
+}
+
+/* Enters a table operation: 1 as the owner (no lock), 0 holding the spin lock. */
+static inline int table_enter(void) {
+    if (__builtin_expect(!__atomic_load_n(&S.table_shared, __ATOMIC_RELAXED) && __atomic_load_n(&S.table_owner, __ATOMIC_RELAXED) == my_tid(), 1)) {
+        __atomic_store_n(&S.table_busy, 1, __ATOMIC_RELAXED);
+        __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the processor's barrier is the other thread's membarrier */
+        if (__builtin_expect(!__atomic_load_n(&S.table_shared, __ATOMIC_RELAXED), 1)) return 1;
+        __atomic_store_n(&S.table_busy, 0, __ATOMIC_RELEASE);
+    }
+    table_lock_shared();
+    return 0;
+}
+
+static inline void table_leave(int owner) {
+    if (owner) __atomic_store_n(&S.table_busy, 0, __ATOMIC_RELEASE);
+    else table_unlock();
+}
+
+static inline int table_put(const struct entry *e) {
+    int own = table_enter();
     int rc = 0;
     if (__builtin_expect((S.count + 1) * 2 > S.cap, 0)) rc = table_grow();
     if (rc == 0) {
@@ -919,13 +993,13 @@ static inline int table_put(const struct entry *e) {
         if (!S.table[j].key) S.count++;
         S.table[j] = *e;
     }
-    table_unlock();
+    table_leave(own);
     return rc;
 }
 
 /* Removes and returns the entry for `key`; 0 when found. Backward-shift deletion keeps probes short. */
 static inline int table_take(uint64_t key, struct entry *out) {
-    table_lock();
+    int own = table_enter();
     int rc = -1;
     if (S.cap) {
         size_t j = table_hash(key, S.cap);
@@ -945,7 +1019,7 @@ static inline int table_take(uint64_t key, struct entry *out) {
             S.table[hole].key = 0;
         }
     }
-    table_unlock();
+    table_leave(own);
     return rc;
 }
 
@@ -1598,7 +1672,7 @@ EXPORT CUresult CUDAAPI cuMemGetInfo(unsigned int *free_bytes, unsigned int *tot
 
 /* Reconciles gone processes at most once per period, so that reports recover after a crash. */
 static void reclaim_occasionally(int slot) {
-    uint64_t t = now_ns();
+    uint64_t t = coarse_now_ns();
     if (!S.region || slot < 0 || t - __atomic_load_n(&S.last_reclaim_ns, __ATOMIC_RELAXED) < CONTROL_PERIOD_NS) return;
     __atomic_store_n(&S.last_reclaim_ns, t, __ATOMIC_RELAXED);
     region_lock();

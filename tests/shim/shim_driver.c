@@ -2,6 +2,8 @@
  * against libcuda.so.1 (the fake in tests), run with or without the shim preloaded.
  *
  *   shim_driver stress ITERATIONS SEED MAX_BYTES [PAUSE_US]  random alloc/free; prints ok/refused counts
+ *   shim_driver threads THREADS ITERATIONS SEED MAX_BYTES  the same in threads sharing their blocks (a
+ *                                                    block is often freed by another thread than its allocator)
  *   shim_driver hold BYTES                           allocate, print "ready", wait for stdin EOF
  *   shim_driver fill CHUNK                           allocate CHUNK until refused; print the total
  *   shim_driver launch SECONDS                       launch kernels back to back for SECONDS
@@ -11,6 +13,7 @@
 #define _GNU_SOURCE
 #include "cuda_api.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +24,7 @@ CUresult cuInit(unsigned int);
 CUresult cuDeviceGet(CUdevice *, int);
 CUresult cuCtxCreate_v2(CUcontext *, unsigned int, CUdevice);
 CUresult cuCtxSynchronize(void);
+CUresult cuCtxPushCurrent_v2(CUcontext);
 CUresult cuStreamCreate(CUstream *, unsigned int);
 CUresult cuStreamSynchronize(CUstream);
 CUresult cuStreamDestroy_v2(CUstream);
@@ -102,6 +106,58 @@ static int stress(long iterations, uint64_t seed, size_t max_bytes, long pause_u
     for (int s = 0; s < LIVE; s++)
         if (live[s]) CHECK(cuMemFree_v2(live[s]));
     printf("{\"ok\": %ld, \"refused\": %ld}\n", ok, refused);
+    return 0;
+}
+
+static CUcontext g_ctx;
+
+enum { SHARED_LIVE = 64 };
+static CUdeviceptr g_live[SHARED_LIVE]; /* blocks any thread may free */
+static long g_iterations;
+static size_t g_max_bytes;
+static long g_ok, g_refused;
+
+static void *share_blocks(void *arg) {
+    uint64_t state = (uint64_t)(uintptr_t)arg * 2654435761u + 1;
+    if (cuCtxPushCurrent_v2(g_ctx) != CUDA_SUCCESS) return (void *)1;
+    for (long i = 0; i < g_iterations; i++) {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        CUdeviceptr p = __atomic_exchange_n(&g_live[state % SHARED_LIVE], 0, __ATOMIC_ACQ_REL);
+        if (p) {
+            CHECK(cuMemFree_v2(p));
+            continue;
+        }
+        CUresult rc = cuMemAlloc_v2(&p, 1 + (size_t)((state >> 8) % g_max_bytes));
+        if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+            __atomic_add_fetch(&g_refused, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        CHECK(rc);
+        __atomic_add_fetch(&g_ok, 1, __ATOMIC_RELAXED);
+        CUdeviceptr old = __atomic_exchange_n(&g_live[state % SHARED_LIVE], p, __ATOMIC_ACQ_REL);
+        if (old) CHECK(cuMemFree_v2(old));
+    }
+    return NULL;
+}
+
+/* The main thread works alone first (the shim's allocation table is then its own), then with the
+ * others, in the same loop. */
+static int threads(int n, long iterations, uint64_t seed, size_t max_bytes) {
+    enum { MAX_THREADS = 32 };
+    if (n < 1 || n > MAX_THREADS) return 2;
+    pthread_t t[MAX_THREADS];
+    g_iterations = iterations, g_max_bytes = max_bytes;
+    share_blocks((void *)(uintptr_t)seed);
+    for (int i = 1; i < n; i++)
+        if (pthread_create(&t[i], NULL, share_blocks, (void *)(uintptr_t)(seed + (uint64_t)i))) return 3;
+    share_blocks((void *)(uintptr_t)(seed + 1000));
+    for (int i = 1; i < n; i++) {
+        void *rc;
+        if (pthread_join(t[i], &rc) || rc) return 3;
+    }
+    for (int s = 0; s < SHARED_LIVE; s++)
+        if (g_live[s]) CHECK(cuMemFree_v2(g_live[s]));
+    printf("{\"ok\": %ld, \"refused\": %ld}\n", g_ok, g_refused);
     return 0;
 }
 
@@ -276,8 +332,11 @@ int main(int argc, char **argv) {
     CHECK(cuInit(0));
     CHECK(cuDeviceGet(&dev, 0));
     CHECK(cuCtxCreate_v2(&ctx, 0, dev));
+    g_ctx = ctx;
     if (!strcmp(argv[1], "stress") && (argc == 5 || argc == 6))
         return stress(atol(argv[2]), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10), argc == 6 ? atol(argv[5]) : 0);
+    if (!strcmp(argv[1], "threads") && argc == 6)
+        return threads(atoi(argv[2]), atol(argv[3]), strtoull(argv[4], NULL, 10), strtoull(argv[5], NULL, 10));
     if (!strcmp(argv[1], "hold") && argc == 3) return hold(strtoull(argv[2], NULL, 10));
     if (!strcmp(argv[1], "fill") && argc == 3) return fill(strtoull(argv[2], NULL, 10));
     if (!strcmp(argv[1], "launch") && argc == 3) return launch(atof(argv[2]));

@@ -9,7 +9,8 @@ previewed (mutated), with Pod Security restricted and with team-a's rules.
 
 Measured in one run, pinned to one core, each as pods per CPU-second (min/median/max of the runs):
 
-- the parts: YAML parsing (libyaml's CSafeLoader, and rapidyaml when installed), the admitted pod
+- the parts: YAML parsing (libyaml's CSafeLoader, and `secureml.yaml_stream`, which check-pod reads
+  with: yaml_rs where it reads as PyYAML does, else PyYAML), the admitted pod
   (`as_created`: defaults, mutations, validity), `evaluate` by the fast path and by the plain path
   (`evaluate_plain`, the Rust engine alone: the baseline the fast path replaced);
 - the CLI end to end (`secureml check-pod FILE --level restricted` / `--profile team-a.yaml`),
@@ -48,7 +49,7 @@ from secureml.preview import preview_pods  # noqa: E402
 from secureml.profile import load_profile  # noqa: E402
 from secureml.rules import evaluate, rules_for_level, rules_for_profile  # noqa: E402
 from secureml.rules.engine import evaluate_plain  # noqa: E402
-from secureml.workloads import YAML_LOADER  # noqa: E402
+from secureml.yaml_stream import PYYAML_LOADER, load_all  # noqa: E402
 
 PIPELINES, STEPS = 10, 100
 N = PIPELINES * STEPS
@@ -99,19 +100,6 @@ def cli_rates(args: list[str], runs: int = RUNS) -> list[float]:
     return out
 
 
-def rapidyaml_parse() -> Callable[[str], Any] | None:
-    try:
-        import ryml  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    import json
-
-    def parse(text: str) -> Any:  # rapidyaml's tree, emitted as JSON, read by json
-        return json.loads(ryml.emit_json(ryml.parse_in_arena(text.encode())))
-
-    return parse
-
-
 def show(name: str, values: list[float], base: float | None) -> None:
     median = statistics.median(values)
     spread = f"{min(values):8.0f} {median:8.0f} {max(values):8.0f}"
@@ -135,14 +123,10 @@ def main() -> None:
     )
     print(f"  {len(restricted)} rules restricted, {len(full)} for team-a")
     print(f"  {'pods per CPU-second':44} {'min':>8} {'median':>8} {'max':>8} {'ratio':>9}")
-    parse = rates(N, lambda: list(yaml.load_all(text, Loader=YAML_LOADER)))
+    parse = rates(N, lambda: list(yaml.load_all(text, Loader=PYYAML_LOADER)))
     show("YAML parse, CSafeLoader (baseline)", parse, None)
     base = statistics.median(parse)
-    ryml_parse = rapidyaml_parse()
-    if ryml_parse is not None:
-        show(
-            "YAML parse, rapidyaml (tree -> JSON -> json)", rates(N, lambda: ryml_parse(text)), base
-        )
+    show("YAML parse, secureml.yaml_stream (check-pod's)", rates(N, lambda: load_all(text)), base)
     show(
         "as_created (defaults, mutations, validity)",
         rates(N, lambda: [as_created(p, profile) for p in submitted]),

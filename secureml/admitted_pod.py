@@ -68,10 +68,10 @@ VOLUME_SOURCES = (
 )
 
 
-def api_defaults(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """`pod` (a new dict, nothing shared with `pod`: as the API server decodes it) with the Pod API
-    defaults that change an admission verdict."""
-    result = copy_json(dict(pod))
+def api_defaults(pod: Mapping[str, Any], *, in_place: bool = False) -> dict[str, Any]:
+    """`pod` with the Pod API defaults that change an admission verdict: a new dict, nothing shared
+    with `pod` (as the API server decodes it), or with `in_place` the dict `pod` itself changed."""
+    result = pod if in_place and isinstance(pod, dict) else copy_json(dict(pod))
     spec = result.get("spec")
     if not isinstance(spec, dict):
         return result
@@ -94,16 +94,21 @@ def api_defaults(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def as_created(
-    pod: Mapping[str, Any], profile: TenantProfile | None, *, mutated: bool = False
+    pod: Mapping[str, Any],
+    profile: TenantProfile | None,
+    *,
+    mutated: bool = False,
+    in_place: bool = False,
 ) -> dict[str, Any]:
     """The pod a CREATE hands to validating admission: defaults, then the tenant's mutations
-    (unless `mutated`, or no profile)."""
-    defaulted = api_defaults(pod)
+    (unless `mutated`, or no profile). A new dict, or with `in_place` the dict `pod` itself
+    changed: for a caller that owns `pod` (check-pod's pods, just read), which saves two copies."""
+    defaulted = api_defaults(pod, in_place=in_place)
     if profile is None or mutated:
         return defaulted
     from secureml.bundle import apply_mutations
 
-    return apply_mutations(defaulted, profile)
+    return apply_mutations(defaulted, profile, in_place=True)
 
 
 def invalid_after_mutation(pod: Mapping[str, Any]) -> str | None:

@@ -108,12 +108,13 @@ def judge_creates(
     *,
     mutated: bool = False,
 ) -> list[PodVerdict]:
-    """Each pod as a CREATE: defaults, the tenant's mutations, the Pod API's validity, the rules."""
+    """Each pod as a CREATE: defaults, the tenant's mutations, the Pod API's validity, the rules.
+    The pods are the caller's, just read: each is changed in place into the pod as admitted."""
     from secureml.admitted_pod import VALIDATION_RULE_ID, as_created, invalid_after_mutation
 
     verdicts = []
     for pod in pods:
-        admitted = as_created(pod.pod, profile, mutated=mutated)
+        admitted = as_created(pod.pod, profile, mutated=mutated, in_place=True)
         invalid = invalid_after_mutation(admitted)
         if invalid is not None:
             verdicts.append(PodVerdict(pod, (Violation(VALIDATION_RULE_ID, invalid),)))

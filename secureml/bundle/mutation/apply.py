@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from secureml import contract
@@ -10,6 +9,7 @@ from secureml.bundle.common import Manifest
 from secureml.bundle.mutation.catalogue import mutations_for_profile
 from secureml.bundle.mutation.groups import Group, group_operations
 from secureml.bundle.mutation.model import FromLabel
+from secureml.jsontree import copy_json
 from secureml.profile import TenantProfile
 
 
@@ -54,19 +54,20 @@ def _write(node: dict[str, Any], path: tuple[str, ...], kind: str, value: Any) -
     for name in parents:  # (a pod always has metadata and spec; setdefault keeps them)
         node = node.setdefault(name, {})
     if kind == "set":
-        node[leaf] = copy.deepcopy(value)
+        node[leaf] = copy_json(value)
     elif kind == "prepend":
-        node[leaf] = copy.deepcopy(value) + list(node.get(leaf) or [])
+        node[leaf] = copy_json(value) + list(node.get(leaf) or [])
     else:
-        node[leaf] = list(node.get(leaf) or []) + copy.deepcopy(value)
+        node[leaf] = list(node.get(leaf) or []) + copy_json(value)
 
 
-def apply_mutations(pod: Manifest, profile: TenantProfile) -> Manifest:
-    """The pod as the tenant's MutatingAdmissionPolicy would admit it (a new dict).
+def apply_mutations(pod: Manifest, profile: TenantProfile, *, in_place: bool = False) -> Manifest:
+    """The pod as the tenant's MutatingAdmissionPolicy would admit it: a new dict, or with
+    `in_place` `pod` itself changed (for a caller that owns it: check-pod's freshly read pods).
 
     Pods that are not this tenant's secure steps (tenant label) come back unchanged.
     """
-    result = copy.deepcopy(pod)
+    result = pod if in_place else copy_json(pod)
     if not is_tenant_step(pod, profile):
         return result
     labels = _labels(pod)

@@ -1,0 +1,124 @@
+"""Every document of a YAML stream, fast, and always exactly what PyYAML's SafeLoader gives.
+
+check-pod reads files of hundreds of pods; with libyaml's CSafeLoader, building the Python objects
+(PyYAML's composer and constructor run in Python) was most of its time. `yaml_rs` (a Rust reader)
+builds them about ten times faster, but it follows YAML 1.2's core schema where PyYAML follows
+YAML 1.1, and the two read some streams apart: `yes`/`no`/`on`/`off` (1.1 booleans), `0755` (1.1
+octal), `1:20` (1.1 base 60), `1e3` and `-.5` (1.2 floats), `2001-12-14` (a 1.1 date), `<<` (a
+1.1 merge key), tags, a repeated anchor (1.1 refuses it), a flow collection as a key (PyYAML:
+unhashable), the line breaks 1.1 has and 1.2 has not. So `load_all` takes the fast reader only
+for a stream in which `needs_pyyaml` finds none of those. The scan (RE2, linear) matches at every
+place a plain scalar can start, inside quoted and block scalars too, so a stream with such text in
+a string merely takes the slow path (it reads the raw text: no quoting or nesting hides a scalar
+from it). Anything the fast reader refuses is read by PyYAML,
+whose error is the one raised, so a bad file's message does not depend on the reader.
+tests/test_yaml_stream.py compares both readers on every YAML file of the repository and its
+fixtures, on each scalar where they differ in each position, and on generated streams.
+
+What this returns never shares a dict or list between two places (PyYAML shares an anchored node
+among its aliases; the copy breaks that), so a caller may change a pod in place.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import re2  # type: ignore[import-untyped]
+import yaml
+import yaml_rs  # type: ignore[import-untyped]
+
+from secureml.jsontree import copy_json
+
+PYYAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Where a plain scalar can start: at the start, after white space, a flow indicator, or a quoted
+# flow key's colon.
+_START = r"""(?:^|[ \t\r\n\[\{,]|["']:)"""
+# Where a plain scalar that is one token ends: the end of a line, a comment, a flow indicator or a
+# mapping key's colon (more places than YAML ends one: that only sends more streams to PyYAML).
+_END = r"[ \t]*(?:[\r\n#,\]\}]|:[ \t\r\n]|:$|$)"
+_NUMBER_TAIL = r"[0-9._:]*(?:[eE][-+]?[0-9_]+)?"
+# A stream with any of these is read by PyYAML (RE2: a linear scan, ten times Python's `re` here).
+_NEEDS_PYYAML = re2.compile(
+    "|".join(
+        (
+            _START
+            + "(?:"
+            + "|".join(
+                (
+                    # YAML 1.1 booleans (true/false in every case both read alike; PyYAML keeps
+                    # y and n as text)
+                    r"(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF)" + _END,
+                    # numbers the readers read apart (both read decimal integers and fractions
+                    # alike): leading zeros (1.1 octal), 0x/0o/0b, underscores, base 60 (1.1),
+                    # exponents (1.2 floats; 1.1 needs a dot and a sign), a signed `.5` (1.2)
+                    r"[-+]?0[0-9_xXoObB]",
+                    r"[-+]?[0-9.][0-9.:]*[_:]" + _NUMBER_TAIL + _END,
+                    r"[-+]?[0-9.][0-9._]*[eE][-+]?[0-9_]+" + _END,
+                    r"[-+]\.",
+                    r"[-+]?\.(?:inf|Inf|INF|nan|NaN|NAN)?" + _END,
+                    r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}",  # a 1.1 timestamp (PyYAML: a date)
+                    r"(?:<<|=)" + _END,  # the 1.1 merge key and value key
+                    r"[!&*]",  # a tag, an anchor (1.1 refuses a repeated one), an alias
+                    r"\?[ \t\r\n]",  # a complex key
+                )
+            )
+            + ")",
+            r"[\]\}][ \t]*:(?:[ \t\r\n]|$)",  # a flow collection as a key (PyYAML: unhashable)
+            r"(?m:^(?:%|\.\.\.(?:[ \t\r\n]|$)))",  # a directive, a document end marker
+            # a byte order mark; 1.1's line breaks that 1.2 reads as text; what PyYAML refuses
+            "[\ufeff\x85\u2028\u2029\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ufffe\uffff]",
+        )
+    )
+)
+_MARKER_END = ("", " ", "\t", "\r", "\n")
+_CONTENT = re.compile(r"^[ \t]*[^\s#]", re.MULTILINE)  # a line that is neither blank nor a comment
+
+
+def load_all(text: str) -> list[Any]:
+    """The documents of `text`, as `yaml.load_all(text, Loader=CSafeLoader)` gives them (empty
+    documents are None); raises PyYAML's `yaml.YAMLError` for a stream PyYAML refuses."""
+    if not needs_pyyaml(text):
+        fast = _fast(text)
+        if fast is not None:
+            return fast
+    return copy_json(list(yaml.load_all(text, Loader=PYYAML_LOADER)))
+
+
+def needs_pyyaml(text: str) -> bool:
+    """Whether `text` holds anything the fast reader may read otherwise than PyYAML."""
+    return _NEEDS_PYYAML.search(text) is not None
+
+
+def _fast(text: str) -> list[Any] | None:
+    """The documents by the fast reader, one call per document (it gives a stream of one document
+    that is a list and a stream of several documents the same way); None where it refuses one."""
+    documents: list[Any] = []
+    starts = _document_starts(text)
+    for begin, end in zip([0, *starts], [*starts, len(text)], strict=True):
+        chunk = text[begin:end]
+        if begin == 0 and (not chunk or not _CONTENT.search(chunk)):
+            continue  # before the first `---`: no document unless there is content
+        try:
+            documents.append(
+                yaml_rs.loads(
+                    chunk,
+                    parse_datetime=False,
+                    duplicate_key_policy=yaml_rs.DuplicateKeyPolicy.LastWins,
+                )
+            )
+        except Exception:  # noqa: BLE001 - yaml_rs raises its own errors and ValueError; PyYAML decides
+            return None
+    return documents
+
+
+def _document_starts(text: str) -> list[int]:
+    """Where each document start marker (`---` at the start of a line, then white space or the
+    end) is: it always starts a new document, whatever comes before it."""
+    starts = [0] if text.startswith("---") and text[3:4] in _MARKER_END else []
+    found = text.find("\n---")
+    while found >= 0:
+        if text[found + 4 : found + 5] in _MARKER_END:
+            starts.append(found + 1)
+        found = text.find("\n---", found + 4)
+    return starts

@@ -10,6 +10,8 @@ and signature checks off (team-a-dev requires none):
   `python -m secureml compile benchmarks/chain.py --profile ...`, alternating; their peak memory
   (max RSS of each child, from wait4) too.
 
+Time is CPU time (this process's `process_time`; each child's user + system time from wait4),
+the figure that other work on a shared machine moves least; wall time is printed beside it.
 Every figure is min / median / max over the runs, and each ratio is secureml's median over kfp's
 median of this run; the machine's load average is printed before and after. Target: <= 1.25x in
 time at every size, and in peak memory at 500 steps. Run: `python benchmarks/compile.py`
@@ -57,29 +59,35 @@ SECUREML_PROCESS = PEAK + (
 )
 
 
-def time_kfp(steps: int, out: Path) -> float:
-    start = time.perf_counter()
+def time_kfp(steps: int, out: Path) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of kfp's compile."""
+    cpu, wall = time.process_time(), time.perf_counter()
     compiler.Compiler().compile(dsl.pipeline(name="chain")(chained(steps)), str(out))
-    return time.perf_counter() - start
+    return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def time_secureml(steps: int, out: Path) -> float:
-    start = time.perf_counter()
+def time_secureml(steps: int, out: Path) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of secureml's compile."""
+    cpu, wall = time.process_time(), time.perf_counter()
     compile_pipeline(dsl.pipeline(name="chain")(chained(steps)), PROFILE).write(out)
-    return time.perf_counter() - start
+    return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def run_process(args: Sequence[str], steps: int) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MiB) of one child process."""
+def run_process(args: Sequence[str], steps: int) -> tuple[float, float, float]:
+    """(CPU seconds, wall seconds, peak RSS in MiB) of one child process."""
     env = {**os.environ, "CHAIN_STEPS": str(steps)}
     start = time.perf_counter()
-    done = subprocess.run(
+    process = subprocess.Popen(
         args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
+    assert process.stderr is not None
+    stderr = process.stderr.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - start
-    assert done.returncode == 0, f"{args[:3]} exited {done.returncode}: {done.stderr[-2000:]!r}"
-    peak_kib = int(done.stderr.decode().rsplit("VmHWM ", 1)[1].split()[0])
-    return wall, peak_kib / 1024
+    assert process.returncode == 0, f"{args[:3]} exited {process.returncode}: {stderr[-2000:]!r}"
+    peak_kib = int(stderr.decode().rsplit("VmHWM ", 1)[1].split()[0])
+    return usage.ru_utime + usage.ru_stime, wall, peak_kib / 1024
 
 
 def spread(values: Sequence[float], unit: str = "s") -> str:
@@ -97,12 +105,18 @@ def ratios(baseline: Sequence[float], measured: Sequence[float]) -> str:
     )
 
 
-def alternate(runs: int, first: Callable[[], float], second: Callable[[], float]) -> tuple:
+def alternate(
+    runs: int, first: Callable[[], tuple[float, float]], second: Callable[[], tuple[float, float]]
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     a, b = [], []
     for _ in range(runs):
         a.append(first())
         b.append(second())
     return a, b
+
+
+def row(label: str, kfp: Sequence[float], secureml: Sequence[float], unit: str = "s") -> str:
+    return f"{label}  kfp {spread(kfp, unit)}  secureml {spread(secureml, unit)}  {ratios(kfp, secureml)}"
 
 
 def load() -> str:
@@ -123,10 +137,9 @@ def main() -> None:
                 lambda s=steps: time_kfp(s, kfp_out),
                 lambda s=steps: time_secureml(s, out),
             )
-            print(
-                f"  {steps:>4} steps  kfp {spread(kfp_t)}  secureml {spread(sm_t)}  {ratios(kfp_t, sm_t)}"
-            )
-        print("\nwhole processes (wall and peak RSS, min/median/max; ratios of medians)")
+            print(row(f"  {steps:>4} steps CPU ", [t[0] for t in kfp_t], [t[0] for t in sm_t]))
+            print(row("             wall", [t[1] for t in kfp_t], [t[1] for t in sm_t]))
+        print("\nwhole processes (CPU, wall and peak RSS, min/median/max; ratios of medians)")
         kfp_args = [sys.executable, "-c", KFP_PROCESS, str(CHAIN), str(kfp_out)]
         sm_args = [sys.executable, "-c", SECUREML_PROCESS, "compile", str(CHAIN)]
         sm_args += ["--profile", str(PROFILE_PATH), "-o", str(out)]
@@ -135,15 +148,10 @@ def main() -> None:
                 (run_process(kfp_args, steps), run_process(sm_args, steps))
                 for _ in range(PROCESS_RUNS[steps])
             ]
-            kfp_t, sm_t = [p[0][0] for p in pairs], [p[1][0] for p in pairs]
-            kfp_m, sm_m = [p[0][1] for p in pairs], [p[1][1] for p in pairs]
-            print(
-                f"  {steps:>4} steps  kfp {spread(kfp_t)}  secureml {spread(sm_t)}  {ratios(kfp_t, sm_t)}"
-            )
-            print(
-                f"             peak RSS kfp {spread(kfp_m, 'MiB')}  secureml {spread(sm_m, 'MiB')}"
-                f"  {ratios(kfp_m, sm_m)}"
-            )
+            kfp_p, sm_p = [p[0] for p in pairs], [p[1] for p in pairs]
+            print(row(f"  {steps:>4} steps CPU ", [p[0] for p in kfp_p], [p[0] for p in sm_p]))
+            print(row("             wall", [p[1] for p in kfp_p], [p[1] for p in sm_p]))
+            print(row("             peak RSS", [p[2] for p in kfp_p], [p[2] for p in sm_p], "MiB"))
     print(f"\n{load()}; target: <= 1.25x in time at every size, in peak memory at 500 steps")
 
 

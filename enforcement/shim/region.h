@@ -7,7 +7,7 @@
 #include "limits.h"
 
 #define REGION_MAGIC 0x53454d4c53484d31ULL /* "SEMLSHM1" */
-#define REGION_LAYOUT 4
+#define REGION_LAYOUT 5
 #define REGION_DEVICES 16
 #define REGION_PROCS 256
 #define REGION_EXPORTS 128
@@ -46,9 +46,11 @@ struct region_proc {
     uint64_t start_time; /* /proc/<pid>/stat starttime: tells a reused pid apart */
     uint64_t gone_ns;    /* when it was first seen gone; 0: alive */
     /* Charged bytes the driver may not hold yet (an allocation in flight) or any more (a free in
-     * flight). Written by the process itself, read by whoever reconciles with the driver. */
-    uint64_t pending_alloc[REGION_DEVICES];
-    uint64_t pending_free[REGION_DEVICES];
+     * flight), per device (the two side by side: one cache line). Written by the process itself,
+     * read by whoever reconciles with the driver. */
+    struct {
+        uint64_t alloc, free;
+    } pending[REGION_DEVICES];
 };
 
 struct region {

@@ -79,25 +79,24 @@ struct graph_charge {
 /* ------------------------------------------------------------------ the one state struct ----- */
 
 static struct shim {
-    pthread_once_t once;
-    int log_level;
+    /* Read by every hook: one cache line. */
     int initialised;
     int ok; /* 0: limits or region unusable; every allocation is refused (fail closed) */
     int launcher; /* 1: this process holds the step's launcher role: every hook passes through */
-    char error[256];
-    char limits_path[4096];
-    char counters_path[4096];
-    struct shim_limits limits;
-    struct region *region;
     int me; /* index of this process in region->procs, -1 until it first charges */
-    int dev_slot[MAX_ORDINALS]; /* CUDA ordinal -> region device, -1 unknown */
-    int table_lock; /* a spin lock: held for a few table operations only */
     int table_owner;  /* the one thread that has used the table, which then takes no lock; 0: none yet */
     int table_shared; /* another thread came (or no membarrier): every thread takes table_lock */
-    int table_busy;   /* the owner is in a table operation */
-    int membarrier_ok;
+    struct region *region;
     struct entry *table;
+    struct shim_limits limits;
+    /* Written by every table operation: a line of its own. */
+    _Alignas(64) int table_lock; /* a spin lock: held for a few table operations only */
+    int table_busy;              /* the owner is in a table operation */
     size_t cap, count;
+    int dev_slot[MAX_ORDINALS]; /* CUDA ordinal -> region device, -1 unknown */
+    int membarrier_ok;
+    int log_level;
+    pthread_once_t once;
     struct graph_charge *graphs; /* under table_lock, like the table */
     size_t ngraphs, graphs_cap;
     uint64_t graph_pool[REGION_DEVICES]; /* charges of graphs gone with their executables, until a trim */
@@ -111,6 +110,9 @@ static struct shim {
         nvmlDevice_t handle;
         int slot;
     } nvml_slots[REGION_DEVICES];
+    char error[256];
+    char limits_path[4096];
+    char counters_path[4096];
 } S = {
     .once = PTHREAD_ONCE_INIT,
     .me = -1,
@@ -806,7 +808,7 @@ static inline int current_slot(void) {
 /* ------------------------------------------------------------------ charging ----------------- */
 
 /* Check and charge in one step under the region lock. 0 on success, -1 when over the limit. The
- * charge counts as in flight (pending_alloc) until charge_done says what the driver did. The common
+ * charge counts as in flight (pending[].alloc) until charge_done says what the driver did. The common
  * case (registered, fits) is inline; the rest (first charge, refusal, reconciliation) is not. */
 static __attribute__((noinline)) int charge_slow(int slot, uint64_t bytes, int locked) {
     if (!S.ok || slot < 0) {
@@ -827,7 +829,7 @@ static __attribute__((noinline)) int charge_slow(int slot, uint64_t bytes, int l
     }
     if (fits) {
         struct region_proc *pr = &r->procs[me];
-        __atomic_store_n(&pr->pending_alloc[slot], pr->pending_alloc[slot] + bytes, __ATOMIC_RELAXED);
+        __atomic_store_n(&pr->pending[slot].alloc, pr->pending[slot].alloc + bytes, __ATOMIC_RELAXED);
         __atomic_store_n(&r->charged[slot][me], r->charged[slot][me] + bytes, __ATOMIC_RELEASE);
         if (used + bytes > d->peak) d->peak = used + bytes;
     } else d->refused++;
@@ -848,7 +850,7 @@ static inline int charge(int slot, uint64_t bytes) {
     uint64_t used = device_used(slot), limit = S.limits.memory;
     if (__builtin_expect(bytes > limit || used > limit - bytes, 0)) return charge_slow(slot, bytes, 1);
     struct region_proc *pr = &r->procs[me];
-    __atomic_store_n(&pr->pending_alloc[slot], pr->pending_alloc[slot] + bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&pr->pending[slot].alloc, pr->pending[slot].alloc + bytes, __ATOMIC_RELAXED);
     __atomic_store_n(&r->charged[slot][me], r->charged[slot][me] + bytes, __ATOMIC_RELEASE);
     struct region_device *d = &r->dev[slot];
     if (used + bytes > d->peak) d->peak = used + bytes;
@@ -869,13 +871,13 @@ static inline void charge_done(int slot, uint64_t bytes, int ok) {
     if (S.me < 0) return;
     struct region_proc *pr = &S.region->procs[S.me];
     if (!ok) sub_own(&S.region->charged[slot][S.me], bytes);
-    sub_own(&pr->pending_alloc[slot], bytes); /* release: the driver's answer now has it (or never will) */
+    sub_own(&pr->pending[slot].alloc, bytes); /* release: the driver's answer now has it (or never will) */
 }
 
 /* Before the driver frees charged memory: from now on the driver may no longer hold it. */
 static inline void free_begin(int slot, uint64_t bytes) {
     if (S.me < 0) return;
-    uint64_t *pending = &S.region->procs[S.me].pending_free[slot];
+    uint64_t *pending = &S.region->procs[S.me].pending[slot].free;
     __atomic_store_n(pending, *pending + bytes, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE); /* visible before the driver's own writes of the free */
 }
@@ -885,7 +887,7 @@ static inline void free_done(int slot, uint64_t bytes, int ok) {
     if (S.me < 0) return;
     struct region_proc *pr = &S.region->procs[S.me];
     if (ok) sub_own(&S.region->charged[slot][S.me], bytes);
-    sub_own(&pr->pending_free[slot], bytes);
+    sub_own(&pr->pending[slot].free, bytes);
 }
 
 /* Lowers a charge to what the driver really holds (the driver holds less than was charged). */
@@ -1840,7 +1842,7 @@ static void reconcile_locked(int slot, int urgent) {
      * in its answer), frees in flight after it (one that completes in between is counted). */
     uint64_t pending_alloc[REGION_PROCS];
     for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++)
-        pending_alloc[p] = __atomic_load_n(&r->procs[p].pending_alloc[slot], __ATOMIC_ACQUIRE);
+        pending_alloc[p] = __atomic_load_n(&r->procs[p].pending[slot].alloc, __ATOMIC_ACQUIRE);
     struct driver_view v;
     driver_view_of(slot, &v);
     uint64_t sure = 0;
@@ -1849,7 +1851,7 @@ static void reconcile_locked(int slot, int urgent) {
         struct region_proc *pr = &r->procs[p];
         if (!pr->pid || pr->gone_ns) continue;
         /* A free in flight is read before the charge it lowers (see sub_own). */
-        uint64_t unsure = pending_alloc[p] + __atomic_load_n(&pr->pending_free[slot], __ATOMIC_ACQUIRE);
+        uint64_t unsure = pending_alloc[p] + __atomic_load_n(&pr->pending[slot].free, __ATOMIC_ACQUIRE);
         uint64_t charged = __atomic_load_n(&r->charged[slot][p], __ATOMIC_ACQUIRE);
         sure += charged > unsure ? charged - unsure : 0;
         if (charged && v.have_pids && listed(&v, pr->pid)) comparable = 1;

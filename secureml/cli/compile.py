@@ -152,6 +152,7 @@ def compile_command(
     )
 
     from secureml.compiler import CompileError, compile_pipeline
+    from secureml.kfp_names import remembered_names
     from secureml.pipeline_loader import load_pipeline
     from secureml.profile import parse_profile, read_profile_bytes
 
@@ -169,7 +170,10 @@ def compile_command(
     tenant = parse_profile(content, source=str(profile))
     for warning in runtime_image.warnings(tenant):
         typer.echo(f"warning: {warning}", err=True)
-    graph = load_pipeline(file, pipeline)
+    with (
+        remembered_names()
+    ):  # the file's own @dsl.pipeline builds kfp's spec: the same spec, faster
+        graph = load_pipeline(file, pipeline)
     verifier = _image_verifier(tenant, profile, bundles, fetch_bundles)
     signatures_checked = verifier is not None
     if tenant.spec.images.attestations:

@@ -34,6 +34,9 @@ PYYAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Where a plain scalar can start: at the start, after white space, a flow indicator, or a quoted
 # flow key's colon.
 _START = r"""(?:^|[ \t\r\n\[\{,]|["']:)"""
+# Where a node (and so its tag or anchor) can start: a line's first one after the indentation and
+# any `-`, `?`, `:` or `---` indicators, or after a flow indicator or a colon.
+_NODE_START = r"(?:(?:^|[\r\n])[ \t]*(?:(?:---|[-?:])[ \t]+)*|[\[\{,:][ \t]*)"
 # Where a plain scalar that is one token ends: the end of a line, a comment, a flow indicator or a
 # mapping key's colon (more places than YAML ends one: that only sends more streams to PyYAML).
 _END = r"[ \t]*(?:[\r\n#,\]\}]|:[ \t\r\n]|:$|$)"
@@ -59,11 +62,13 @@ _NEEDS_PYYAML = re2.compile(
                     r"[-+]?\.(?:inf|Inf|INF|nan|NaN|NAN)?" + _END,
                     r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}",  # a 1.1 timestamp (PyYAML: a date)
                     r"(?:<<|=)" + _END,  # the 1.1 merge key and value key
-                    r"[!&*]",  # a tag, an anchor (1.1 refuses a repeated one), an alias
                     r"\?[ \t\r\n]",  # a complex key
                 )
             )
             + ")",
+            # a tag, an anchor (1.1 refuses a repeated one, and names of other characters), an
+            # alias, where a node can start (not `a && b` or `import *` in a string)
+            _NODE_START + r"(?:!|[&*][^ \t\r\n])",
             r"[\]\}][ \t]*:(?:[ \t\r\n]|$)",  # a flow collection as a key (PyYAML: unhashable)
             r"(?m:^(?:%|\.\.\.(?:[ \t\r\n]|$)))",  # a directive, a document end marker
             # a byte order mark; 1.1's line breaks that 1.2 reads as text; what PyYAML refuses

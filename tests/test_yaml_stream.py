@@ -136,6 +136,14 @@ def test_scalars_both_read_alike_keep_the_fast_path(token: str) -> None:
         "\ufeffa: 1\n",
         "a: 1\na: 2\n",  # a repeated key: the last one stands
         "x: &a {p: [1, 2]}\ny: *a\n",
+        "- && b\n",  # an anchor name 1.1 refuses (1.2 takes it)
+        "k: &&x v\n",
+        "k: &a.b v\nj: *a.b\n",
+        "- [&a x, *a]\n",
+        "--- &a\nk: v\n",
+        "k:\n  - - !!str 1\n",
+        "? &k a\n: b\n",
+        '{"k":&a v}\n',
         "k: |\n  x\n   y\n",
         "k: >-\n  a\n  b\n\n",
         'k: "\\u00e9\\x41\\/"\n',
@@ -299,3 +307,26 @@ def test_what_emitters_write_reads_as_pyyaml_reads_it(
         width=width,
     )
     assert_like_pyyaml(text)
+
+
+def test_the_pods_the_compiler_makes_take_the_fast_path() -> None:
+    """What the speed is for: the step pods of the reference pipelines (KFP's inlined component
+    source holds `from kfp.dsl import *`), as PyYAML and as JSON-style flow writes them."""
+    from secureml.compiler import _documents, compile_pipeline
+    from secureml.pipeline_loader import load_pipeline
+    from secureml.preview import preview_pods
+    from tests.rules.conftest import example_profile
+    from tests.rules.test_preview_allowed import REFERENCE_PIPELINES
+
+    profile = example_profile("team-a")
+    pods = []
+    for path in REFERENCE_PIPELINES:
+        compiled = compile_pipeline(load_pipeline(path), profile, check_admission=False)
+        assert compiled.component is not None
+        pods += preview_pods(_documents(compiled.component), profile, mutate=False).values()
+    assert len(pods) >= 3
+    for flow in (False, None):
+        text = yaml.safe_dump_all(pods, default_flow_style=flow)
+        assert "import *" in text
+        assert not yaml_stream.needs_pyyaml(text)
+        assert same(yaml_stream.load_all(text), pods)

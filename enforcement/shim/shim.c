@@ -842,7 +842,7 @@ static __attribute__((noinline)) int charge_slow(int slot, uint64_t bytes, int l
     return fits ? 0 : -1;
 }
 
-static inline int charge(int slot, uint64_t bytes) {
+static inline __attribute__((always_inline)) int charge(int slot, uint64_t bytes) {
     int me = S.me;
     if (__builtin_expect(!S.ok || slot < 0 || me < 0, 0)) return charge_slow(slot, bytes, 0);
     struct region *r = S.region;
@@ -985,7 +985,7 @@ static inline void table_leave(int owner) {
     else table_unlock();
 }
 
-static inline int table_put(const struct entry *e) {
+static inline __attribute__((always_inline)) int table_put(const struct entry *e) {
     int own = table_enter();
     int rc = 0;
     if (__builtin_expect((S.count + 1) * 2 > S.cap, 0)) rc = table_grow();
@@ -1000,7 +1000,7 @@ static inline int table_put(const struct entry *e) {
 }
 
 /* Removes and returns the entry for `key`; 0 when found. Backward-shift deletion keeps probes short. */
-static inline int table_take(uint64_t key, struct entry *out) {
+static inline __attribute__((always_inline)) int table_take(uint64_t key, struct entry *out) {
     int own = table_enter();
     int rc = -1;
     if (S.cap) {

@@ -28,19 +28,21 @@ def render_table(
     title: str | None = None,
     width: int | None = None,
 ) -> str:
-    rows = [list(row) for row in rows]
+    cells = [list(row) for row in rows]
     if width is None:
-        plain = _plain_table(headers, rows, title)
+        plain = _plain_table(headers, cells, title)
         if plain is not None:
             return plain
-    return _rich_table(headers, rows, title, width)
+    return _rich_table(headers, cells, title, width)
 
 
 def _plain_table(headers: Sequence[str], rows: list[list[str]], title: str | None) -> str | None:
     """The natural-width table as rich draws it, or None where the cells need rich (non-ASCII or
-    control characters, line breaks, a ragged row, a column with no text, a title wider than the table)."""
+    control characters, line breaks, markup or an emoji code in a header, a ragged row, a column with no text, a title wider than the table)."""
     cells = [list(headers), *rows]
     if any(len(row) != len(headers) for row in rows) or not headers:
+        return None
+    if any("[" in header or ":" in header for header in headers):  # rich: markup and :emoji:
         return None
     if not all(_PRINTABLE.match(cell) for row in cells for cell in row):
         return None

@@ -34,6 +34,9 @@ def test_the_compile_report_table_takes_the_plain_layout() -> None:
 
 
 def test_rich_draws_the_rest() -> None:
+    for headers in (["[b]TASK[/b]", "NOTE"], [":smile:", "NOTE"]):  # rich's markup and emoji
+        assert _plain_table(headers, [["a", "b"]], None) is None
+        assert render_table(headers, [["a", "b"]]) == _rich_table(headers, [["a", "b"]], None, None)
     headers = ["TASK", "NOTE"]
     for rows in ([["é", "x"]], [["a", "two\nlines"]], [["日本", "x"]]):
         assert _plain_table(headers, rows, None) is None

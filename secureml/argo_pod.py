@@ -267,9 +267,15 @@ def _merge_container(target: dict[str, Any], patch: dict[str, Any]) -> None:
 
 
 def _merge_list(target: list[dict[str, Any]], items: list[dict[str, Any]], key: str) -> None:
+    """Each item merged into the first entry of `target` with its key, or appended (and then
+    found by later items); the entries are indexed by key once instead of searched per item."""
+    first: dict[Any, int] = {}
+    for position, entry in enumerate(target):
+        first.setdefault(entry.get(key), position)
     for item in items:
-        index = next((i for i, t in enumerate(target) if t.get(key) == item.get(key)), None)
+        index = first.get(item.get(key))
         if index is None:
             target.append(copy_json(item))
+            first[item.get(key)] = len(target) - 1
         else:
             target[index] = {**target[index], **copy_json(item)}

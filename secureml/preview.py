@@ -227,7 +227,10 @@ def _executor_tasks(pipeline_spec: dict[str, Any]) -> Iterator[tuple[str, str, d
 def _executor_template(
     pipeline: str, container: dict[str, Any], k8s: dict[str, Any], *, retry: bool
 ) -> Template:
-    """KFP's `system-container-impl` template, and the driver's pod spec patch for the task."""
+    """KFP's `system-container-impl` template, and the driver's pod spec patch for the task.
+
+    The template shares this module's constants: `argo_pod` copies every part of it into the pod.
+    """
     system = ((KFP_LAUNCHER_VOLUME, KFP_LAUNCHER_DIR), *BACKEND_SCRATCH)
     main: dict[str, Any] = {
         "name": contract.KFP_MAIN_CONTAINER,
@@ -235,8 +238,8 @@ def _executor_template(
         "command": ["should-be-overridden-during-runtime"],
         "volumeMounts": [{"name": name, "mountPath": path} for name, path in system],
         "envFrom": [{"configMapRef": {"name": METADATA_CONFIGMAP, "optional": True}}],
-        "env": copy_json(list(KFP_POD_ENV)),
-        "securityContext": copy_json(BACKEND_SECURITY_CONTEXT),
+        "env": list(KFP_POD_ENV),
+        "securityContext": BACKEND_SECURITY_CONTEXT,
     }
     init = {
         "name": contract.KFP_LAUNCHER_CONTAINER,
@@ -244,8 +247,8 @@ def _executor_template(
         "command": [contract.KFP_LAUNCHER_COPY_COMMAND],
         "args": ["--copy", KFP_LAUNCHER_BINARY, *LOG_FLAGS],
         "volumeMounts": [{"name": KFP_LAUNCHER_VOLUME, "mountPath": KFP_LAUNCHER_DIR}],
-        "resources": copy_json(LAUNCHER_RESOURCES),
-        "securityContext": copy_json(BACKEND_INIT_SECURITY_CONTEXT),
+        "resources": LAUNCHER_RESOURCES,
+        "securityContext": BACKEND_INIT_SECURITY_CONTEXT,
     }
     metadata = k8s.get("podMetadata", {})
     labels = dict(metadata.get("labels", {}))
@@ -262,7 +265,7 @@ def _executor_template(
         main=main,
         init_containers=(init,),
         volumes=tuple({"name": name, "emptyDir": {}} for name, _ in system),
-        security_context=copy_json(BACKEND_POD_SECURITY_CONTEXT),
+        security_context=BACKEND_POD_SECURITY_CONTEXT,
         labels=labels,
         annotations=annotations,
         patch=_pod_spec_patch(pipeline, container, k8s),

@@ -223,3 +223,26 @@ def test_every_previewed_pod_is_a_valid_pod(
 ) -> None:
     for pod in [*pods.values(), *drivers.values()]:
         kubernetes_validate.validate(pod, version, strict=True)
+
+
+def test_patch_lists_merge_by_key_into_the_first_match_and_append_the_rest() -> None:
+    from secureml.argo_pod import _merge_list
+
+    target = [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}, {"name": "A", "value": "3"}]
+    items = [
+        {"name": "A", "value": "new"},  # the first A only
+        {"name": "C", "value": "4"},  # appended
+        {"name": "C", "extra": "5"},  # merged into the C just appended
+        {"value": "no name"},  # appended, then matched by a later nameless item
+        {"value": "again"},
+    ]
+    _merge_list(target, items, "name")
+    assert target == [
+        {"name": "A", "value": "new"},
+        {"name": "B", "value": "2"},
+        {"name": "A", "value": "3"},
+        {"name": "C", "value": "4", "extra": "5"},
+        {"value": "again"},
+    ]
+    items[1]["value"] = "changed"
+    assert target[3]["value"] == "4"  # no dict of the patch is shared with the pod

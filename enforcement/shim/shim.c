@@ -116,7 +116,7 @@ static struct shim {
 } S = {
     .once = PTHREAD_ONCE_INIT,
     .me = -1,
-    .table_shared = 1, /* until the constructor finds membarrier */
+    .table_shared = 1, /* until init_once finds membarrier */
     .nvml_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
@@ -572,6 +572,7 @@ static void resolve_nvml(void) {
 }
 
 static void write_counters(void);
+static void table_setup(void);
 
 static void at_fork_child(void) {
     /* The child's device allocations (none survive fork) and process entry are its own. */
@@ -610,6 +611,7 @@ static void init_once(void) {
               (unsigned long long)S.limits.memory, S.limits.compute, S.limits.scrub_on_free);
     }
     resolve_cuda();
+    table_setup();
     pthread_atfork(NULL, NULL, at_fork_child);
     __atomic_store_n(&S.initialised, 1, __ATOMIC_RELEASE);
 }
@@ -943,8 +945,9 @@ static inline void table_unlock(void) { __atomic_store_n(&S.table_lock, 0, __ATO
  * takes the spin lock. Where membarrier is unavailable every thread takes it from the start. */
 static long membarrier_(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
 
-__attribute__((constructor)) static void table_setup(void) {
-    /* Registration is the process's and survives fork; checked once here. */
+static void table_setup(void) {
+    /* Once per process, at its first hooked call (processes that never use CUDA make no such call);
+     * registration is the process's and survives fork. */
     S.membarrier_ok = membarrier_(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 && membarrier_(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
     if (S.membarrier_ok) __atomic_store_n(&S.table_shared, 0, __ATOMIC_RELEASE);
 }

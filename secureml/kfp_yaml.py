@@ -35,6 +35,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+_JOINED_DEPTH = 4  # mappings at indents 0 and 2
 _PLAIN = re.compile(r"(?:[A-Za-z_/]|-[A-Za-z])[A-Za-z0-9_./-]*\Z")
 _YAML11_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"})
 _LITERAL = re.compile(r"[\x20-\x7e\t\n]*\Z")
@@ -75,7 +76,13 @@ def _mapping(data: dict[str, Any], indent: int, out: list[str]) -> None:
         # YAML reads a key on its value's line only up to 1024 characters: longer ones as `? key`
         head = f"{pad}{written}:" if len(written) < 1000 else f"{pad}? {written}\n{pad}:"
         kind = type(value)
-        if kind is dict and value:
+        if kind is dict and value and indent < _JOINED_DEPTH:
+            # each of the top levels' entries (a component, an executor) joined into one string
+            # as it is done: the small pieces of one entry, not of the whole pipeline, at a time
+            pieces = [head + "\n"]
+            _mapping(value, indent + 2, pieces)
+            out.append("".join(pieces))
+        elif kind is dict and value:
             out.append(head + "\n")
             _mapping(value, indent + 2, out)
         elif kind is list and value:

@@ -5,8 +5,9 @@ check-pod reads files of hundreds of pods; with libyaml's CSafeLoader, building 
 builds them about ten times faster, but it follows YAML 1.2's core schema where PyYAML follows
 YAML 1.1, and the two read some streams apart: `yes`/`no`/`on`/`off` (1.1 booleans), `0755` (1.1
 octal), `1:20` (1.1 base 60), `1e3` and `-.5` (1.2 floats), `2001-12-14` (a 1.1 date), `<<` (a
-1.1 merge key), tags, a repeated anchor (1.1 refuses it), a flow collection as a key (PyYAML:
-unhashable), the line breaks 1.1 has and 1.2 has not. So `load_all` takes the fast reader only
+1.1 merge key), tags, a repeated anchor (1.1 refuses it), a key over two lines in a flow
+collection (1.1 refuses it), the line breaks 1.1 has and 1.2 has not. Flow collections that are
+not empty are left to PyYAML altogether (kubectl and most emitters write pods in block style). So `load_all` takes the fast reader only
 for a stream in which `needs_pyyaml` finds none of those. The scan (RE2, linear) matches at every
 place a plain scalar can start, inside quoted and block scalars too, so a stream with such text in
 a string merely takes the slow path (it reads the raw text: no quoting or nesting hides a scalar
@@ -34,9 +35,11 @@ PYYAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Where a plain scalar can start: at the start, after white space, a flow indicator, or a quoted
 # flow key's colon.
 _START = r"""(?:^|[ \t\r\n\[\{,]|["']:)"""
-# Where a node (and so its tag or anchor) can start: a line's first one after the indentation and
-# any `-`, `?`, `:` or `---` indicators, or after a flow indicator or a colon.
-_NODE_START = r"(?:(?:^|[\r\n])[ \t]*(?:(?:---|[-?:])[ \t]+)*|[\[\{,:][ \t]*)"
+# Where a node (and so its tag or anchor, or a flow collection) can start outside flow collections:
+# a line's first one after the indentation and any `-`, `?`, `:` or `---` indicators, or after a
+# mapping key's colon. (Inside a flow collection is not needed: a flow collection that is not
+# empty is sent to PyYAML, and a scan there would match `'{{$}}'`, in every KFP pod.)
+_NODE_START = r"""(?:(?:^|[\r\n])[ \t]*(?:(?:---|[-?:])[ \t]+)*|:[ \t]+|["']:[ \t]*)"""
 # Where a plain scalar that is one token ends: the end of a line, a comment, a flow indicator or a
 # mapping key's colon (more places than YAML ends one: that only sends more streams to PyYAML).
 _END = r"[ \t]*(?:[\r\n#,\]\}]|:[ \t\r\n]|:$|$)"
@@ -66,10 +69,14 @@ _NEEDS_PYYAML = re2.compile(
                 )
             )
             + ")",
-            # a tag, an anchor (1.1 refuses a repeated one, and names of other characters), an
-            # alias, where a node can start (not `a && b` or `import *` in a string)
-            _NODE_START + r"(?:!|[&*][^ \t\r\n])",
+            # a tag or an anchor (1.1 refuses a repeated one, and names of other characters) where
+            # a node can start (not `a && b` in a string). Aliases need no scan: one with no
+            # anchor is an error to both readers, and every anchor is sent to PyYAML.
+            _NODE_START + r"(?:!|&[^ \t\r\n])",
             r"[\]\}][ \t]*:(?:[ \t\r\n]|$)",  # a flow collection as a key (PyYAML: unhashable)
+            # a flow collection that is not empty (1.2 takes a key over two lines in one, 1.1
+            # refuses it; kubectl and most emitters write block style, and `{}` or `[]`)
+            _NODE_START + r"[\[\{][ \t]*[^ \t\]\}]",
             r"(?m:^(?:%|\.\.\.(?:[ \t\r\n]|$)))",  # a directive, a document end marker
             # a byte order mark; 1.1's line breaks that 1.2 reads as text; what PyYAML refuses
             "[\ufeff\x85\u2028\u2029\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ufffe\uffff]",

@@ -3,6 +3,7 @@
 #define SECUREML_SHIM_REGION_H
 
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "limits.h"
 
@@ -76,15 +77,24 @@ struct region {
     uint64_t charged[REGION_DEVICES][REGION_PROCS];
 };
 
-/* Who holds the lock: the holding thread's id (22 bits: pid_max is at most 2^22), 21 bits of its pid
- * namespace's inode and 21 of its start time (the starttime field of /proc/<tid>/stat; 0 where /proc
- * cannot tell), so that a waiter tells a holder that died from a live one, and from a later thread
- * that reuses its id. Never 0. */
+/* Who holds the lock: the holding thread's id (22 bits: pid_max is at most 2^22), 21 bits of its
+ * namespaces (region_lock_namespaces) and 21 of its start time (the starttime field of
+ * /proc/<tid>/stat; 0 where /proc cannot tell), so that a waiter tells a holder that died from a
+ * live one, and from a later thread that reuses its id. Never 0. */
 #define REGION_LOCK_BITS 21
 #define REGION_LOCK_MASK ((1ULL << REGION_LOCK_BITS) - 1)
 static inline uint64_t region_lock_token(int32_t tid, uint64_t pidns, uint64_t start_time) {
     return (uint64_t)(uint32_t)tid << (2 * REGION_LOCK_BITS) | (pidns & REGION_LOCK_MASK) << REGION_LOCK_BITS |
            (start_time & REGION_LOCK_MASK);
+}
+
+/* The namespaces that a thread id and a start time are read in (pid and time: their inodes,
+ * mixed): only a waiter in the same ones can judge a holder. */
+static inline uint64_t region_lock_namespaces(void) {
+    struct stat pid, time;
+    uint64_t p = stat("/proc/self/ns/pid", &pid) == 0 ? (uint64_t)pid.st_ino : 0;
+    uint64_t t = stat("/proc/self/ns/time", &time) == 0 ? (uint64_t)time.st_ino : 0;
+    return p ^ t * 0x9e3779b97f4a7c15ULL;
 }
 
 #endif

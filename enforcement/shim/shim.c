@@ -339,27 +339,24 @@ static inline int my_tid(void) {
     return t;
 }
 
-static uint64_t pid_namespace(void) {
-    struct stat st;
-    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
-}
-
 static uint64_t lock_token(void) {
     uint64_t t = t_token;
     if (__builtin_expect(!t, 0)) {
         int tid = my_tid();
-        t_token = t = region_lock_token(tid, pid_namespace(), task_start_time(tid, NULL));
+        t_token = t = region_lock_token(tid, region_lock_namespaces(), task_start_time(tid, NULL));
     }
     return t;
 }
 
 /* Whether the thread a token names is gone (or is an earlier thread with the id of a live one).
- * Only a holder in this process's pid namespace can be judged (its id means another thread here);
- * where /proc cannot tell, only an id that no longer exists counts as gone. */
+ * Only a holder in this process's pid and time namespaces can be judged (elsewhere its id names
+ * another thread, and start times shift); where /proc cannot tell, only an id that no longer
+ * exists counts as gone. */
 static int holder_gone(uint64_t token) {
     int tid = (int)(token >> (2 * REGION_LOCK_BITS)), unknown = 0;
-    if ((token >> REGION_LOCK_BITS & REGION_LOCK_MASK) != (pid_namespace() & REGION_LOCK_MASK)) return 0;
+    if ((token >> REGION_LOCK_BITS & REGION_LOCK_MASK) != (region_lock_namespaces() & REGION_LOCK_MASK)) return 0;
     uint64_t start = task_start_time(tid, &unknown), bits = token & REGION_LOCK_MASK;
+    if (!start && !unknown && access("/proc/self/stat", R_OK)) unknown = 1; /* no /proc here at all */
     if (unknown) return kill(tid, 0) == -1 && errno == ESRCH;
     return !start || (bits && (start & REGION_LOCK_MASK) != bits);
 }

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static struct region *r;
@@ -36,9 +35,8 @@ static uint64_t start_time(int tid) {
 
 static void *take(void *arg) {
     (void)arg;
-    struct stat ns;
     int tid = gettid();
-    uint64_t token = region_lock_token(tid, stat("/proc/self/ns/pid", &ns) ? 0 : ns.st_ino, start_time(tid)), free_ = 0;
+    uint64_t token = region_lock_token(tid, region_lock_namespaces(), start_time(tid)), free_ = 0;
     while (!__atomic_compare_exchange_n(&r->lock, &free_, token, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) free_ = 0;
     r->dev[0].refused++; /* mid-update */
     return NULL;

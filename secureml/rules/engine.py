@@ -14,7 +14,9 @@ Two engines, one verdict:
 - the plain path (`common-expression-language`, the Rust engine; `evaluate_plain`), whose result
   and message stand. So a violation's text for an error is always the plain engine's, and both
   paths agree wherever the fast one answers: tests/rules/test_engine_paths.py compares them on
-  every corpus pod, attack pod and previewed pod.
+  every corpus pod, attack pod and previewed pod. A failing rule's message comes from the fast
+  engine too, compiled when that rule first fails, and from the plain engine where the fast one
+  cannot compile it or gives an error.
 
 The plain engine copies the value of `object` on every access, so its cost grows with the size of
 the pod (KFP inlines a lightweight component's whole source in `args`): it is handed a projection
@@ -127,15 +129,11 @@ def projection(pod: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]
 
 
 @functools.cache
-def _fast_programs(rules: tuple[Rule, ...]) -> tuple[tuple[Any, Any] | None, ...]:
-    """Per rule, the fast engine's (expression, message) programs, or None: plain path only."""
-    plans: list[tuple[Any, Any] | None] = []
-    for rule in rules:
-        expression = cel_cpp.program(rule.expression)
-        message = cel_cpp.program(rule.message_expression)
-        both = expression is not None and message is not None
-        plans.append((expression, message) if both else None)
-    return tuple(plans)
+def _fast_programs(rules: tuple[Rule, ...]) -> tuple[Any | None, ...]:
+    """Per rule, the fast engine's program for its expression, or None: plain path only. (A
+    message expression is compiled when its rule first fails: most never do, and compiling is
+    most of check-pod's start-up for a profile's rules.)"""
+    return tuple(cel_cpp.program(rule.expression) for rule in rules)
 
 
 class _Plain:
@@ -169,19 +167,17 @@ def evaluate(
     plain = _Plain(obj, old_obj)
     in_force = {"": True}  # by scope; each scope is evaluated once per pod
     violations: list[Violation] = []
-    for rule, programs in zip(rules, fast, strict=True):
+    for rule, program in zip(rules, fast, strict=True):
         if rule.scope not in in_force:
             in_force[rule.scope] = _in_scope_fast(rule.scope, bound, plain)
         if not in_force[rule.scope]:
             continue
-        if programs is not None:
-            verdict = programs[0].eval(bound).value()
+        if program is not None:
+            verdict = program.eval(bound).value()
             if verdict is True:
                 continue
             if verdict is False:
-                violations.append(
-                    Violation(rule.id, _message_fast(rule, programs[1], bound, plain))
-                )
+                violations.append(Violation(rule.id, _message_fast(rule, bound, plain)))
                 continue
         found = _judge(rule, plain.context(rule))  # an error, a non-boolean, or no fast program
         if found is not None:
@@ -203,11 +199,12 @@ def _scope_rule(scope: str) -> Rule:
     return Rule("", "", "true", "''", (), scope)
 
 
-def _message_fast(rule: Rule, program: Any, bound: Any, plain: _Plain) -> str:
-    value = program.eval(bound)
-    kind = value.type()
-    if kind == cel_cpp.ERROR:
+def _message_fast(rule: Rule, bound: Any, plain: _Plain) -> str:
+    program = cel_cpp.program(rule.message_expression)
+    value = None if program is None else program.eval(bound)
+    if value is None or value.type() == cel_cpp.ERROR:
         return _message(rule, plain.context(rule))
+    kind = value.type()
     text = value.value()
     return text if kind == cel_cpp.STRING and text else rule.message
 

@@ -15,14 +15,17 @@ their min and max) and the ratio of the medians. A run's figure is CPU time per 
 median of 1000-operation batches: time the process was preempted does not count); with 8
 processes also wall-clock time per operation (there the scheduler dominates). The verdict
 (uncontended, shim without scrub or compute limit) takes the larger of the median-vs-median and
-the per-rotation median. Targets: <= 100 ns added per alloc+free, <= 10 ns per launch, <= 100 ns
-per cuMemGetInfo. The load average is printed before and after. Kernels take no simulated time
-here, so a launch measures the interception, not the pacing.
+the per-rotation median. `--compare LIBRARY` adds another build of the shim (one built from an
+older commit, say) to the rotation, so that before and after come from one run. Targets: <= 100
+ns added per alloc+free, <= 10 ns per launch, <= 100 ns per cuMemGetInfo. The load average is
+printed before and after. Kernels take no simulated time here, so a launch measures the
+interception, not the pacing.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -79,6 +82,12 @@ def _spread(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, help="rotations per measurement (default 15 / 7)")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        metavar="LIBRARY",
+        help="another build of the shim (e.g. an older commit's) measured in the same rotation",
+    )
     args = parser.parse_args()
     repeats = {n: args.repeats or r for n, r in REPEATS.items()}
     with tempfile.TemporaryDirectory() as folder:
@@ -93,20 +102,21 @@ def main() -> None:
             headers=(SHIM_DIR / "cuda_api.h",),
             libs=("-l:libcuda.so.1",),
         )
-        shim = build_shim()
+        libraries = {"shim": build_shim()}
+        if args.compare:
+            libraries["compare"] = args.compare.resolve()
         envs = {"driver": gpu.env()}
-        for name, scrub, compute in (
-            ("shim", 0, 100),
-            ("shim+scrub", 1, 100),
-            ("shim+compute50", 0, 50),
+        for (name, scrub, compute), (prefix, library) in itertools.product(
+            (("", 0, 100), ("+scrub", 1, 100), ("+compute50", 0, 50)), libraries.items()
         ):
+            name = prefix + name
             limits = root / f"limits-{name}"
             limits.write_text(
                 f"version=1\nmemory={1 << 30}\ncompute={compute}\nscrub_on_free={scrub}\n"
             )
             env = gpu.env()
             env.update(
-                LD_PRELOAD=str(shim),
+                LD_PRELOAD=str(library),
                 SECUREML_SHIM_LIMITS_FILE=str(limits),
                 SECUREML_SHIM_COUNTERS_FILE=str(root / f"counters-{name}"),  # as in a real step
             )
@@ -115,7 +125,7 @@ def main() -> None:
         print(f"the fake's own cost: {DRIVER_CALL_NS} ns busy wait per allocation and per free")
         print(f"runs interleaved, {repeats[1]} (1 process) / {repeats[8]} (8) each; {_load()}")
         print(
-            f"{'mode':<15}{'procs':>8}{'operation':>13} {'driver min/med/max':>21}"
+            f"{'mode':<18}{'procs':>8}{'operation':>13} {'driver min/med/max':>21}"
             f" {'shim min/med/max':>21} {'added min-min/med-med':>21}"
             f" {'per rotation min/med/max':>24} {'ratio':>6}{'target':>8}"
         )
@@ -136,7 +146,7 @@ def main() -> None:
                         target = TARGET[what] if processes == 1 and name == "shim" else None
                         verdict = "" if target is None else ("ok" if added <= target else "MISSED")
                         print(
-                            f"{name:<15}{processes:>3} {metric:<4}{label:>13} {_spread(base)}"
+                            f"{name:<18}{processes:>3} {metric:<4}{label:>13} {_spread(base)}"
                             f" {_spread(figures)} {min(figures) - min(base):10.1f}"
                             f" {med - base_med:10.1f} {_spread(pairwise):>24}"
                             f" {med / base_med:6.2f}{verdict:>8}"

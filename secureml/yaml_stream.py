@@ -27,7 +27,7 @@ from typing import Any
 
 import re2  # type: ignore[import-untyped]
 import yaml
-import yaml_rs  # type: ignore[import-untyped]
+import yaml_rs
 
 from secureml.jsontree import copy_json
 

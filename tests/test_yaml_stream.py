@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-import yaml_rs  # type: ignore[import-untyped]
+import yaml_rs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

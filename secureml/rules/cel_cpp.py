@@ -15,8 +15,11 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+import re2  # type: ignore[import-untyped]
 from cel_expr_python import cel  # type: ignore[import-untyped]
 from cel_expr_python.ext import ext_strings  # type: ignore[import-untyped]
+
+from secureml.rules.cel_rewrite import MATCHES, rewritten
 
 ERROR = cel.Type.ERROR
 STRING = cel.Type.STRING
@@ -24,9 +27,31 @@ STRING = cel.Type.STRING
 
 @functools.cache
 def _env() -> Any:
-    """`object` and `oldObject` of any type, and the strings extension (`lowerAscii`, `split`...)."""
+    """`object` and `oldObject` of any type, the strings extension (`lowerAscii`, `split`...), and
+    `secureml_matches` (`matches` with each pattern compiled once: see `cel_rewrite`)."""
     variables = {"object": cel.Type.DYN, "oldObject": cel.Type.DYN}
-    return cel.NewEnv(variables=variables, extensions=[ext_strings.ExtStrings()])
+    overload = cel.Overload(
+        f"{MATCHES}_string_string",
+        return_type=cel.Type.BOOL,
+        parameters=[cel.Type.STRING, cel.Type.STRING],
+        is_member=True,
+        impl=_matches,
+    )
+    return cel.NewEnv(
+        variables=variables,
+        extensions=[ext_strings.ExtStrings()],
+        functions=[cel.FunctionDecl(MATCHES, [overload])],
+    )
+
+
+def _matches(text: str, pattern: str) -> bool:
+    """CEL's `matches`: RE2 finds the pattern anywhere in the text."""
+    return _pattern(pattern).search(text) is not None
+
+
+@functools.cache
+def _pattern(pattern: str) -> Any:
+    return re2.compile(pattern)
 
 
 @functools.cache
@@ -36,6 +61,14 @@ def program(expression: str) -> Any | None:
         return _env().compile(expression)
     except Exception:  # noqa: BLE001 - the binding raises RuntimeError/ValueError; the caller falls back
         return None
+
+
+@functools.cache
+def boolean_program(expression: str) -> Any | None:
+    """`program(expression)` for an expression whose value is used only when it is a boolean (a
+    rule, a scope): rewritten for speed (`cel_rewrite`) where that compiles, as it is otherwise."""
+    faster = rewritten(expression)
+    return (faster is not None and program(faster)) or program(expression)
 
 
 def activation(obj: Mapping[str, Any], old_obj: Mapping[str, Any] | None) -> Any:

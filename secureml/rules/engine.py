@@ -133,7 +133,7 @@ def _fast_programs(rules: tuple[Rule, ...]) -> tuple[Any | None, ...]:
     """Per rule, the fast engine's program for its expression, or None: plain path only. (A
     message expression is compiled when its rule first fails: most never do, and compiling is
     most of check-pod's start-up for a profile's rules.)"""
-    return tuple(cel_cpp.program(rule.expression) for rule in rules)
+    return tuple(cel_cpp.boolean_program(rule.expression) for rule in rules)
 
 
 class _Plain:
@@ -186,7 +186,7 @@ def evaluate(
 
 
 def _in_scope_fast(scope: str, bound: Any, plain: _Plain) -> bool:
-    program = cel_cpp.program(scope)
+    program = cel_cpp.boolean_program(scope)
     verdict = None if program is None else program.eval(bound).value()
     if verdict is True or verdict is False:
         return verdict

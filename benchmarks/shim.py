@@ -16,7 +16,10 @@ median of 1000-operation batches: time the process was preempted does not count)
 processes also wall-clock time per operation (there the scheduler dominates). The verdict
 (uncontended, shim without scrub or compute limit) takes the larger of the median-vs-median and
 the per-rotation median. `--compare LIBRARY` adds another build of the shim (one built from an
-older commit, say) to the rotation, so that before and after come from one run. Targets: <= 100
+older commit, say) to the rotation, so that before and after come from one run. Last, a cross-check
+less exposed to the load: alloc+free within one process (shim_driver.c `abtest`: the shim's hooks,
+its copy loaded RTLD_LOCAL, and the bare driver in alternating batches of 500 pairs, so that
+whatever else runs slows both alike), the percentiles of the per-batch differences. Targets: <= 100
 ns added per alloc+free, <= 10 ns per launch, <= 100 ns per cuMemGetInfo. The load average is
 printed before and after. Kernels take no simulated time here, so a launch measures the
 interception, not the pacing.
@@ -43,6 +46,8 @@ from fakegpu import SHIM_DIR, FakeDevice, FakeGPU, build_native, build_shim  # n
 CALLS = {1: 200_000, 8: 100_000}
 CONTENDERS = 8
 REPEATS = {1: 15, 8: 7}
+AB_BATCHES = 2000
+AB_REPEATS = 3
 DRIVER_CALL_NS = 30  # the fake's own cost per allocation and per free (plus its bookkeeping)
 OPS = (("alloc", "alloc+free"), ("launch", "launch"), ("info", "cuMemGetInfo"))
 TARGET = {"alloc": 100.0, "launch": 10.0, "info": 100.0}
@@ -69,6 +74,21 @@ def _run(driver: Path, env: dict[str, str], what: str, processes: int) -> dict[s
         "cpu": statistics.median(r["cpu_ns_per_op"] for r in results),
         "wall": statistics.median(r["ns_per_op"] for r in results),
     }
+
+
+def _abtest(driver: Path, env: dict[str, str], library: Path) -> dict[str, float]:
+    """tests/shim/shim_driver.c's `abtest`: the shim's hooks and the bare driver in one process,
+    batches alternating, so that the machine's load slows both alike."""
+    out = subprocess.run(
+        [str(driver), "abtest", str(AB_BATCHES), str(library)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    result: dict[str, float] = json.loads(out)
+    return result
 
 
 def _load() -> str:
@@ -151,6 +171,19 @@ def main() -> None:
                             f" {med - base_med:10.1f} {_spread(pairwise):>24}"
                             f" {med / base_med:6.2f}{verdict:>8}"
                         )
+        print(f"alloc+free within one process, {AB_BATCHES} alternating batches of 500 pairs:")
+        for name, library in libraries.items():
+            env = dict(envs[name], LD_PRELOAD="")  # the driver program loads this copy itself
+            results = [_abtest(driver, env, library) for _ in range(AB_REPEATS)]
+            print(
+                f"{name:<18} driver {_spread([r['driver_ns'] for r in results])}"
+                f"  with {name} {_spread([r['shim_ns'] for r in results])}"
+                f"  added: 10th / 50th / 90th percentile of the batches' differences "
+                + " / ".join(
+                    f"{statistics.median(r[k] for r in results):.1f}"
+                    for k in ("added_p10", "added_p50", "added_p90")
+                )
+            )
         print(_load())
 
 

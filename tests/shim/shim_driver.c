@@ -9,10 +9,13 @@
  *   shim_driver launch SECONDS                       launch kernels back to back for SECONDS
  *   shim_driver hooks                                every intercepted entry point once (arrays, graphs and captures too)
  *   shim_driver bench N alloc|launch|info START_NS    ns per operation (an alloc+free pair, a launch, a cuMemGetInfo)
+ *   shim_driver abtest BATCHES LIBRARY                alloc+free pairs through LIBRARY's hooks (the shim, loaded
+ *                                                    RTLD_LOCAL, not preloaded) and the driver's own, batches alternating
  */
 #define _GNU_SOURCE
 #include "cuda_api.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,6 +328,49 @@ static int bench(long n, const char *what, long long start_ns) {
     return 0;
 }
 
+/* The shim's added cost per alloc+free pair measured within one process: batches of 500 pairs
+ * through the shim's own hooks (its copy loaded RTLD_LOCAL: the same code path, found by dlsym on
+ * its handle) alternate with batches straight to the driver, so that whatever else the machine runs
+ * slows both alike. Prints the medians of the batches' CPU ns per pair and the 10th, 50th and 90th
+ * percentiles of the per-batch differences. */
+static int abtest(long batches, const char *library) {
+    enum { PAIRS = 500 };
+    void *h = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+    CUresult (*alloc)(CUdeviceptr *, size_t) = h ? (CUresult(*)(CUdeviceptr *, size_t))dlsym(h, "cuMemAlloc_v2") : NULL;
+    CUresult (*release)(CUdeviceptr) = h ? (CUresult(*)(CUdeviceptr))dlsym(h, "cuMemFree_v2") : NULL;
+    double *bare = calloc((size_t)batches, sizeof *bare), *shim = calloc((size_t)batches, sizeof *shim),
+           *added = calloc((size_t)batches, sizeof *added);
+    if (!alloc || !release || !bare || !shim || !added || batches < 10) return 3;
+    CUdeviceptr p;
+    for (int i = 0; i < 2000; i++) {
+        CHECK(alloc(&p, 4096));
+        CHECK(release(p));
+        CHECK(cuMemAlloc_v2(&p, 4096));
+        CHECK(cuMemFree_v2(p));
+    }
+    for (long b = 0; b < batches; b++) {
+        double t0 = cpu_s();
+        for (int i = 0; i < PAIRS; i++) {
+            CHECK(cuMemAlloc_v2(&p, 4096));
+            CHECK(cuMemFree_v2(p));
+        }
+        double t1 = cpu_s();
+        for (int i = 0; i < PAIRS; i++) {
+            CHECK(alloc(&p, 4096));
+            CHECK(release(p));
+        }
+        double t2 = cpu_s();
+        bare[b] = (t1 - t0) * 1e9 / PAIRS, shim[b] = (t2 - t1) * 1e9 / PAIRS, added[b] = shim[b] - bare[b];
+    }
+    qsort(bare, (size_t)batches, sizeof *bare, cmp_double);
+    qsort(shim, (size_t)batches, sizeof *shim, cmp_double);
+    qsort(added, (size_t)batches, sizeof *added, cmp_double);
+    printf("{\"driver_ns\": %.2f, \"shim_ns\": %.2f, \"added_p10\": %.2f, \"added_p50\": %.2f, \"added_p90\": %.2f}\n",
+           bare[batches / 2], shim[batches / 2], added[batches / 10], added[batches / 2], added[batches * 9 / 10]);
+    free(bare), free(shim), free(added);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     CUdevice dev;
@@ -341,6 +387,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "fill") && argc == 3) return fill(strtoull(argv[2], NULL, 10));
     if (!strcmp(argv[1], "launch") && argc == 3) return launch(atof(argv[2]));
     if (!strcmp(argv[1], "hooks")) return hooks();
+    if (!strcmp(argv[1], "abtest") && argc == 4) return abtest(atol(argv[2]), argv[3]);
     if (!strcmp(argv[1], "bench") && argc == 5) return bench(atol(argv[2]), argv[3], atoll(argv[4]));
     return 2;
 }

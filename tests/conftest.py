@@ -18,6 +18,9 @@ trust domain `acme.example`, the example profiles'), ready in under a second onc
 are marked `spire` (`-m "not cluster and not spire"`: the fast tests only), and it skips or fails
 like `k8s_cluster`.
 
+The compiled-CEL cache (`secureml.rules.cel_cache`) of the run is a folder of its own (every
+process of the run, xdist workers and the CLIs they start, shares it), not the user's.
+
 `docker_registry` (session-scoped) is a real OCI registry, Debian's docker-registry, on loopback
 (tests/registry.py; plain HTTP); it skips where the package is not installed.
 """
@@ -25,13 +28,16 @@ like `k8s_cluster`.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 
 from control_planes import control_plane
 from fakegpu import FakeGPU, RealGPU, compiler, real_gpu_available
@@ -98,6 +104,20 @@ def docker_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.skip(INSTALL_HINT)
     with running_registry(tmp_path_factory.mktemp("registry")) as host:
         yield host
+
+
+_RUN_CACHE: list[str] = []  # the run's cache folder, where this process made it
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if "SECUREML_CACHE_DIR" not in os.environ:  # (xdist workers inherit the controller's)
+        _RUN_CACHE.append(tempfile.mkdtemp(prefix="secureml-test-cache-"))
+        os.environ["SECUREML_CACHE_DIR"] = _RUN_CACHE[0]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for folder in _RUN_CACHE:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

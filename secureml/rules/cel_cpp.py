@@ -19,6 +19,7 @@ import re2  # type: ignore[import-untyped]
 from cel_expr_python import cel  # type: ignore[import-untyped]
 from cel_expr_python.ext import ext_strings  # type: ignore[import-untyped]
 
+from secureml.rules import cel_cache
 from secureml.rules.cel_rewrite import MATCHES, rewritten
 
 ERROR = cel.Type.ERROR
@@ -56,9 +57,11 @@ def _pattern(pattern: str) -> Any:
 
 @functools.cache
 def program(expression: str) -> Any | None:
-    """The compiled program for `expression`, or None when this engine cannot compile it."""
+    """The compiled program for `expression` (kept between processes: `cel_cache`), or None when
+    this engine cannot compile it."""
+    env = _env()
     try:
-        return _env().compile(expression)
+        return cel_cache.load(expression, env.compile, env.deserialize)
     except Exception:  # noqa: BLE001 - the binding raises RuntimeError/ValueError; the caller falls back
         return None
 

@@ -1,0 +1,113 @@
+"""Compiled programs of the fast CEL engine kept on disk between processes.
+
+Compiling a profile's rules is most of a short command's start-up (team-a's 57 rules: about
+0.16 s; the compiler and check-pod compile them in every process). The engine can serialize a
+checked program and read it back about six times faster, so `load` keeps each program in the
+user's cache, under the SHA-256 of the engine's version, this module's `ENVIRONMENT` (what the
+program may refer to) and the expression's text: a file is only ever read for exactly the text it
+was compiled from.
+
+A cached program is trusted as Python trusts `__pycache__`: it lives in a folder that only the user
+can write. The folder is created private (0700); a folder or file that another user owns, or that
+others may write, is not used, and nothing is then cached. Any failure to read or write the cache
+(a full disk, a file cut short, an engine that refuses the bytes) falls back to compiling. Set
+`SECUREML_CACHE_DIR` to choose the folder (default `$XDG_CACHE_HOME/secureml`, else
+`~/.cache/secureml`), or to `off` to compile every time.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import stat
+import tempfile
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+# What a cached program may refer to beyond CEL's standard library: bump it whenever the engine's
+# environment (`cel_cpp._env`) changes, so that no program compiled in another one is read back.
+ENVIRONMENT = "object,oldObject:dyn; ext_strings; secureml_matches(string,string)bool; v1"
+
+
+def folder() -> Path | None:
+    """The cache folder for compiled programs, or None when caching is off."""
+    chosen = os.environ.get("SECUREML_CACHE_DIR")
+    if chosen == "off":
+        return None
+    if chosen:
+        return Path(chosen) / "cel"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "secureml" / "cel"
+
+
+def load(
+    expression: str, compile_program: Callable[[str], Any], deserialize: Callable[[bytes], Any]
+) -> Any:
+    """The program for `expression`: read back from the cache, else compiled (and then kept).
+    Raises whatever `compile_program` raises for a text the engine refuses."""
+    where = _private_folder()
+    if where is None:
+        return compile_program(expression)
+    path = where / f"{_key(expression)}.bin"
+    cached = _read(path)
+    if cached is not None:
+        try:
+            return deserialize(cached)
+        except Exception:  # noqa: BLE001 - bytes the engine refuses: compile and replace them
+            pass
+    program = compile_program(expression)
+    _write(where, path, program.serialize())
+    return program
+
+
+def _key(expression: str) -> str:
+    return hashlib.sha256(f"{_engine()}\0{ENVIRONMENT}\0{expression}".encode()).hexdigest()
+
+
+@functools.cache
+def _engine() -> str:
+    """The engine's version (looked up once: `importlib.metadata` reads the installed files)."""
+    return metadata.version("cel-expr-python")
+
+
+def _private_folder() -> Path | None:
+    """The cache folder, created 0700 if absent; None if it is not this user's alone."""
+    where = folder()
+    if where is None:
+        return None
+    try:
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return where if _owned_and_private(where.stat()) else None
+    except OSError:
+        return None
+
+
+def _owned_and_private(status: os.stat_result) -> bool:
+    return status.st_uid == os.getuid() and not status.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        with path.open("rb") as handle:
+            if not _owned_and_private(os.fstat(handle.fileno())):
+                return None
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _write(where: Path, path: Path, data: bytes) -> None:
+    """Written whole or not at all (a temporary file renamed over the name)."""
+    try:
+        descriptor, temporary = tempfile.mkstemp(dir=where, prefix=".tmp-")
+    except OSError:
+        return
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, path)
+    except OSError:
+        Path(temporary).unlink(missing_ok=True)

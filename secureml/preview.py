@@ -149,8 +149,8 @@ def iter_preview_pods(
             k8s_executors.get(executor_label, {}),
             retry="retryPolicy" in task,
         )
-        pod = argo_pod(workflow, f"{_node(workflow, path)}.executor", template)
-        yield path, apply_mutations(pod, profile) if mutate else pod
+        pod = argo_pod(workflow, f"{_node(workflow, path)}.executor", template)  # a new dict
+        yield path, apply_mutations(pod, profile, in_place=True) if mutate else pod
 
 
 def preview_driver_pods(

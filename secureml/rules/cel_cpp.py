@@ -19,7 +19,7 @@ import re2  # type: ignore[import-untyped]
 from cel_expr_python import cel  # type: ignore[import-untyped]
 from cel_expr_python.ext import ext_strings  # type: ignore[import-untyped]
 
-from secureml.rules import cel_cache
+from secureml.rules.cel_cache import load as load_program
 from secureml.rules.cel_rewrite import MATCHES, rewritten
 
 ERROR = cel.Type.ERROR
@@ -61,7 +61,7 @@ def program(expression: str) -> Any | None:
     this engine cannot compile it."""
     env = _env()
     try:
-        return cel_cache.load(expression, env.compile, env.deserialize)
+        return load_program(expression, env.compile, env.deserialize)
     except Exception:  # noqa: BLE001 - the binding raises RuntimeError/ValueError; the caller falls back
         return None
 

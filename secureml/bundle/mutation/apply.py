@@ -49,6 +49,20 @@ def _group_value(group: Group, labels: dict[str, str]) -> tuple[bool, Any]:
     return True, items
 
 
+def _groups(profile: TenantProfile) -> list[Group]:
+    """The profile's mutations, grouped: built once per profile object (a frozen model), not
+    once per pod. The cache holds the profile itself, so an id is never taken for another's."""
+    cached = _GROUPS.get(id(profile))
+    if cached is None or cached[0] is not profile:
+        if len(_GROUPS) > 16:
+            _GROUPS.clear()
+        cached = _GROUPS[id(profile)] = (profile, group_operations(mutations_for_profile(profile)))
+    return cached[1]
+
+
+_GROUPS: dict[int, tuple[TenantProfile, list[Group]]] = {}
+
+
 def _write(node: dict[str, Any], path: tuple[str, ...], kind: str, value: Any) -> None:
     *parents, leaf = path
     for name in parents:  # (a pod always has metadata and spec; setdefault keeps them)
@@ -75,7 +89,7 @@ def apply_mutations(pod: Manifest, profile: TenantProfile, *, in_place: bool = F
     # Container operations touch the containers as submitted, as the policy's CEL maps over
     # `object.spec`: not an init container another operation appends (the injected runtime's).
     submitted = {name: list(spec.get(name) or []) for name in ("containers", "initContainers")}
-    for group in group_operations(mutations_for_profile(profile)):
+    for group in _groups(profile):
         applies, value = _group_value(group, labels)
         if not applies:
             continue

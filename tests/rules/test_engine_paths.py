@@ -60,3 +60,42 @@ def test_paths_agree_on_previewed_pods() -> None:
                     assert evaluate(pod, rules) == evaluate_plain(pod, rules)
                     judged += 1
     assert judged > 50
+
+
+@pytest.mark.parametrize("version", ["1.34", "1.35", "1.36", "1.37"])
+@pytest.mark.parametrize("level", ["baseline", "restricted"])
+def test_the_fast_paths_cut_to_the_named_fields_changes_no_verdict(
+    level: str, version: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pod Security's rules name no env: the fast engine gets only the fields they name
+    (`engine._cut`). Judged again with the whole pod, every corpus pod and previewed pod gets the
+    same violations and messages."""
+    from secureml.rules import engine
+
+    fixture_dir("kyverno-pod-security", "pod-security")  # the corpus, or a skip that says so
+    rules = rules_for_level(level, version)
+    assert "env" not in engine.fields_named(tuple(rules))  # the cut is in force
+    pods = [*_pods(kyverno=True), *_previewed_pods()]
+    cut = [evaluate(pod, rules) for pod in pods]
+    monkeypatch.setattr(engine, "_cut", lambda pod, fields: pod)
+    assert [evaluate(pod, rules) for pod in pods] == cut
+    assert sum(bool(found) for found in cut) > 100  # many denials among them
+
+
+def _previewed_pods() -> list[dict[str, object]]:
+    from secureml.compiler import CompileError, _documents, compile_pipeline
+    from secureml.pipeline_loader import load_pipeline
+    from secureml.preview import preview_pods
+    from tests.rules.test_preview_allowed import REFERENCE_PIPELINES
+
+    pods: list[dict[str, object]] = []
+    for path in REFERENCE_PIPELINES:
+        for name in EXAMPLE_PROFILES:
+            profile = example_profile(name)
+            try:
+                compiled = compile_pipeline(load_pipeline(path), profile, check_admission=False)
+            except CompileError:
+                continue
+            assert compiled.component is not None
+            pods += preview_pods(_documents(compiled.component), profile).values()
+    return pods

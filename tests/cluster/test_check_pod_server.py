@@ -18,7 +18,6 @@ from harness.controlplane import ControlPlane
 from typer.testing import CliRunner
 
 from secureml.bundle import BundleOptions, render_objects
-from secureml.bundle.mutation import apply as mutation_apply
 from secureml.bundle.mutation.catalogue import SPIFFE_VOLUME
 from secureml.cli import app
 from secureml.cluster import apply_bundle, check_pods_on_server
@@ -62,9 +61,7 @@ def submitted_step_pods(team_a: TenantProfile) -> dict[str, dict[str, Any]]:
     bundle's mutations (the server applies those itself)."""
     compiled = compile_pipeline(load_pipeline(PIPELINE), team_a)
     docs = list(yaml.safe_load_all(compiled.yaml_text))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(mutation_apply, "apply_mutations", lambda pod, profile: pod)
-        return preview_pods(docs, team_a)
+    return preview_pods(docs, team_a, mutate=False)
 
 
 def _check(k8s_cluster: ControlPlane, files: list[Path], *extra: str) -> tuple[int, Any]:

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 import yaml
@@ -124,8 +123,7 @@ def _pods(
 ) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(name, the pod KFP and Argo create, the pod the preview says the cluster admits)."""
     docs = list(yaml.safe_load_all(compiled_yaml))
-    with mock.patch("secureml.bundle.mutation.apply.apply_mutations", lambda pod, _profile: pod):
-        created_by_kfp = preview_pods(docs, profile)  # the preview without the mutating policy
+    created_by_kfp = preview_pods(docs, profile, mutate=False)  # without the mutating policy
     previewed = preview_pods(docs, profile)
     pods = []
     for task, pod in created_by_kfp.items():

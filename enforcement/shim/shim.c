@@ -806,6 +806,19 @@ static inline int current_slot(void) {
 
 /* ------------------------------------------------------------------ charging ----------------- */
 
+/* Only the process itself changes its charges and in-flight counters (reconcile_locked changes those
+ * of gone processes), but all its threads do, increases under the region lock and decreases without
+ * it: every change is one atomic read-modify-write, never a load and a store (two threads of the
+ * process would lose one's change: a charge lost is an overcommit, a release lost a leak). Orders: a
+ * charge goes before its in-flight mark, so that a reader who sees the mark gone also sees the charge
+ * gone. */
+static inline void add_own(uint64_t *field, uint64_t bytes) { __atomic_add_fetch(field, bytes, __ATOMIC_RELEASE); }
+
+static inline void sub_own(uint64_t *field, uint64_t bytes) {
+    uint64_t v = __atomic_load_n(field, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(field, &v, v >= bytes ? v - bytes : 0, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {}
+}
+
 /* Check and charge in one step under the region lock. 0 on success, -1 when over the limit. The
  * charge counts as in flight (pending[].alloc) until charge_done says what the driver did. The common
  * case (registered, fits) is inline; the rest (first charge, refusal, reconciliation) is not. */
@@ -828,8 +841,8 @@ static __attribute__((noinline)) int charge_slow(int slot, uint64_t bytes, int l
     }
     if (fits) {
         struct region_proc *pr = &r->procs[me];
-        __atomic_store_n(&pr->pending[slot].alloc, pr->pending[slot].alloc + bytes, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->charged[slot][me], r->charged[slot][me] + bytes, __ATOMIC_RELEASE);
+        add_own(&pr->pending[slot].alloc, bytes);
+        add_own(&r->charged[slot][me], bytes);
         if (used + bytes > d->peak) d->peak = used + bytes;
     } else d->refused++;
     region_unlock();
@@ -849,20 +862,12 @@ static inline __attribute__((always_inline)) int charge(int slot, uint64_t bytes
     uint64_t used = device_used(slot), limit = S.limits.memory;
     if (__builtin_expect(bytes > limit || used > limit - bytes, 0)) return charge_slow(slot, bytes, 1);
     struct region_proc *pr = &r->procs[me];
-    __atomic_store_n(&pr->pending[slot].alloc, pr->pending[slot].alloc + bytes, __ATOMIC_RELAXED);
-    __atomic_store_n(&r->charged[slot][me], r->charged[slot][me] + bytes, __ATOMIC_RELEASE);
+    add_own(&pr->pending[slot].alloc, bytes);
+    add_own(&r->charged[slot][me], bytes);
     struct region_device *d = &r->dev[slot];
     if (used + bytes > d->peak) d->peak = used + bytes;
     region_unlock();
     return 0;
-}
-
-/* Only the process itself changes its charges and in-flight counters (reconcile_locked changes those
- * of gone processes): a decrease needs no lock. Orders: a charge goes before its in-flight mark, so
- * that a reader who sees the mark gone also sees the charge gone. */
-static inline void sub_own(uint64_t *field, uint64_t bytes) {
-    uint64_t v = __atomic_load_n(field, __ATOMIC_RELAXED);
-    __atomic_store_n(field, v >= bytes ? v - bytes : 0, __ATOMIC_RELEASE);
 }
 
 /* After the driver call of a charge: the driver holds the memory now (ok), or never will (undo). */
@@ -876,8 +881,7 @@ static inline void charge_done(int slot, uint64_t bytes, int ok) {
 /* Before the driver frees charged memory: from now on the driver may no longer hold it. */
 static inline void free_begin(int slot, uint64_t bytes) {
     if (S.me < 0) return;
-    uint64_t *pending = &S.region->procs[S.me].pending[slot].free;
-    __atomic_store_n(pending, *pending + bytes, __ATOMIC_RELAXED);
+    add_own(&S.region->procs[S.me].pending[slot].free, bytes);
     __atomic_thread_fence(__ATOMIC_RELEASE); /* visible before the driver's own writes of the free */
 }
 

@@ -808,15 +808,29 @@ static inline int current_slot(void) {
 
 /* Only the process itself changes its charges and in-flight counters (reconcile_locked changes those
  * of gone processes), but all its threads do, increases under the region lock and decreases without
- * it: every change is one atomic read-modify-write, never a load and a store (two threads of the
- * process would lose one's change: a charge lost is an overcommit, a release lost a leak). Orders: a
- * charge goes before its in-flight mark, so that a reader who sees the mark gone also sees the charge
- * gone. */
-static inline void add_own(uint64_t *field, uint64_t bytes) { __atomic_add_fetch(field, bytes, __ATOMIC_RELEASE); }
+ * it. Two threads changing one as a load and a store would lose one's change (a charge lost is an
+ * overcommit, a release lost a leak), so every change is made inside a section of the allocation
+ * table (table_enter: no lock while one thread alone uses the table, its spin lock once others
+ * came), which serialises the process's threads; a store then suffices. Orders: a charge goes
+ * before its in-flight mark, so that a reader who sees the mark gone also sees the charge gone. */
+static inline int table_enter(void);
+static inline void table_leave(int owner);
+
+static inline void add_own(uint64_t *field, uint64_t bytes) {
+    __atomic_store_n(field, __atomic_load_n(field, __ATOMIC_RELAXED) + bytes, __ATOMIC_RELEASE);
+}
 
 static inline void sub_own(uint64_t *field, uint64_t bytes) {
     uint64_t v = __atomic_load_n(field, __ATOMIC_RELAXED);
-    while (!__atomic_compare_exchange_n(field, &v, v >= bytes ? v - bytes : 0, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {}
+    __atomic_store_n(field, v >= bytes ? v - bytes : 0, __ATOMIC_RELEASE);
+}
+
+/* A charge (and its in-flight mark) added. Region lock held. */
+static inline void charge_add(int slot, int me, uint64_t bytes) {
+    int own = table_enter();
+    add_own(&S.region->procs[me].pending[slot].alloc, bytes);
+    add_own(&S.region->charged[slot][me], bytes);
+    table_leave(own);
 }
 
 /* Check and charge in one step under the region lock. 0 on success, -1 when over the limit. The
@@ -840,9 +854,7 @@ static __attribute__((noinline)) int charge_slow(int slot, uint64_t bytes, int l
         fits = bytes <= S.limits.memory && used <= S.limits.memory - bytes;
     }
     if (fits) {
-        struct region_proc *pr = &r->procs[me];
-        add_own(&pr->pending[slot].alloc, bytes);
-        add_own(&r->charged[slot][me], bytes);
+        charge_add(slot, me, bytes);
         if (used + bytes > d->peak) d->peak = used + bytes;
     } else d->refused++;
     region_unlock();
@@ -861,9 +873,7 @@ static inline __attribute__((always_inline)) int charge(int slot, uint64_t bytes
     region_lock();
     uint64_t used = device_used(slot), limit = S.limits.memory;
     if (__builtin_expect(bytes > limit || used > limit - bytes, 0)) return charge_slow(slot, bytes, 1);
-    struct region_proc *pr = &r->procs[me];
-    add_own(&pr->pending[slot].alloc, bytes);
-    add_own(&r->charged[slot][me], bytes);
+    charge_add(slot, me, bytes);
     struct region_device *d = &r->dev[slot];
     if (used + bytes > d->peak) d->peak = used + bytes;
     region_unlock();
@@ -874,14 +884,18 @@ static inline __attribute__((always_inline)) int charge(int slot, uint64_t bytes
 static inline void charge_done(int slot, uint64_t bytes, int ok) {
     if (S.me < 0) return;
     struct region_proc *pr = &S.region->procs[S.me];
+    int own = table_enter();
     if (!ok) sub_own(&S.region->charged[slot][S.me], bytes);
     sub_own(&pr->pending[slot].alloc, bytes); /* release: the driver's answer now has it (or never will) */
+    table_leave(own);
 }
 
 /* Before the driver frees charged memory: from now on the driver may no longer hold it. */
 static inline void free_begin(int slot, uint64_t bytes) {
     if (S.me < 0) return;
+    int own = table_enter();
     add_own(&S.region->procs[S.me].pending[slot].free, bytes);
+    table_leave(own);
     __atomic_thread_fence(__ATOMIC_RELEASE); /* visible before the driver's own writes of the free */
 }
 
@@ -889,13 +903,18 @@ static inline void free_begin(int slot, uint64_t bytes) {
 static inline void free_done(int slot, uint64_t bytes, int ok) {
     if (S.me < 0) return;
     struct region_proc *pr = &S.region->procs[S.me];
+    int own = table_enter();
     if (ok) sub_own(&S.region->charged[slot][S.me], bytes);
     sub_own(&pr->pending[slot].free, bytes);
+    table_leave(own);
 }
 
 /* Lowers a charge to what the driver really holds (the driver holds less than was charged). */
 static inline void uncharge(int slot, uint64_t bytes) {
-    if (S.me >= 0) sub_own(&S.region->charged[slot][S.me], bytes);
+    if (S.me < 0) return;
+    int own = table_enter();
+    sub_own(&S.region->charged[slot][S.me], bytes);
+    table_leave(own);
 }
 
 /* ------------------------------------------------------------------ allocation table --------- */

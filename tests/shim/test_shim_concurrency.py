@@ -39,9 +39,9 @@ def test_threads_freeing_each_others_blocks_keep_the_accounting_exact(make_step)
     """The main thread allocates alone first (the shim's allocation table is then its own and takes
     no lock), then 7 more threads join and free each other's blocks: the table changes to its
     locked mode under way. Every charge comes back and the quota holds throughout. The threads
-    charge under the step's lock and release without it: a charge or release made as a load and a
-    store rather than one atomic change loses another thread's (an overcommit or a leak), in about
-    one run in ten on a loaded 2-core machine, so several runs (seeds) of ~0.1 s each."""
+    charge under the step's lock and release without it: where two of them change the process's
+    charge at once, each as a load and a store, one change is lost (an overcommit or a leak), in
+    about one run in eight on a loaded 2-core machine, so several runs (seeds) of ~0.1 s each."""
     quota = 24 * MiB
     for seed in range(7, 15):
         step = make_step(memory=quota, device_memory=128 * MiB, scrub=False)

@@ -27,7 +27,8 @@ import re
 VARIABLE = "secureml_k"
 MATCHES = "secureml_matches"  # the member function `cel_cpp` declares
 # String literals this tokeniser does not take apart (the rules are written without them).
-_UNTOKENISED = re.compile(r"""(?<![A-Za-z0-9_])[rRbB]{1,2}['"]|'''|\"\"\"""")
+# (A prefix letter follows no word character and no quote: `'b'` is a string holding a b.)
+_UNTOKENISED = re.compile(r"""(?<![A-Za-z0-9_'"])[rRbB]{1,2}['"]|'''|\"\"\"""")
 # One token: a quoted string literal (with escapes), a number, a word, or any one character.
 _TOKEN = re.compile(
     r"""(?P<string>'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")"""

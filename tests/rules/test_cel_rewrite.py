@@ -65,6 +65,9 @@ def test_strings_are_not_taken_apart() -> None:
     assert text is not None
     assert "'b[0]'" in text.split(".all(", 1)[0] and "'d]'" in text  # moved whole, intact
     assert rewritten("object.a.all(x, x == r'[1, 2, 3, 4]')") is None  # raw: left as it is
+    assert rewritten("object.a.all(x, x == b'abcd')") is None  # bytes too
+    # a string holding one letter b is a string, not a prefix: the list is still built once
+    assert rewritten("object.a.all(x, x in ['a', 'b', 'c', 'd'])") is not None
 
 
 def test_constant_patterns_use_the_compiled_once_matches() -> None:

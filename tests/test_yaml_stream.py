@@ -343,3 +343,19 @@ def test_the_pods_the_compiler_makes_take_the_fast_path() -> None:
         assert same(yaml_stream.load_all(text), pods)
     text = yaml.safe_dump_all(pods, default_flow_style=None)  # flow collections: PyYAML reads
     assert yaml_stream.needs_pyyaml(text) and same(yaml_stream.load_all(text), pods)
+
+
+def test_an_attack_pod_written_with_a_1_1_boolean_is_read_as_kubernetes_reads_it() -> None:
+    """tests/rules/attacks/t01-privileged-yaml11-yes.yaml: `privileged: yes` in block style. Only
+    its `yes` sends it to PyYAML (True, as Kubernetes' decoder reads it); yaml_rs alone would give
+    the string "yes" (test_attacks checks the pod is denied)."""
+    text = (REPO / "tests/rules/attacks/t01-privileged-yaml11-yes.yaml").read_text()
+    assert yaml_stream.needs_pyyaml(text)
+    assert not yaml_stream.needs_pyyaml(text.replace("privileged: yes", "privileged: true"))
+    (pod,) = yaml_stream.load_all(text)
+    (alone,) = [yaml_rs.loads(text)]
+    main = [c for c in pod["spec"]["containers"] if c["name"] == "main"]
+    assert main[0]["securityContext"]["privileged"] is True
+    assert any(
+        c.get("securityContext", {}).get("privileged") == "yes" for c in alone["spec"]["containers"]
+    )

@@ -1,0 +1,58 @@
+"""`secureml.gcpause`: the cycle collector paused for check-pod's judging, then as it was."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+import secureml.podcheck
+from secureml.gcpause import cycle_collection_paused
+from secureml.podcheck import OfflinePolicy, check_offline
+from tests.rules.conftest import ATTACKS_DIR
+
+
+@pytest.fixture
+def collector_on() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_paused_inside_and_enabled_again_after_a_raise() -> None:
+    with pytest.raises(ValueError), cycle_collection_paused():
+        assert not gc.isenabled()
+        raise ValueError
+    assert gc.isenabled()
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_a_collector_that_was_off_stays_off() -> None:
+    gc.disable()
+    with cycle_collection_paused():
+        pass
+    assert not gc.isenabled()
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_check_offline_reads_and_judges_with_the_collector_paused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[bool] = []
+    read = secureml.podcheck.read_pods
+
+    def recording(files: list[str]) -> object:
+        seen.append(gc.isenabled())
+        return read(files)
+
+    monkeypatch.setattr(secureml.podcheck, "read_pods", recording)
+    report = check_offline(
+        [str(ATTACKS_DIR / "t05-env-ld-preload.yaml")], OfflinePolicy(level="restricted")
+    )
+    assert seen == [False]
+    assert gc.isenabled()
+    assert report.summary()["objects"] == 1

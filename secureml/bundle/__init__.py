@@ -3,12 +3,31 @@
 One module per concern renders its objects; `render` assembles the kustomize folder and `diff`
 compares two renders. `apply_mutations` is the Python twin of the bundle's
 MutatingAdmissionPolicy, used to preview the pod the cluster would admit.
+
+The names below are imported on first use (PEP 562): `check-pod` needs the mutations and a
+constant or two, not the renderers of every bundle object (about 35 ms of its start-up).
 """
 
-from secureml.bundle.common import K8S_VERSIONS, BundleOptions
-from secureml.bundle.diff import bundle_diff
-from secureml.bundle.mutation.apply import apply_mutations
-from secureml.bundle.render import render_bundle, render_objects, write_bundle
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from secureml.bundle.common import K8S_VERSIONS, BundleOptions
+    from secureml.bundle.diff import bundle_diff
+    from secureml.bundle.mutation.apply import apply_mutations
+    from secureml.bundle.render import render_bundle, render_objects, write_bundle
+
+_MODULE_OF = {
+    "K8S_VERSIONS": "secureml.bundle.common",
+    "BundleOptions": "secureml.bundle.common",
+    "bundle_diff": "secureml.bundle.diff",
+    "apply_mutations": "secureml.bundle.mutation.apply",
+    "render_bundle": "secureml.bundle.render",
+    "render_objects": "secureml.bundle.render",
+    "write_bundle": "secureml.bundle.render",
+}
 
 __all__ = [
     "K8S_VERSIONS",
@@ -19,3 +38,12 @@ __all__ = [
     "render_objects",
     "write_bundle",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:  # a submodule: `from secureml.bundle import rbac` imports it
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -26,27 +26,29 @@ def is_tenant_step(pod: Manifest, profile: TenantProfile) -> bool:
     return _labels(pod).get(contract.LABEL_TENANT) == profile.metadata.name
 
 
-def _resolve(value: Any, labels: dict[str, str]) -> Any:
+def _resolved(value: Any, labels: dict[str, str]) -> Any:
+    """`value` with each `FromLabel` read from `labels`: a new copy (`copy_json`'s), nothing
+    shared with the profile's mutations or with another pod (one pass, not a resolve and a copy)."""
+    if type(value) is str:  # most leaves (copy_json too gives a str itself back)
+        return value
     if isinstance(value, FromLabel):
         return labels[value.key]
     if isinstance(value, dict):
-        return {key: _resolve(item, labels) for key, item in value.items()}
+        return {key: _resolved(item, labels) for key, item in value.items()}
     if isinstance(value, list):
-        return [_resolve(item, labels) for item in value]
-    return value
+        return [_resolved(item, labels) for item in value]
+    return copy_json(value)
 
 
 def _group_value(group: Group, labels: dict[str, str]) -> tuple[bool, Any]:
-    """Whether the group applies to a pod with `labels`, and the value or items it writes."""
-    live = [(when, value) for when, value in group.parts if when is None or when.holds(labels)]
+    """Whether the group applies to a pod with `labels`, and the value or items it writes (the
+    profile's own, unresolved: `_write` resolves a copy per place it writes to)."""
+    live = [value for when, value in group.parts if when is None or when.holds(labels)]
     if not live:
         return False, None
     if group.kind == "set":
-        return True, _resolve(live[0][1], labels)
-    items: list[Any] = []
-    for _, value in live:
-        items.extend(_resolve(value, labels))
-    return True, items
+        return True, live[0]
+    return True, [item for value in live for item in value]
 
 
 def _groups(profile: TenantProfile) -> list[Group]:
@@ -63,16 +65,18 @@ def _groups(profile: TenantProfile) -> list[Group]:
 _GROUPS: dict[int, tuple[TenantProfile, list[Group]]] = {}
 
 
-def _write(node: dict[str, Any], path: tuple[str, ...], kind: str, value: Any) -> None:
+def _write(
+    node: dict[str, Any], path: tuple[str, ...], kind: str, value: Any, labels: dict[str, str]
+) -> None:
     *parents, leaf = path
     for name in parents:  # (a pod always has metadata and spec; setdefault keeps them)
         node = node.setdefault(name, {})
     if kind == "set":
-        node[leaf] = copy_json(value)
+        node[leaf] = _resolved(value, labels)
     elif kind == "prepend":
-        node[leaf] = copy_json(value) + list(node.get(leaf) or [])
+        node[leaf] = _resolved(value, labels) + list(node.get(leaf) or [])
     else:
-        node[leaf] = list(node.get(leaf) or []) + copy_json(value)
+        node[leaf] = list(node.get(leaf) or []) + _resolved(value, labels)
 
 
 def apply_mutations(pod: Manifest, profile: TenantProfile, *, in_place: bool = False) -> Manifest:
@@ -94,7 +98,7 @@ def apply_mutations(pod: Manifest, profile: TenantProfile, *, in_place: bool = F
         if not applies:
             continue
         if group.target == "pod":
-            _write(result, group.path, group.kind, value)
+            _write(result, group.path, group.kind, value, labels)
             continue
         for field_name, containers in submitted.items():
             for container in containers:
@@ -103,5 +107,5 @@ def apply_mutations(pod: Manifest, profile: TenantProfile, *, in_place: bool = F
                     or container.get("name") != contract.KFP_MAIN_CONTAINER
                 ):
                     continue
-                _write(container, group.path, group.kind, value)
+                _write(container, group.path, group.kind, value, labels)
     return result

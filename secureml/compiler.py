@@ -233,6 +233,8 @@ def referenced_graphs(func: Callable[..., Any]) -> list[GraphComponent]:
     of modules it names (`other_module.inner_pipeline`). These are the nested pipelines it may call."""
     from kfp.dsl.graph_component import GraphComponent
 
+    from secureml.kfp_deferred import spec_of
+
     code = getattr(func, "__code__", None)
     if code is None:
         return []
@@ -251,7 +253,7 @@ def referenced_graphs(func: Callable[..., Any]) -> list[GraphComponent]:
             values.extend(getattr(value, name) for name in sorted(names) if hasattr(value, name))
     for value in values:
         if isinstance(value, GraphComponent):
-            found.setdefault(id(value.component_spec), value)
+            found.setdefault(id(spec_of(value)), value)
     return list(found.values())
 
 
@@ -269,9 +271,11 @@ def _secure_graph(component: GraphComponent, ctx: _Context, step_prefix: str) ->
     from kfp.dsl.graph_component import GraphComponent
     from kfp.pipeline_spec import pipeline_spec_pb2
 
+    from secureml.kfp_deferred import display_name_of, spec_of
+
     func = component.pipeline_func
     for inner in referenced_graphs(func):
-        key = id(inner.component_spec)
+        key = id(spec_of(inner))
         if inner is component or key in ctx.secured_graphs or key in ctx.failed_graphs:
             continue
         try:
@@ -289,12 +293,13 @@ def _secure_graph(component: GraphComponent, ctx: _Context, step_prefix: str) ->
             raise _AbortBuildError
         return outputs
 
+    # the user's pipeline as kfp's build saw it, unbuilt where `secureml compile` deferred it
     spec = dataclasses.replace(
-        component.component_spec,
+        spec_of(component),
         implementation=structures.Implementation(),
         platform_spec=pipeline_spec_pb2.PlatformSpec(),
     )
-    display_name = component.pipeline_spec.pipeline_info.display_name or None
+    display_name = display_name_of(component)
     return GraphComponent(
         spec, traced, display_name=display_name, pipeline_config=component.pipeline_config
     )

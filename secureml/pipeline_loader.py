@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import sys
 import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,14 +19,19 @@ if TYPE_CHECKING:
     from kfp.dsl.graph_component import GraphComponent
 
 
-def load_pipeline(path: str | Path, name: str | None = None) -> GraphComponent:
+def load_pipeline(
+    path: str | Path, name: str | None = None, *, deferred: bool = False
+) -> GraphComponent:
     """The `@dsl.pipeline` object in the Python file `path`.
 
     With one pipeline in the file, that one; with several, the one whose Python name or pipeline
     name is `name`. Pipelines that only serve as nested pipelines of another are not counted.
+    `deferred`: kfp builds the file's pipelines only when something reads them
+    (`secureml.kfp_deferred`; for `compile_pipeline`, which builds its own); where compiling one
+    then fails, `build_now` reports what its build at import would have.
     """
     file = Path(path)
-    found = pipelines_in(file)
+    found = pipelines_in(file, deferred=deferred)
     if name is not None:
         for attr, value in found.items():
             if name in (attr, value.name):
@@ -44,11 +51,12 @@ def load_pipeline(path: str | Path, name: str | None = None) -> GraphComponent:
     return next(iter(candidates.values()))
 
 
-def pipelines_in(path: str | Path) -> dict[str, GraphComponent]:
+def pipelines_in(path: str | Path, *, deferred: bool = False) -> dict[str, GraphComponent]:
     """Every `@dsl.pipeline` object the Python file `path` defines or imports, by Python name.
 
     The file's folder is put first on `sys.path` while it is imported, so sibling modules import as
     they do when the file is run. Raise `InputError` when the import fails or finds no pipeline.
+    `deferred`: as in `load_pipeline`.
     """
     from kfp.dsl.base_component import BaseComponent
     from kfp.dsl.graph_component import GraphComponent
@@ -69,31 +77,16 @@ def pipelines_in(path: str | Path) -> dict[str, GraphComponent]:
     folder = str(file.resolve().parent)
     sys.path.insert(0, folder)
     sys.modules[module_name] = module  # kept: kfp and dataclasses look a function's module up
-    with collecting() as bad_components:
-        try:
-            spec.loader.exec_module(module)
-        except ComponentNotBuiltError:
-            pass  # a pipeline used a bad component: that component's error is reported below
-        except Exception as err:  # noqa: BLE001 - the user's code may raise anything: report where it failed, without our frames
-            frames = [
-                f
-                for f in traceback.extract_tb(err.__traceback__)
-                if f.filename == str(file.resolve())
-            ]
-            line = f":{frames[-1].lineno}" if frames else ""
-            failed = InputError(
-                f"importing the pipeline failed: {type(err).__name__}: {err}",
-                why="the file raised while it was imported (kfp traces pipelines at import time)",
-                fix="run `python " + str(file) + "` to see the full error, and fix it",
-                where=f"{file}{line}",
-            )
-            if not bad_components:
-                raise failed from None
-            bad_components.append(failed)
-        finally:
-            sys.path.remove(folder)
-    if bad_components:
-        raise _bad_components(file, bad_components)
+    try:
+        if deferred:
+            from secureml.kfp_deferred import deferred_builds
+
+            with deferred_builds():
+                _run_user_code(file, functools.partial(spec.loader.exec_module, module))
+        else:
+            _run_user_code(file, functools.partial(spec.loader.exec_module, module))
+    finally:
+        sys.path.remove(folder)
 
     found = {
         attr: value for attr, value in vars(module).items() if isinstance(value, GraphComponent)
@@ -122,6 +115,47 @@ def pipelines_in(path: str | Path) -> dict[str, GraphComponent]:
             where=str(file),
         )
     return found
+
+
+def build_now(graph: GraphComponent, path: str | Path) -> None:
+    """kfp's build of a pipeline `load_pipeline(..., deferred=True)` has not built yet, with the
+    errors its build at import gave (`InputError`, where in `path` it failed)."""
+    from secureml.kfp_deferred import DeferredGraph
+
+    if isinstance(graph, DeferredGraph) and not graph.built:
+        # the frames above the build are those of the import that made the pipeline
+        _run_user_code(Path(path), graph.build, outer=graph.created_at)
+
+
+def _run_user_code(
+    file: Path, run: Callable[[], object], outer: Sequence[traceback.FrameSummary] = ()
+) -> None:
+    """Run the user's code of `file` (its import, or a deferred pipeline build below the
+    `outer` frames): an exception it raises, and the components it could not make, as one
+    `InputError` naming where (the innermost line of `file`)."""
+    with collecting() as bad_components:
+        try:
+            run()
+        except ComponentNotBuiltError:
+            pass  # a pipeline used a bad component: that component's error is reported below
+        except Exception as err:  # noqa: BLE001 - the user's code may raise anything: report where it failed, without our frames
+            frames = [
+                f
+                for f in [*outer, *traceback.extract_tb(err.__traceback__)]
+                if f.filename == str(file.resolve())
+            ]
+            line = f":{frames[-1].lineno}" if frames else ""
+            failed = InputError(
+                f"importing the pipeline failed: {type(err).__name__}: {err}",
+                why="the file raised while it was imported (kfp traces pipelines at import time)",
+                fix="run `python " + str(file) + "` to see the full error, and fix it",
+                where=f"{file}{line}",
+            )
+            if not bad_components:
+                raise failed from None
+            bad_components.append(failed)
+    if bad_components:
+        raise _bad_components(file, bad_components)
 
 
 def _bad_components(file: Path, errors: list[SecuremlError]) -> InputError:
@@ -157,8 +191,10 @@ def as_pipeline(component: BaseComponent) -> GraphComponent:
 
 def top_level(found: dict[str, GraphComponent]) -> dict[str, GraphComponent]:
     """The pipelines of `found` that no other one of them uses as a nested pipeline."""
-    nested = {id(inner.component_spec) for value in found.values() for inner in _inner(value)}
-    top = {attr: value for attr, value in found.items() if id(value.component_spec) not in nested}
+    from secureml.kfp_deferred import spec_of
+
+    nested = {id(spec_of(inner)) for value in found.values() for inner in _inner(value)}
+    top = {attr: value for attr, value in found.items() if id(spec_of(value)) not in nested}
     return top or found
 
 

@@ -152,8 +152,9 @@ def compile_command(
     )
 
     from secureml.compiler import CompileError, compile_pipeline
+    from secureml.errors import SecuremlError
     from secureml.kfp_names import remembered_names
-    from secureml.pipeline_loader import load_pipeline
+    from secureml.pipeline_loader import build_now, load_pipeline
     from secureml.profile import parse_profile, read_profile_bytes
 
     content = read_profile_bytes(profile)
@@ -170,10 +171,10 @@ def compile_command(
     tenant = parse_profile(content, source=str(profile))
     for warning in runtime_image.warnings(tenant):
         typer.echo(f"warning: {warning}", err=True)
-    with (
-        remembered_names()
-    ):  # the file's own @dsl.pipeline builds kfp's spec: the same spec, faster
-        graph = load_pipeline(file, pipeline)
+    # kfp builds the file's pipelines only where something reads them: compile_pipeline builds
+    # its own (secureml.kfp_deferred); what kfp does build, faster (the same spec)
+    with remembered_names():
+        graph = load_pipeline(file, pipeline, deferred=True)
     verifier = _image_verifier(tenant, profile, bundles, fetch_bundles)
     signatures_checked = verifier is not None
     if tenant.spec.images.attestations:
@@ -197,6 +198,13 @@ def compile_command(
             write_text(report, reports.to_json(data), "--report")
         _print(data, output_format, None)
         raise typer.Exit(NO) from None
+    except Exception as err:
+        if not isinstance(err, SecuremlError):
+            # the pipeline function raised in the compiler's trace: kfp's deferred build of it
+            # says where, as the import did when kfp built it there
+            with remembered_names():
+                build_now(graph, file)
+        raise
     data = result.report()
     attestation = (
         _attestation(

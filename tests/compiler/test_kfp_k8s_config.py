@@ -1,9 +1,11 @@
 """kfp.kubernetes setters inside `one_message(task)` write exactly the config they write one by one,
-and kfp's getter is back afterwards (also when a setter fails).
+and kfp's getter and `MessageToDict` are back afterwards (also when a setter fails), the config
+written.
 
 No `from __future__ import annotations`: kfp reads the component's annotations as types."""
 
 import pytest
+from google.protobuf import json_format
 from kfp import dsl, kubernetes
 from kfp.kubernetes import common
 
@@ -50,14 +52,19 @@ def test_one_message_writes_what_the_setters_write_one_by_one() -> None:
 
 
 def test_kfp_gets_its_getter_back() -> None:
-    original = common.get_existing_kubernetes_config_as_message
+    original, to_dict = common.get_existing_kubernetes_config_as_message, json_format.MessageToDict
+    configs = []
 
     @dsl.pipeline(name="p")
     def pipeline() -> None:
         task = step(x=1)
         with pytest.raises(RuntimeError), one_message(task):
             assert common.get_existing_kubernetes_config_as_message is not original
+            kubernetes.add_pod_label(task, "before", "failing")
             raise RuntimeError
+        configs.append(task.platform_config["kubernetes"])
 
     assert pipeline.platform_spec is not None
     assert common.get_existing_kubernetes_config_as_message is original
+    assert json_format.MessageToDict is to_dict
+    assert configs == [{"podMetadata": {"labels": {"before": "failing"}}}]

@@ -96,3 +96,25 @@ def test_a_folder_another_user_owns_is_not_used(cache: Path) -> None:
     load(compiled)
     load(compiled)
     assert compiled.calls == 2 and not list(cache.glob("*.bin"))
+
+
+def test_the_key_names_the_engines_version_and_compiled_modules() -> None:
+    from importlib import metadata
+
+    from cel_expr_python import cel  # type: ignore[import-untyped]
+
+    build = cel_cache._engine()
+    assert f"cel_expr_python-{metadata.version('cel-expr-python')}.dist-info" in build
+    status = os.stat(cel.__file__)
+    assert f"{cel.__file__}:{status.st_size}:{status.st_mtime_ns}" in build
+
+
+def test_another_engine_build_reads_no_program_of_this_one(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiled = Counting()
+    load(compiled)
+    monkeypatch.setattr(cel_cache, "_engine", lambda: "another build")
+    load(compiled)
+    assert compiled.calls == 2  # compiled again, under another key
+    assert len(list(cache.glob("*.bin"))) == 2

@@ -56,3 +56,24 @@ def test_check_offline_reads_and_judges_with_the_collector_paused(
     assert seen == [False]
     assert gc.isenabled()
     assert report.summary()["objects"] == 1
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_what_the_block_kept_is_handed_to_the_oldest_generation() -> None:
+    with cycle_collection_paused():
+        kept = [[] for _ in range(1000)]
+    young = {id(obj) for obj in gc.get_objects(generation=0)}
+    oldest = {id(obj) for obj in gc.get_objects(generation=2)}
+    assert id(kept) in oldest and id(kept[0]) in oldest and id(kept) not in young
+
+
+@pytest.mark.usefixtures("collector_on")
+def test_objects_a_caller_froze_stay_frozen() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with cycle_collection_paused():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -66,6 +66,7 @@ VOLUME_SOURCES = (
     "ephemeral",
     "image",
 )
+_SOURCES = frozenset(VOLUME_SOURCES)
 
 
 def api_defaults(pod: Mapping[str, Any], *, in_place: bool = False) -> dict[str, Any]:
@@ -76,7 +77,7 @@ def api_defaults(pod: Mapping[str, Any], *, in_place: bool = False) -> dict[str,
     if not isinstance(spec, dict):
         return result
     for volume in spec.get("volumes") or []:
-        if isinstance(volume, dict) and not any(key in volume for key in VOLUME_SOURCES):
+        if isinstance(volume, dict) and _SOURCES.isdisjoint(volume):
             volume["emptyDir"] = {}
     if not spec.get("schedulerName"):
         spec["schedulerName"] = DEFAULT_SCHEDULER
@@ -138,6 +139,8 @@ def invalid_after_mutation(pod: Mapping[str, Any]) -> str | None:
 
 
 def _first_repeat(values: list[Any]) -> Any:
+    if len(set(values)) == len(values):  # (the common case, at C speed)
+        return None
     seen: set[Any] = set()
     for value in values:
         if value in seen:

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
 from secureml import yaml_stream
 from secureml.errors import InputError
 from secureml.podspec import CONTAINER_LISTS
@@ -70,7 +68,7 @@ def pods_in_text(text: str, *, source: str) -> Iterator[PodObject]:
     """The pods of every document of the YAML `text` (documents that are empty are skipped)."""
     try:
         documents = yaml_stream.load_all(text)
-    except yaml.YAMLError as err:
+    except yaml_stream.YAMLError as err:  # (looked up only when something was raised)
         raise InputError(
             f"{source}: not valid YAML", why=str(err), fix="fix the YAML syntax"
         ) from None

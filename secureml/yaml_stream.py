@@ -18,20 +18,43 @@ fixtures, on each scalar where they differ in each position, and on generated st
 
 What this returns never shares a dict or list between two places (PyYAML shares an anchored node
 among its aliases; the copy breaks that), so a caller may change a pod in place.
+
+PyYAML is imported when a stream first needs it (`PYYAML_LOADER` and `YAMLError` too): a file the
+fast reader reads whole never loads it (15-20 ms of `check-pod --level`'s start-up).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import re2  # type: ignore[import-untyped]
-import yaml
 import yaml_rs
 
 from secureml.jsontree import copy_json
 
-PYYAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:
+    from yaml import YAMLError as YAMLError
+
+    PYYAML_LOADER: Any  # libyaml's CSafeLoader where PyYAML was built with it, else SafeLoader
+
+
+def __getattr__(name: str) -> Any:
+    """`PYYAML_LOADER` and `YAMLError` (PyYAML's error class), PyYAML imported at first use."""
+    if name not in ("PYYAML_LOADER", "YAMLError"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import yaml
+
+    globals().update(PYYAML_LOADER=_pyyaml_loader(), YAMLError=yaml.YAMLError)
+    return globals()[name]
+
+
+def _pyyaml_loader() -> Any:
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 # Where a plain scalar can start: at the start, after white space, a flow indicator, or a quoted
 # flow key's colon.
 _START = r"""(?:^|[ \t\r\n\[\{,]|["']:)"""
@@ -94,7 +117,9 @@ def load_all(text: str) -> list[Any]:
         fast = _fast(text)
         if fast is not None:
             return fast
-    return copy_json(list(yaml.load_all(text, Loader=PYYAML_LOADER)))
+    import yaml
+
+    return copy_json(list(yaml.load_all(text, Loader=_pyyaml_loader())))
 
 
 def needs_pyyaml(text: str) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -359,3 +360,18 @@ def test_an_attack_pod_written_with_a_1_1_boolean_is_read_as_kubernetes_reads_it
     assert any(
         c.get("securityContext", {}).get("privileged") == "yes" for c in alone["spec"]["containers"]
     )
+
+
+def test_a_stream_the_fast_reader_reads_whole_does_not_import_pyyaml(tmp_path: Path) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: a\n"
+    )
+    probe = (
+        "import sys\nfrom secureml.workloads import read_pods\n"
+        f"assert read_pods([{str(pod)!r}])[0].name == 'p'\n"
+        "assert 'yaml' not in sys.modules, 'PyYAML imported'\n"
+        "from secureml import yaml_stream\n"
+        "assert yaml_stream.YAMLError is __import__('yaml').YAMLError\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import json
 import tempfile
 import types
@@ -145,6 +146,7 @@ def compile_pipeline(
     image_verifier: ImageVerifier | None = None,
     check_admission: bool = True,
     entrypoint_resolver: EntrypointResolver | None = None,
+    keep_component: bool = True,
 ) -> CompiledPipeline:
     """Check and secure `pipeline` (a `@dsl.pipeline` object) for `profile`.
 
@@ -154,6 +156,9 @@ def compile_pipeline(
     `entrypoint_resolver` (`secureml.supplychain.entrypoint.image_process`) reads the ENTRYPOINT
     of a command-less container component's image, which then becomes the task's command behind
     the launcher; without it such a task is refused (`launcher.no-command`).
+    `keep_component=False` (the CLI): the result has no `component`, and kfp's built objects are
+    released once the YAML is written, their reference cycles collected, so that the admission
+    check's memory (the rule engine's programs, the pods) reuses theirs.
     """
     from kfp.dsl.graph_component import GraphComponent
 
@@ -177,6 +182,9 @@ def compile_pipeline(
         raise CompileError(pipeline.name, ctx.violations)
     documents = _documents(secured)
     yaml_text = _write_yaml(secured, documents)
+    if not keep_component:
+        secured = None  # the protos kfp built; its traced tasks are cycles, collected here
+        gc.collect()
     if check_admission:
         _check_admission(documents, profile, ctx)
         if ctx.violations:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -175,6 +176,10 @@ def compile_command(
     # its own (secureml.kfp_deferred); what kfp does build, faster (the same spec)
     with remembered_names():
         graph = load_pipeline(file, pipeline, deferred=True)
+    # What is loaded now (kfp, its clients, pydantic, the user's module) lives until the process
+    # ends: frozen, the collector's passes during the compile no longer walk it (they were
+    # about a tenth of a 10-step compile's CPU time)
+    gc.freeze()
     verifier = _image_verifier(tenant, profile, bundles, fetch_bundles)
     signatures_checked = verifier is not None
     if tenant.spec.images.attestations:
@@ -191,6 +196,7 @@ def compile_command(
             tenant,
             image_verifier=verifier,
             entrypoint_resolver=_resolver(resolve_entrypoints),
+            keep_component=False,
         )
     except CompileError as err:
         data = reports.violation_report(graph.name, tenant.metadata.name, err.violations)

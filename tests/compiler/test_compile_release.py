@@ -1,0 +1,53 @@
+"""`compile_pipeline(..., keep_component=False)` (the CLI's): the same YAML and report, no
+component, and kfp's built pipeline released before the admission check runs."""
+
+import weakref
+from typing import Any
+
+import pytest
+from compilerhelp import make_profile
+from kfp import dsl
+
+from secureml import MIG, compiler, secure_component
+
+IMAGE = "ghcr.io/acme/ml-images/train@sha256:" + "0" * 64
+
+
+@secure_component(image=IMAGE)
+def prepare(x: int) -> int:
+    return x + 1
+
+
+@secure_component(image=IMAGE, gpu=MIG("1g.10gb"))
+def train(x: int) -> int:
+    return x * 2
+
+
+@dsl.pipeline(name="chain")
+def chain(x: int = 0) -> None:
+    train(x=prepare(x=x).output)
+
+
+def test_released_build_gives_the_same_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = make_profile()
+    kept = compiler.compile_pipeline(chain, profile)
+    built: list[weakref.ref[Any]] = []
+    alive_at_check: list[bool] = []
+    secure_graph, check_admission = compiler._secure_graph, compiler._check_admission
+
+    def tracked(*args: Any, **kwargs: Any) -> Any:
+        graph = secure_graph(*args, **kwargs)
+        built.append(weakref.ref(graph))
+        return graph
+
+    def check(*args: Any, **kwargs: Any) -> None:
+        alive_at_check.append(built[0]() is not None)
+        check_admission(*args, **kwargs)
+
+    monkeypatch.setattr(compiler, "_secure_graph", tracked)
+    monkeypatch.setattr(compiler, "_check_admission", check)
+    released = compiler.compile_pipeline(chain, profile, keep_component=False)
+    assert kept.component is not None and released.component is None
+    assert released.yaml_text == kept.yaml_text
+    assert released.report() == kept.report()
+    assert alive_at_check == [False]

@@ -38,6 +38,7 @@ from secureml.compile_rules import TaskView, check_task, task_gpu_request
 from secureml.decorator import SecureSettings, settings_of
 from secureml.errors import SecuremlError
 from secureml.gpu_request import ISOLATION_TIMESLICE_SHIM, GPURequest, TimeSlice
+from secureml.kfp_executor_merge import copied_executor_configs
 from secureml.kfp_k8s_config import one_message
 from secureml.kfp_names import remembered_names
 from secureml.kfp_nested_merge import fixed_merges
@@ -170,9 +171,10 @@ def compile_pipeline(
         )
     ctx = _Context(profile=profile, pipeline=pipeline.name, entrypoints=entrypoint_resolver)
     try:
-        # kfp's build is quadratic in its name sanitiser, and its nested-pipeline merge can give
-        # a parent's executor a nested task's config (see each module)
-        with remembered_names(), fixed_merges():
+        # kfp's build is quadratic in its name sanitiser, its nested-pipeline merge can give a
+        # parent's executor a nested task's config, and it rebuilds each task's config value by
+        # value to merge it (see each module)
+        with remembered_names(), fixed_merges(), copied_executor_configs():
             secured = _secure_graph(pipeline, ctx, step_prefix="")
     except _AbortBuildError:
         secured = None

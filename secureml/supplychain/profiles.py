@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from secureml.profile import read_profile_bytes
-from secureml.supplychain.identity import TrustedIdentity
-from secureml.supplychain.verifier import SignatureError, SignatureVerifier, VerifiedSignature
+
+if TYPE_CHECKING:  # imported by the check itself: `compile` needs only the bundle's default path
+    from secureml.supplychain.identity import TrustedIdentity
+    from secureml.supplychain.verifier import SignatureVerifier, VerifiedSignature
 
 
 def default_profile_bundle(profile_path: Path) -> Path:
@@ -38,6 +41,8 @@ def verify_signed_profile(
     used is exactly the one that was verified (no second read of a file that may have changed).
     `bundle_flag` is the calling command's option for the bundle path, named in the fix.
     """
+    from secureml.supplychain.verifier import SignatureError, SignatureVerifier
+
     bundle_path = bundle_path or default_profile_bundle(profile_path)
     if content is None:
         content = read_profile_bytes(profile_path)

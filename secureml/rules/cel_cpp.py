@@ -24,6 +24,7 @@ from secureml.rules.cel_rewrite import MATCHES, rewritten
 
 ERROR = cel.Type.ERROR
 STRING = cel.Type.STRING
+INT = cel.Type.INT
 
 
 @functools.cache
@@ -70,8 +71,41 @@ def program(expression: str) -> Any | None:
 def boolean_program(expression: str) -> Any | None:
     """`program(expression)` for an expression whose value is used only when it is a boolean (a
     rule, a scope): rewritten for speed (`cel_rewrite`) where that compiles, as it is otherwise."""
+    text = _boolean_text(expression)
+    return None if text is None else program(text)
+
+
+@functools.cache
+def _boolean_text(expression: str) -> str | None:
+    """The text `boolean_program` compiles: the rewritten one where it compiles."""
     faster = rewritten(expression)
-    return (faster is not None and program(faster)) or program(expression)
+    if faster is not None and program(faster) is not None:
+        return faster
+    return expression if program(expression) is not None else None
+
+
+MASK_WIDTH = 62  # expressions in one `mask_program` (CEL's int is 64-bit signed)
+
+
+@functools.cache
+def mask_program(expressions: tuple[str, ...]) -> Any | None:
+    """One program for several rules: an int whose bit `i` is set where expression `i` is false
+    and clear where it is true, each expression as `boolean_program` compiles it (at most
+    `MASK_WIDTH` of them). Where any of them is an error or not a boolean, the whole value is an
+    error (a condition of `?:` must be a boolean), and the caller judges them one by one. None
+    when one of them does not compile, or the whole is more than the engine takes.
+
+    Each evaluation costs about 4 us of its own; the profiles' rules are judged in one instead of
+    one per rule. The terms are summed as a balanced tree (the parser limits nesting)."""
+    if not 0 < len(expressions) <= MASK_WIDTH:
+        return None
+    texts = [_boolean_text(expression) for expression in expressions]
+    if any(text is None for text in texts):
+        return None
+    terms = [f"(({text}) ? 0 : {1 << bit})" for bit, text in enumerate(texts)]
+    while len(terms) > 1:
+        terms = [f"({' + '.join(terms[index : index + 2])})" for index in range(0, len(terms), 2)]
+    return program(terms[0])
 
 
 def activation(obj: Mapping[str, Any], old_obj: Mapping[str, Any] | None) -> Any:

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from secureml.rules import cel_cpp
+from secureml.rules import cel_cpp, verdict_memo
 from secureml.rules.model import Rule
 from secureml.violation import Violation
 
@@ -136,6 +136,34 @@ def _fast_programs(rules: tuple[Rule, ...]) -> tuple[Any | None, ...]:
     return tuple(cel_cpp.boolean_program(rule.expression) for rule in rules)
 
 
+class _Group:
+    """The rules of one scope, in list order: those judged together by one `mask_program`
+    (`together`, by bit), and the others (kept by key in `verdict_memo`, or without a program),
+    judged one by one."""
+
+    def __init__(self, scope: str, members: list[int], rules: tuple[Rule, ...]) -> None:
+        self.scope = scope
+        self.members = tuple(members)
+        programs = _fast_programs(rules)
+        chosen = [
+            i
+            for i in members
+            if programs[i] is not None and not verdict_memo.worth_keying(rules[i].expression)
+        ]
+        chosen = chosen[: cel_cpp.MASK_WIDTH]
+        self.mask = cel_cpp.mask_program(tuple(rules[i].expression for i in chosen))
+        self.bit = {index: bit for bit, index in enumerate(chosen)} if self.mask else {}
+
+
+@functools.cache
+def _groups(rules: tuple[Rule, ...]) -> tuple[_Group, ...]:
+    """The rules by scope (each scope once, in order of first appearance)."""
+    members: dict[str, list[int]] = {}
+    for index, rule in enumerate(rules):
+        members.setdefault(rule.scope, []).append(index)
+    return tuple(_Group(scope, indices, rules) for scope, indices in members.items())
+
+
 class _Plain:
     """The plain engine's contexts for one pod, each built when a rule first needs it: a rule that
     falls back reads a projection to the fields it names itself (see the module docstring)."""
@@ -157,32 +185,91 @@ def evaluate(
     """The violations of `rules` by the pod `obj`; an empty list means the pod is allowed.
 
     `old_obj` is the pod before an UPDATE (CEL's `oldObject`); None, as on CREATE, makes
-    `oldObject` null, exactly as the API server binds it for a CREATE request.
+    `oldObject` null, exactly as the API server binds it for a CREATE request. A rule's outcome
+    (and a scope's) on a pod that agrees with an earlier one on everything the rule can read is
+    the earlier outcome (`secureml.rules.verdict_memo`).
     """
     rules = tuple(rules)
-    fast = _fast_programs(rules)
-    bound = cel_cpp.activation(
-        _fast_view(obj, rules), None if old_obj is None else _fast_view(old_obj, rules)
-    )
-    plain = _Plain(obj, old_obj)
-    in_force = {"": True}  # by scope; each scope is evaluated once per pod
-    violations: list[Violation] = []
-    for rule, program in zip(rules, fast, strict=True):
-        if rule.scope not in in_force:
-            in_force[rule.scope] = _in_scope_fast(rule.scope, bound, plain)
-        if not in_force[rule.scope]:
+    kept = verdict_memo.memo(rules)
+    programs = _fast_programs(rules)
+    keyed = kept.pod(obj, old_obj)
+    judge = _Judge(obj, old_obj, rules)
+    found: dict[int, Violation] = {}
+    for group in _groups(rules):
+        if group.scope and not _kept_or(
+            kept.scopes[group.scope], keyed, functools.partial(judge.in_scope, group.scope)
+        ):
             continue
+        failed = None if group.mask is None else judge.mask(group.mask)
+        for index in group.members:
+            rule = rules[index]
+            bit = group.bit.get(index)
+            if failed is not None and bit is not None:
+                if failed >> bit & 1:
+                    found[index] = Violation(rule.id, _message_fast(rule, judge.bound, judge.plain))
+                continue
+            verdicts = kept.verdicts[index]
+            verdict_key = None if keyed is None else verdicts.key(keyed)
+            if verdicts.get(verdict_key) is True:
+                continue
+            outcome = functools.partial(judge.outcome, rule, programs[index])
+            violation = _kept_or(kept.violations[index], keyed, outcome)[0]
+            verdicts.keep(verdict_key, violation is None)
+            if violation is not None:
+                found[index] = violation
+    return [found[index] for index in sorted(found)]
+
+
+def _kept_or(
+    kept: verdict_memo.Kept, pod: verdict_memo.Pod | None, outcome: Callable[[], Any]
+) -> Any:
+    """The outcome `kept` holds for the pod, else `outcome()`, then kept."""
+    key = None if pod is None else kept.key(pod)
+    found = kept.get(key)
+    if found is None:
+        found = outcome()
+        kept.keep(key, found)
+    return found
+
+
+class _Judge:
+    """One pod judged by the engines: the fast engine's binding is made at the first rule that
+    needs it (none where every outcome is kept)."""
+
+    def __init__(
+        self, obj: Mapping[str, Any], old_obj: Mapping[str, Any] | None, rules: tuple[Rule, ...]
+    ) -> None:
+        self._obj, self._old, self._rules = obj, old_obj, rules
+        self._bound: Any = None
+        self.plain = _Plain(obj, old_obj)
+
+    @property
+    def bound(self) -> Any:
+        if self._bound is None:
+            old = None if self._old is None else _fast_view(self._old, self._rules)
+            self._bound = cel_cpp.activation(_fast_view(self._obj, self._rules), old)
+        return self._bound
+
+    def in_scope(self, scope: str) -> bool:
+        return _in_scope_fast(scope, self.bound, self.plain)
+
+    def mask(self, program: Any) -> int | None:
+        """A `mask_program`'s value: the bits of its rules that are false; None for an error."""
+        value = program.eval(self.bound)
+        return value.value() if value.type() == cel_cpp.INT else None
+
+    def outcome(self, rule: Rule, program: Any | None) -> tuple[Violation | None]:
+        """`rule(...)` as an outcome to keep (None is kept as `(None,)`: allowed)."""
+        return (self.rule(rule, program),)
+
+    def rule(self, rule: Rule, program: Any | None) -> Violation | None:
         if program is not None:
-            verdict = program.eval(bound).value()
+            verdict = program.eval(self.bound).value()
             if verdict is True:
-                continue
+                return None
             if verdict is False:
-                violations.append(Violation(rule.id, _message_fast(rule, bound, plain)))
-                continue
-        found = _judge(rule, plain.context(rule))  # an error, a non-boolean, or no fast program
-        if found is not None:
-            violations.append(found)
-    return violations
+                return Violation(rule.id, _message_fast(rule, self.bound, self.plain))
+        return _judge(rule, self.plain.context(rule))  # an error, a non-boolean, no fast program
 
 
 def _fast_view(obj: Mapping[str, Any], rules: tuple[Rule, ...]) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 LEVEL_BASELINE = "baseline"
 LEVEL_RESTRICTED = "restricted"
@@ -28,3 +28,13 @@ class Rule:
     message_expression: str
     applies_to: tuple[str, ...]
     scope: str = ""
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # The engine's caches are keyed by tuples of rules, hashed once per judged pod: the hash
+        # of a rule's fields is computed once, not at every lookup.
+        key = (self.id, self.message, self.expression, self.message_expression)
+        object.__setattr__(self, "_hash", hash((*key, self.applies_to, self.scope)))
+
+    def __hash__(self) -> int:
+        return self._hash

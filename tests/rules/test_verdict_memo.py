@@ -1,0 +1,259 @@
+"""Kept verdicts (`secureml.rules.verdict_memo`) change no verdict and no message.
+
+Every outcome the engine takes from the memo must be the outcome evaluating would give: the
+plain engine (which keeps nothing) is the reference, over pods that differ in exactly the fields
+the kept rules read, over values of another type (`1` for `true`), and over random pods and
+rules that use every construct `reads` models.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from secureml.rules import rules_for_profile, verdict_memo
+from secureml.rules.engine import evaluate, evaluate_plain
+from secureml.rules.model import Rule
+from secureml.violation import Violation
+from tests.rules.conftest import example_profile
+
+PROFILE = "team-a"
+
+
+@pytest.fixture(scope="module")
+def step_pod() -> dict[str, Any]:
+    """A pod the compiler previews for a reference pipeline under team-a (allowed)."""
+    from secureml.compiler import CompileError, _documents, compile_pipeline
+    from secureml.pipeline_loader import load_pipeline
+    from secureml.preview import preview_pods
+    from tests.rules.test_preview_allowed import REFERENCE_PIPELINES
+
+    profile = example_profile(PROFILE)
+    for path in REFERENCE_PIPELINES:
+        try:
+            compiled = compile_pipeline(load_pipeline(path), profile, check_admission=False)
+        except CompileError:
+            continue
+        assert compiled.component is not None
+        pods = list(preview_pods(_documents(compiled.component), profile).values())
+        if evaluate_plain(pods[0], rules_for_profile(profile)) == []:
+            return pods[0]
+    raise AssertionError("no reference pipeline compiles to an allowed pod under team-a")
+
+
+def _steps(pod: dict[str, Any], count: int) -> Iterator[dict[str, Any]]:
+    """`count` copies of `pod`, each with its own step name (as a pipeline's steps differ)."""
+    for index in range(count):
+        step = copy.deepcopy(pod)
+        step["metadata"]["name"] = f"{pod['metadata']['name']}-{index}"
+        step["metadata"].setdefault("annotations", {})["workflows.argoproj.io/node-id"] = str(index)
+        yield step
+
+
+def _main(pod: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in pod["spec"]["containers"] if c["name"] == "main")
+
+
+def _unpinned_image(pod: dict[str, Any]) -> None:
+    _main(pod)["image"] = _main(pod)["image"].split("@")[0] + ":latest"
+
+
+def _root_group(pod: dict[str, Any]) -> None:
+    pod["spec"].setdefault("securityContext", {})["runAsGroup"] = 0
+
+
+def _host_mount(pod: dict[str, Any]) -> None:
+    _main(pod).setdefault("volumeMounts", []).append({"name": "host", "mountPath": "/host"})
+    pod["spec"]["volumes"].append({"name": "host", "emptyDir": {}})
+
+
+def _extra_gpu(pod: dict[str, Any]) -> None:
+    limits = _main(pod).setdefault("resources", {}).setdefault("limits", {})
+    limits["nvidia.com/gpu"] = "2"
+    pod["spec"]["initContainers"][0].setdefault("resources", {}).setdefault("limits", {})[
+        "nvidia.com/gpu"
+    ] = "1"
+
+
+MUTATIONS = [_unpinned_image, _root_group, _host_mount, _extra_gpu]
+
+
+def test_steps_that_differ_in_one_rule_relevant_field_still_get_every_violation(
+    step_pod: dict[str, Any],
+) -> None:
+    """Forty steps of one component, judged in order with verdicts kept: every tenth differs
+    in one field that a kept rule reads, and gets exactly the violations evaluating gives."""
+    rules = rules_for_profile(example_profile(PROFILE))
+    verdict_memo.forget()
+    steps = list(_steps(step_pod, 40))
+    for number, mutate in enumerate(MUTATIONS, start=1):
+        mutate(steps[number * 10 - 1])
+    denied = 0
+    for index, pod in enumerate(steps):
+        judged = evaluate(pod, rules)
+        assert judged == evaluate_plain(pod, rules), index
+        denied += bool(judged)
+    assert denied == len(MUTATIONS)
+    kept = verdict_memo.memo(tuple(rules))
+    assert any(kept_rule.outcomes for kept_rule in kept.verdicts), "some verdicts were kept"
+
+
+@pytest.mark.parametrize("other", [1, 1.0, "true", None])
+def test_a_value_of_another_type_is_another_key(step_pod: dict[str, Any], other: Any) -> None:
+    """`readOnly: 1` is not `readOnly: true` to CEL: the key of a rule reading it differs."""
+    rules = tuple(rules_for_profile(example_profile(PROFILE)))
+    index = next(i for i, rule in enumerate(rules) if rule.id == "secureml.mountPaths")
+    kept = verdict_memo.memo(rules)
+    pods = []
+    for value in (True, other):
+        pod = copy.deepcopy(step_pod)
+        _main(pod)["volumeMounts"][0]["readOnly"] = value
+        pods.append(pod)
+    keys = [kept.verdicts[index].key(verdict_memo.Pod(pod, None)) for pod in pods]
+    assert keys[0] is not None and keys[1] is not None and keys[0] != keys[1]
+
+
+@pytest.mark.parametrize("odd", [dt.date(2026, 1, 1), Ellipsis])
+def test_a_pod_holding_what_the_key_cannot_say_exactly_is_not_keyed(
+    step_pod: dict[str, Any], odd: Any
+) -> None:
+    """A date (marshal does not write it), or `...` where the key marks a field absent."""
+    rules = tuple(rules_for_profile(example_profile(PROFILE)))
+    index = next(i for i, rule in enumerate(rules) if rule.id == "secureml.mountPaths")
+    pod = copy.deepcopy(step_pod)
+    _main(pod)["image"] = odd
+    assert verdict_memo.memo(rules).verdicts[index].key(verdict_memo.Pod(pod, None)) is None
+
+
+def test_a_tuple_read_whole_is_not_a_list(step_pod: dict[str, Any]) -> None:
+    rules = tuple(rules_for_profile(example_profile(PROFILE)))
+    index = next(i for i, rule in enumerate(rules) if rule.id == "secureml.mountPaths")
+    keys = []
+    for kind in (tuple, list):
+        pod = copy.deepcopy(step_pod)
+        _main(pod)["volumeMounts"][0]["mountPath"] = kind(("a", "b"))
+        keys.append(verdict_memo.memo(rules).verdicts[index].key(verdict_memo.Pod(pod, None)))
+    assert None not in keys and keys[0] != keys[1]
+
+
+def test_a_rule_whose_keys_never_repeat_is_no_longer_keyed(step_pod: dict[str, Any]) -> None:
+    rules = tuple(rules_for_profile(example_profile(PROFILE)))
+    index = next(i for i, rule in enumerate(rules) if rule.id == "secureml.launcherEnv")
+    verdict_memo.forget()
+    kept = verdict_memo.memo(rules).verdicts[index]
+    for number, pod in enumerate(_steps(step_pod, verdict_memo.TRIES + verdict_memo.WARMUP + 2)):
+        _main(pod)["env"].append({"name": "STEP_NUMBER", "value": str(number)})
+        evaluate(pod, rules)
+    assert kept.key(verdict_memo.Pod(step_pod, None)) is None and not kept.outcomes
+    verdict_memo.forget()
+    assert kept.key(verdict_memo.Pod(step_pod, None)) is not None
+
+
+# --- random pods and rules ------------------------------------------------------------------------
+
+RULES = (
+    "object.spec.containers.all(c, !has(c.securityContext) || !has(c.securityContext.privileged)"
+    " || c.securityContext.privileged != true)",
+    "!has(object.metadata.labels) || !('x' in object.metadata.labels)"
+    " || object.metadata.labels['x'] == 'a'",
+    "['x', 'y'].all(l, !has(object.metadata.labels) || !(l in object.metadata.labels)"
+    " || object.metadata.labels[l] != 'b')",
+    "!has(object.metadata.labels) || !('z' in object.metadata.labels)",
+    "size(object.spec.containers.filter(c, has(c.env) && c.env.exists(e, e.name == 'X'))) <= 1",
+    "!has(object.spec.volumes) || object.spec.volumes.all(v, v.name.startsWith('v'))",
+    "object.spec.containers.map(c, c.name)[0] != 'bad'",
+    "object.spec.containers[size(object.spec.containers) - 1].name != 'bad'",
+    "!has(object.metadata.annotations) || object.metadata.annotations.all(k,"
+    " object.metadata.annotations[k] != 'no')",
+    "object.spec.containers.all(c, !has(c.resources) || !has(dyn(c.resources).limits)"
+    " || dyn(c.resources).limits.all(k, string(dyn(c.resources).limits[k]) != '9'))",
+    "object.spec.containers.exists_one(c, c.name == 'a') || size(object.spec.containers) != 2",
+    "(has(object.spec.os) ? object.spec.os : {'name': 'linux'}).name == 'linux'",
+    "object.spec.containers.all(c, !has(c.env) || c.env.all(e, e.name != 'X' ||"
+    " (has(e.value) && e.value + 'z' != 'badz')))",
+)
+MESSAGE = "'first: ' + string(object.spec.containers[0].name)"
+
+_scalars = st.sampled_from([True, False, 1, 0, 1.0, "true", "a", "b", "bad", None])
+_containers = st.lists(
+    st.fixed_dictionaries(
+        {"name": st.sampled_from(["a", "bad", "c"])},
+        optional={
+            "securityContext": st.fixed_dictionaries({}, optional={"privileged": _scalars}),
+            "env": st.lists(
+                st.fixed_dictionaries(
+                    {"name": st.sampled_from(["X", "Y"])}, optional={"value": _scalars}
+                ),
+                max_size=3,
+            ),
+            "resources": st.fixed_dictionaries(
+                {}, optional={"limits": st.dictionaries(st.sampled_from(["cpu", "gpu"]), _scalars)}
+            ),
+        },
+    ),
+    min_size=1,
+    max_size=3,
+)
+_pods = st.fixed_dictionaries(
+    {
+        "metadata": st.fixed_dictionaries(
+            {},
+            optional={
+                "labels": st.dictionaries(st.sampled_from(["x", "y", "z"]), _scalars),
+                "annotations": st.dictionaries(
+                    st.sampled_from(["k"]), st.sampled_from(["ok", "no"])
+                ),
+            },
+        ),
+        "spec": st.fixed_dictionaries(
+            {"containers": _containers},
+            optional={
+                "volumes": st.lists(
+                    st.fixed_dictionaries({"name": st.sampled_from(["v1", "w", "v2"])}), max_size=2
+                ),
+                "os": st.fixed_dictionaries({"name": st.sampled_from(["linux", "windows"])}),
+            },
+        ),
+    }
+)
+
+
+DENIED: dict[str, Any] = {
+    "metadata": {"labels": {"x": "b", "y": "b"}, "annotations": {"k": "no"}},
+    "spec": {"containers": [{"name": "bad", "securityContext": {"privileged": True}}]},
+}
+
+
+def _one_by_one(pod: dict[str, Any], rules: tuple[Rule, ...]) -> list[Violation]:
+    """Each rule judged alone and never kept: the engine as it was before it kept outcomes."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(verdict_memo, "WORTH", 10**9)
+        return [found for rule in rules for found in evaluate(pod, (rule,))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_pods, min_size=5, max_size=25), st.booleans())
+def test_kept_outcomes_equal_evaluated_ones_on_random_pods(
+    pods: list[dict[str, Any]], keyed: bool
+) -> None:
+    """Every rule keyed from the first pod (or none, the rules then judged together by one
+    program): a sequence of random pods drawn from few values, so that keys repeat, gets the
+    violations and messages of each rule judged alone."""
+    rules = tuple(  # ids apart by mode: the engine groups a list's rules once
+        Rule(f"r{index}-{keyed}", f"rule {index}", text, MESSAGE, ("test",))
+        for index, text in enumerate(RULES)
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(verdict_memo, "WORTH", 0 if keyed else 10**9)
+        patch.setattr(verdict_memo, "WARMUP", 0)
+        verdict_memo.forget()
+        pods = [DENIED, *pods, copy.deepcopy(DENIED)]  # a violation kept, then found kept
+        judged = [evaluate(pod, rules) for pod in pods]
+    assert judged == [_one_by_one(pod, rules) for pod in pods]
+    assert judged[0] and judged[-1] == judged[0]

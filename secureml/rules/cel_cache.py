@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import stat
 import tempfile
@@ -60,6 +61,25 @@ def load(
     program = compile_program(expression)
     _write(where, path, program.serialize())
     return program
+
+
+def load_json(kind: str, text: str, compute: Callable[[], Any]) -> Any:
+    """`compute()`, a JSON value derived from `text` alone, kept beside the programs under the
+    SHA-256 of `kind` and `text` as well (`kind` must name everything else the value depends on,
+    such as the version of the code that computes it: `verdict_memo` uses its analysis' source)."""
+    where = _private_folder()
+    if where is None:
+        return compute()
+    path = where / f"{_key(kind + chr(0) + text)}.json"
+    cached = _read(path)
+    if cached is not None:
+        try:
+            return json.loads(cached)
+        except ValueError:  # a file cut short: compute and replace it
+            pass
+    value = compute()
+    _write(where, path, json.dumps(value).encode())
+    return value
 
 
 def _key(expression: str) -> str:

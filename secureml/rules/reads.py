@@ -57,6 +57,27 @@ class Read:
         self.each: Read | None = None
         self.fields: dict[str, Read] = {}
 
+    def to_json(self) -> object:
+        """This read as JSON (`from_json` gives it back): kept between processes."""
+        if self.whole:
+            return 1
+        each = None if self.each is None else self.each.to_json()
+        fields = {name: read.to_json() for name, read in self.fields.items()}
+        return [int(self.size), int(self.index), each, fields]
+
+    @classmethod
+    def from_json(cls, data: object) -> Read:
+        read = cls()
+        if data == 1:
+            read.whole = True
+            return read
+        if not isinstance(data, list) or len(data) != 4 or not isinstance(data[3], dict):
+            raise ValueError(f"not a read: {data!r}")
+        read.size, read.index = bool(data[0]), bool(data[1])
+        read.each = None if data[2] is None else cls.from_json(data[2])
+        read.fields = {str(name): cls.from_json(item) for name, item in data[3].items()}
+        return read
+
     def shape(self) -> object:
         """A hashable, comparable description of this read (tests; sharing equal reads)."""
         if self.whole:

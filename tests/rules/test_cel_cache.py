@@ -118,3 +118,19 @@ def test_another_engine_build_reads_no_program_of_this_one(
     load(compiled)
     assert compiled.calls == 2  # compiled again, under another key
     assert len(list(cache.glob("*.bin"))) == 2
+
+
+def test_a_json_value_is_computed_once_and_a_cut_short_one_again(cache: Path) -> None:
+    calls: list[int] = []
+
+    def compute() -> Any:
+        calls.append(1)
+        return {"object": [0, 0, None, {"spec": 1}]}
+
+    first = cel_cache.load_json("reads:test", EXPRESSION, compute)
+    assert cel_cache.load_json("reads:test", EXPRESSION, compute) == first and len(calls) == 1
+    assert cel_cache.load_json("reads:other", EXPRESSION, compute) == first and len(calls) == 2
+    for path in cache.glob("*.json"):
+        path.write_bytes(path.read_bytes()[:5])
+    assert cel_cache.load_json("reads:test", EXPRESSION, compute) == first and len(calls) == 3
+    assert cel_cache.load_json("reads:test", EXPRESSION, compute) == first and len(calls) == 3

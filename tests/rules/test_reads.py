@@ -8,6 +8,8 @@ never find two step pods alike.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from secureml.rules import cel_ast, cel_cpp
@@ -132,3 +134,26 @@ def test_old_object_is_its_own_root() -> None:
 def test_what_the_analysis_does_not_model_is_not_analysed() -> None:
     """An identifier of a type, for one: the rule is then evaluated on every pod."""
     assert reads(_tree("type(object.a) == int")) is None
+
+
+def test_a_read_kept_as_json_is_the_same_read() -> None:
+    """`verdict_memo` keeps each rule's analysis on disk as JSON: every example profile's rules
+    and messages read back exactly (the same shape); what is not a read is refused."""
+    from secureml.rules import rules_for_profile
+    from tests.rules.conftest import EXAMPLE_PROFILES, example_profile
+
+    checked = 0
+    for name in EXAMPLE_PROFILES:
+        for rule in rules_for_profile(example_profile(name)):
+            for expression in (rule.expression, rule.message_expression):
+                found = reads(_tree(expression))
+                if found is None:
+                    continue
+                for read in found.values():
+                    again = Read.from_json(json.loads(json.dumps(read.to_json())))
+                    assert again.shape() == read.shape()
+                checked += 1
+    assert checked > 100
+    for broken in ([1, 0, None], "whole", [0, 0, None, []]):
+        with pytest.raises(ValueError):
+            Read.from_json(broken)

@@ -25,6 +25,7 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 # What a cached program may refer to beyond CEL's standard library: bump it whenever the engine's
@@ -80,6 +81,15 @@ def load_json(kind: str, text: str, compute: Callable[[], Any]) -> Any:
     value = compute()
     _write(where, path, json.dumps(value).encode())
     return value
+
+
+def source_version(*modules: ModuleType) -> str:
+    """The SHA-256 of these modules' source files: a `load_json` kind for values they compute,
+    so that a changed module never reads what an older one kept."""
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(Path(module.__file__ or "").read_bytes())
+    return digest.hexdigest()
 
 
 def _key(expression: str) -> str:

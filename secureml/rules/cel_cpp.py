@@ -12,6 +12,7 @@ error, so only a Python `True` or `False` is a boolean verdict.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +20,9 @@ import re2  # type: ignore[import-untyped]
 from cel_expr_python import cel  # type: ignore[import-untyped]
 from cel_expr_python.ext import ext_strings  # type: ignore[import-untyped]
 
+from secureml.rules import cel_rewrite
 from secureml.rules.cel_cache import load as load_program
+from secureml.rules.cel_cache import load_json, source_version
 from secureml.rules.cel_rewrite import MATCHES, rewritten
 
 ERROR = cel.Type.ERROR
@@ -96,16 +99,30 @@ def mask_program(expressions: tuple[str, ...]) -> Any | None:
     when one of them does not compile, or the whole is more than the engine takes.
 
     Each evaluation costs about 4 us of its own; the profiles' rules are judged in one instead of
-    one per rule. The terms are summed as a balanced tree (the parser limits nesting)."""
+    one per rule. The terms are summed as a balanced tree (the parser limits nesting). The text
+    is kept on disk with the programs (`cel_cache.load_json`): building it rewrites and compiles
+    each expression, which a process that reads the program back need not do."""
     if not 0 < len(expressions) <= MASK_WIDTH:
         return None
+    kind = "mask:" + _mask_version()
+    text = load_json(kind, "\0".join(expressions), lambda: _mask_text(expressions))
+    return program(text) if isinstance(text, str) else None
+
+
+@functools.cache
+def _mask_version() -> str:
+    """What a kept mask text depends on besides the rules: this module and the rewrite."""
+    return source_version(sys.modules[__name__], cel_rewrite)
+
+
+def _mask_text(expressions: tuple[str, ...]) -> str | None:
     texts = [_boolean_text(expression) for expression in expressions]
     if any(text is None for text in texts):
         return None
     terms = [f"(({text}) ? 0 : {1 << bit})" for bit, text in enumerate(texts)]
     while len(terms) > 1:
         terms = [f"({' + '.join(terms[index : index + 2])})" for index in range(0, len(terms), 2)]
-    return program(terms[0])
+    return terms[0] if program(terms[0]) is not None else None
 
 
 def activation(obj: Mapping[str, Any], old_obj: Mapping[str, Any] | None) -> Any:

@@ -144,14 +144,12 @@ class _Group:
     def __init__(self, scope: str, members: list[int], rules: tuple[Rule, ...]) -> None:
         self.scope = scope
         self.members = tuple(members)
-        programs = _fast_programs(rules)
-        chosen = [
-            i
-            for i in members
-            if programs[i] is not None and not verdict_memo.worth_keying(rules[i].expression)
-        ]
+        chosen = [i for i in members if not verdict_memo.worth_keying(rules[i].expression)]
         chosen = chosen[: cel_cpp.MASK_WIDTH]
         self.mask = cel_cpp.mask_program(tuple(rules[i].expression for i in chosen))
+        if self.mask is None:  # one of them has no fast program: the others together
+            chosen = [i for i in chosen if cel_cpp.boolean_program(rules[i].expression)]
+            self.mask = cel_cpp.mask_program(tuple(rules[i].expression for i in chosen))
         self.bit = {index: bit for bit, index in enumerate(chosen)} if self.mask else {}
 
 
@@ -191,7 +189,6 @@ def evaluate(
     """
     rules = tuple(rules)
     kept = verdict_memo.memo(rules)
-    programs = _fast_programs(rules)
     keyed = kept.pod(obj, old_obj)
     judge = _Judge(obj, old_obj, rules)
     found: dict[int, Violation] = {}
@@ -212,7 +209,9 @@ def evaluate(
             verdict_key = None if keyed is None else verdicts.key(keyed)
             if verdicts.get(verdict_key) is True:
                 continue
-            outcome = functools.partial(judge.outcome, rule, programs[index])
+            outcome = functools.partial(
+                judge.outcome, rule, cel_cpp.boolean_program(rule.expression)
+            )
             violation = _kept_or(kept.violations[index], keyed, outcome)[0]
             verdicts.keep(verdict_key, violation is None)
             if violation is not None:

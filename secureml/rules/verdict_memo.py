@@ -34,10 +34,8 @@ level), at most `LIMIT` per rule; past that a rule's outcomes are dropped and ke
 from __future__ import annotations
 
 import functools
-import hashlib
 import marshal
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from secureml.rules import cel_ast, cel_cache, cel_cpp
@@ -230,10 +228,7 @@ def _reads(expression: str) -> dict[str, Read] | None:
 @functools.cache
 def _analysis_version() -> str:
     """What a kept analysis depends on besides the text: the code that made it."""
-    digest = hashlib.sha256()
-    for module in (cel_ast, reads_module):
-        digest.update(Path(module.__file__ or "").read_bytes())
-    return "reads:" + digest.hexdigest()
+    return "reads:" + cel_cache.source_version(cel_ast, reads_module)
 
 
 def _merge(into: Read, read: Read) -> None:

@@ -1,14 +1,21 @@
 """`compile_pipeline(..., keep_component=False)` (the CLI's): the same YAML and report, no
-component, and kfp's built pipeline released before the admission check runs."""
+component, and kfp's built pipeline released before the admission check runs; the CLI's frozen
+heap is unfrozen when the command ends."""
 
+import gc
+import json
+import textwrap
 import weakref
+from pathlib import Path
 from typing import Any
 
 import pytest
-from compilerhelp import make_profile
+from compilerhelp import make_profile, profile_data
 from kfp import dsl
+from typer.testing import CliRunner
 
 from secureml import MIG, compiler, secure_component
+from secureml.cli import app
 
 IMAGE = "ghcr.io/acme/ml-images/train@sha256:" + "0" * 64
 
@@ -51,3 +58,42 @@ def test_released_build_gives_the_same_output(monkeypatch: pytest.MonkeyPatch) -
     assert released.yaml_text == kept.yaml_text
     assert released.report() == kept.report()
     assert alive_at_check == [False]
+
+
+def test_the_cli_leaves_the_heap_unfrozen(tmp_path: Path) -> None:
+    """`compile` freezes the loaded heap while it compiles, and unfreezes it after (it may run
+    inside another program, here a CliRunner)."""
+    (tmp_path / "chain.py").write_text(
+        textwrap.dedent(f'''
+        from kfp import dsl
+        from secureml import secure_component
+
+        @secure_component(image="{IMAGE}")
+        def prepare(x: int) -> int:
+            return x + 1
+
+        @dsl.pipeline(name="chain")
+        def chain(x: int = 0) -> None:
+            prepare(x=prepare(x=x).output)
+        ''')
+    )
+    (tmp_path / "team.yaml").write_text(json.dumps(profile_data()))
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    try:
+        result = CliRunner().invoke(
+            app,
+            [
+                "compile",
+                str(tmp_path / "chain.py"),
+                "--profile",
+                str(tmp_path / "team.yaml"),
+                "-o",
+                str(tmp_path / "chain.yaml"),
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        assert gc.get_freeze_count() == 0
+    finally:
+        if frozen:
+            gc.freeze()

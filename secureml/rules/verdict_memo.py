@@ -43,7 +43,7 @@ from secureml.rules import reads as reads_module
 from secureml.rules.model import Rule
 from secureml.rules.reads import ROOTS, Read, reads
 
-LIMIT = 4096
+LIMIT = 1024  # outcomes kept per rule: a few per component, unless the rule stops being keyed
 WORTH = 2500  # characters of CEL text
 TRIES = 64
 WARMUP = 16
@@ -177,7 +177,7 @@ class Pod:
         try:
             parts = (extract[0](self.obj, self.parts), extract[1](self.old_obj, self.parts))
             key: bytes | None = marshal.dumps(parts, _MARSHAL_VERSION)
-        except (NotKeyedError, ValueError):  # ValueError: marshal met a value it does not write
+        except Exception:  # noqa: BLE001 - NotKeyedError, marshal's ValueError, anything: judge the pod
             key = None
         self._keys[id(extract)] = key
         return key

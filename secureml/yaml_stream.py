@@ -1,4 +1,5 @@
-"""Every document of a YAML stream, fast, and always exactly what PyYAML's SafeLoader gives.
+"""Every document of a YAML stream, fast, and always exactly what PyYAML's SafeLoader gives
+(but for timestamps, read as their text, as Kubernetes reads them).
 
 check-pod reads files of hundreds of pods; with libyaml's CSafeLoader, building the Python objects
 (PyYAML's composer and constructor run in Python) was most of its time. `yaml_rs` (a Rust reader)
@@ -25,6 +26,7 @@ fast reader reads whole never loads it (15-20 ms of `check-pod --level`'s start-
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +38,7 @@ from secureml.jsontree import copy_json
 if TYPE_CHECKING:
     from yaml import YAMLError as YAMLError
 
-    PYYAML_LOADER: Any  # libyaml's CSafeLoader where PyYAML was built with it, else SafeLoader
+    PYYAML_LOADER: Any  # libyaml's CSafeLoader (else SafeLoader), timestamps read as text
 
 
 def __getattr__(name: str) -> Any:
@@ -49,10 +51,22 @@ def __getattr__(name: str) -> Any:
     return globals()[name]
 
 
+@functools.cache
 def _pyyaml_loader() -> Any:
+    """libyaml's CSafeLoader (else SafeLoader) reading a timestamp as its text: the Kubernetes YAML
+    reader (go-yaml v2 into an interface) keeps `2026-01-01` a string, and a `datetime.date` is
+    no JSON value (neither CEL engine takes one)."""
     import yaml
 
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        pass
+
+    Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_text)
+    return Loader
+
+
+def _timestamp_text(loader: Any, node: Any) -> str:
+    return str(loader.construct_scalar(node))
 
 
 # Where a plain scalar can start: at the start, after white space, a flow indicator, or a quoted

@@ -375,3 +375,11 @@ def test_a_stream_the_fast_reader_reads_whole_does_not_import_pyyaml(tmp_path: P
         "assert yaml_stream.YAMLError is __import__('yaml').YAMLError\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
+
+
+def test_a_timestamp_is_read_as_its_text() -> None:
+    """As the Kubernetes YAML reader (go-yaml v2 into an interface) reads it; both readers agree."""
+    text = "a: 2026-01-01\nb: !!timestamp 2001-12-14t21:59:43.10-05:00\nc: '2026-01-01'\n"
+    expected = [{"a": "2026-01-01", "b": "2001-12-14t21:59:43.10-05:00", "c": "2026-01-01"}]
+    assert yaml_stream.load_all(text) == expected
+    assert yaml_stream.load_all("a: 2026-01-01\n") == [{"a": "2026-01-01"}]

@@ -131,3 +131,18 @@ def test_k8s_version_selects_the_pod_security_revision() -> None:
     assert run("-", "--profile", team_a, "--k8s-version", "1.37", "--rule", "pss.sysctls",
                stdin=pod).exit_code == 0  # fmt: skip
     assert run("-", "--profile", team_a, "--rule", "pss.sysctls", stdin=pod).exit_code == 1
+
+
+def test_an_unquoted_date_is_a_string_as_kubernetes_reads_it(tmp_path: Path) -> None:
+    """`value: 2026-01-01` is a YAML 1.1 timestamp; Kubernetes' reader keeps its text, so the
+    allowed pod stays allowed (a `datetime.date` reached the CEL engines and raised)."""
+    text = (ALLOWED / "team-a-timeslice.yaml").read_text()
+    text = text.replace("  labels:\n", "  labels:\n    secureml.dev/built: 2026-01-01\n", 1)
+    assert "secureml.dev/built: 2026-01-01" in text
+    (tmp_path / "pod.yaml").write_text(text)
+    for policy in (["--profile", str(PROFILES_DIR / "team-a.yaml")], ["--level", "baseline"]):
+        result = run(str(tmp_path / "pod.yaml"), *policy, "--format", "json")
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+        assert result.exit_code in (0, 1), result.output
+        report = json.loads(result.stdout)
+        assert report["summary"]["objects"] == 1

@@ -88,8 +88,12 @@ def test_every_row_is_present() -> None:
     assert {(r["policy"], r["rule"]) for r in ROWS} == set(CHECK_FOR_RULE)
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[_row_id(r) for r in ROWS])
-def test_row_agrees(row: dict[str, str]) -> None:
+# Without the fixtures there are no rows: one stand-in row, whose test skips naming them.
+@pytest.mark.parametrize("row", ROWS or [None], ids=[_row_id(r) for r in ROWS] or ["no-fixtures"])
+def test_row_agrees(row: dict[str, str] | None) -> None:
+    if row is None:
+        fixture_dir("kyverno-pod-security", "pod-security")  # skips, saying the fixtures are absent
+        raise AssertionError("the fixtures are present but no row was read")
     folder = fixture_dir(
         "kyverno-pod-security", "pod-security", row["level_dir"], row["policy_dir"]
     )

@@ -137,29 +137,41 @@ def _fast_programs(rules: tuple[Rule, ...]) -> tuple[Any | None, ...]:
 
 
 class _Group:
-    """The rules of one scope, in list order: those judged together by one `mask_program`
-    (`together`, by bit), and the others (kept by key in `verdict_memo`, or without a program),
-    judged one by one."""
+    """The rules of one scope, in list order: those judged together by a `mask_program`, by
+    bit, and the others (kept alone by key in `verdict_memo`, or without a program), judged one
+    by one. Once the memo has seen which of the rules judged together read the same on most
+    pods (`Memo.steady`), those have a mask of their own, whose value is kept by what they all
+    read; the rest have another."""
 
-    def __init__(self, scope: str, members: list[int], rules: tuple[Rule, ...]) -> None:
+    def __init__(
+        self, scope: str, members: list[int], rules: tuple[Rule, ...], steady: frozenset[int]
+    ) -> None:
         self.scope = scope
         self.members = tuple(members)
         chosen = [i for i in members if not verdict_memo.worth_keying(rules[i].expression)]
-        chosen = chosen[: cel_cpp.MASK_WIDTH]
-        self.mask = cel_cpp.mask_program(tuple(rules[i].expression for i in chosen))
-        if self.mask is None:  # one of them has no fast program: the others together
-            chosen = [i for i in chosen if cel_cpp.boolean_program(rules[i].expression)]
-            self.mask = cel_cpp.mask_program(tuple(rules[i].expression for i in chosen))
-        self.bit = {index: bit for bit, index in enumerate(chosen)} if self.mask else {}
+        parts = [[i for i in chosen if i in steady], [i for i in chosen if i not in steady]]
+        self.masks: list[tuple[Any, tuple[str, ...] | None]] = []
+        self.bit: dict[int, tuple[int, int]] = {}  # rule -> (its mask, its bit)
+        for part, kept in zip(parts, (True, False), strict=True):
+            part = part[: cel_cpp.MASK_WIDTH]
+            program = cel_cpp.mask_program(tuple(rules[i].expression for i in part))
+            if program is None:  # one of them has no fast program: the others together
+                part = [i for i in part if cel_cpp.boolean_program(rules[i].expression)]
+                program = cel_cpp.mask_program(tuple(rules[i].expression for i in part))
+            if program is None:
+                continue
+            texts = tuple(rules[i].expression for i in part)
+            self.bit.update({index: (len(self.masks), bit) for bit, index in enumerate(part)})
+            self.masks.append((program, texts if kept else None))
 
 
 @functools.cache
-def _groups(rules: tuple[Rule, ...]) -> tuple[_Group, ...]:
+def _groups(rules: tuple[Rule, ...], steady: frozenset[int]) -> tuple[_Group, ...]:
     """The rules by scope (each scope once, in order of first appearance)."""
     members: dict[str, list[int]] = {}
     for index, rule in enumerate(rules):
         members.setdefault(rule.scope, []).append(index)
-    return tuple(_Group(scope, indices, rules) for scope, indices in members.items())
+    return tuple(_Group(scope, indices, rules, steady) for scope, indices in members.items())
 
 
 class _Plain:
@@ -192,17 +204,23 @@ def evaluate(
     keyed = kept.pod(obj, old_obj)
     judge = _Judge(obj, old_obj, rules)
     found: dict[int, Violation] = {}
-    for group in _groups(rules):
+    for group in _groups(rules, kept.steady or frozenset()):
         if group.scope and not _kept_or(
             kept.scopes[group.scope], keyed, functools.partial(judge.in_scope, group.scope)
         ):
             continue
-        failed = None if group.mask is None else judge.mask(group.mask)
+        failed = [
+            judge.mask(program)
+            if texts is None
+            else _kept_or(kept.mask(texts), keyed, functools.partial(judge.mask, program))
+            for program, texts in group.masks
+        ]
         for index in group.members:
             rule = rules[index]
-            bit = group.bit.get(index)
-            if failed is not None and bit is not None:
-                if failed >> bit & 1:
+            where = group.bit.get(index)
+            bits = None if where is None else failed[where[0]]
+            if where is not None and bits is not None:
+                if bits >> where[1] & 1:
                     found[index] = Violation(rule.id, _message_fast(rule, judge.bound, judge.plain))
                 continue
             verdicts = kept.verdicts[index]

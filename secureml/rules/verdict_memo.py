@@ -70,17 +70,17 @@ class Kept:
     longer keyed. Neither changes an outcome, only whether it is computed again.
     """
 
-    __slots__ = ("_expressions", "_extract", "_hits", "_tries", "outcomes")
+    __slots__ = ("_always", "_expressions", "_extract", "_hits", "_tries", "outcomes")
 
-    def __init__(self, expressions: tuple[str, ...]) -> None:
-        self._expressions = expressions
+    def __init__(self, expressions: tuple[str, ...], always: bool = False) -> None:
+        self._expressions, self._always = expressions, always
         self._extract: tuple[Extract, Extract] | None | bool = False
         self._tries = self._hits = 0
         self.outcomes: dict[bytes, Any] = {}
         self.restart()
 
     def restart(self) -> None:
-        self._extract = worth_keying(self._expressions[0])
+        self._extract = self._always or worth_keying(self._expressions[0])
         self._tries = self._hits = 0
         self.outcomes.clear()
 
@@ -117,25 +117,58 @@ class Kept:
 class Memo:
     """The kept outcomes of one list of rules: per rule its verdict (kept under what its
     expression reads) and its violation (under what the expression and the message expression
-    read: the message is computed only for a pod the rule denies); per scope its value. Pods are
-    keyed from the `WARMUP`-th one this list judges: a check of a few pods does not pay for the
-    analysis."""
+    read: the message is computed only for a pod the rule denies); per scope its value; per
+    mask program of the rules that read the same on most pods (`steady`) its value, under what
+    they all read. Pods are keyed after the `WARMUP`-th one this list judges (a check of a few
+    pods does not pay for the analysis); until then, what each rule too short to be keyed alone
+    reads is noted, and those with at most `WARMUP // 2` distinct values are `steady`."""
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
         self.verdicts = tuple(Kept((rule.expression,)) for rule in rules)
         self.violations = tuple(Kept((rule.expression, rule.message_expression)) for rule in rules)
         self.scopes = {rule.scope: Kept((rule.scope,)) for rule in rules}
+        self._rules = rules
         self._judged = 0
+        self._seen: dict[int, set[bytes | None]] = {}
+        self.steady: frozenset[int] | None = None
+        self._masks: dict[tuple[str, ...], Kept] = {}
 
     def restart(self) -> None:
         for kept in (*self.verdicts, *self.violations, *self.scopes.values()):
             kept.restart()
         self._judged = 0
+        self._seen.clear()
+        self.steady = None
+        self._masks.clear()
 
     def pod(self, obj: Any, old_obj: Any) -> Pod | None:
-        """The pod to key, or None while warming up."""
+        """The pod to key, or None while warming up: then what each rule too short to be keyed
+        alone reads is noted (`steady`)."""
         self._judged += 1
-        return Pod(obj, old_obj) if self._judged > WARMUP else None
+        if self._judged > WARMUP:
+            return Pod(obj, old_obj)
+        pod = Pod(obj, old_obj)
+        for index, rule in enumerate(self._rules):
+            if not worth_keying(rule.expression):
+                extract = _expressions_extractor((rule.expression,))
+                self._seen.setdefault(index, set()).add(
+                    None if extract is None else pod.key(extract)
+                )
+        if self._judged == WARMUP:
+            self.steady = frozenset(
+                index
+                for index, keys in self._seen.items()
+                if None not in keys and len(keys) <= WARMUP // 2
+            )
+        return None
+
+    def mask(self, expressions: tuple[str, ...]) -> Kept:
+        """The kept values of a mask program over `expressions` (`cel_cpp.mask_program`): an int
+        is a function of what its expressions read, so it is kept under all of that."""
+        found = self._masks.get(expressions)
+        if found is None:
+            found = self._masks[expressions] = Kept(expressions, always=True)
+        return found
 
 
 def worth_keying(expression: str) -> bool:

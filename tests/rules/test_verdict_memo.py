@@ -238,20 +238,21 @@ def _one_by_one(pod: dict[str, Any], rules: tuple[Rule, ...]) -> list[Violation]
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(_pods, min_size=5, max_size=25), st.booleans())
+@given(st.lists(_pods, min_size=5, max_size=25), st.sampled_from(["alone", "together", "split"]))
 def test_kept_outcomes_equal_evaluated_ones_on_random_pods(
-    pods: list[dict[str, Any]], keyed: bool
+    pods: list[dict[str, Any]], mode: str
 ) -> None:
-    """Every rule keyed from the first pod (or none, the rules then judged together by one
-    program): a sequence of random pods drawn from few values, so that keys repeat, gets the
-    violations and messages of each rule judged alone."""
+    """A sequence of random pods drawn from few values, so that keys repeat, gets the violations
+    and messages of each rule judged alone, whether every rule is keyed from the first pod
+    ("alone"), none is and all are judged together ("together"), or, after four pods, the rules
+    that read the same on most pods are judged together and that value kept ("split")."""
     rules = tuple(  # ids apart by mode: the engine groups a list's rules once
-        Rule(f"r{index}-{keyed}", f"rule {index}", text, MESSAGE, ("test",))
+        Rule(f"r{index}-{mode}", f"rule {index}", text, MESSAGE, ("test",))
         for index, text in enumerate(RULES)
     )
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(verdict_memo, "WORTH", 0 if keyed else 10**9)
-        patch.setattr(verdict_memo, "WARMUP", 0)
+        patch.setattr(verdict_memo, "WORTH", 0 if mode == "alone" else 10**9)
+        patch.setattr(verdict_memo, "WARMUP", 4 if mode == "split" else 0)
         verdict_memo.forget()
         pods = [DENIED, *pods, copy.deepcopy(DENIED)]  # a violation kept, then found kept
         judged = [evaluate(pod, rules) for pod in pods]

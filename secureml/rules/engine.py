@@ -128,14 +128,6 @@ def projection(pod: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]
 # --- the fast path --------------------------------------------------------------------------------
 
 
-@functools.cache
-def _fast_programs(rules: tuple[Rule, ...]) -> tuple[Any | None, ...]:
-    """Per rule, the fast engine's program for its expression, or None: plain path only. (A
-    message expression is compiled when its rule first fails: most never do, and compiling is
-    most of check-pod's start-up for a profile's rules.)"""
-    return tuple(cel_cpp.boolean_program(rule.expression) for rule in rules)
-
-
 class _Group:
     """The rules of one scope, in list order: those judged together by a `mask_program`, by
     bit, and the others (kept alone by key in `verdict_memo`, or without a program), judged one
@@ -221,7 +213,7 @@ def evaluate(
             bits = None if where is None else failed[where[0]]
             if where is not None and bits is not None:
                 if bits >> where[1] & 1:
-                    found[index] = Violation(rule.id, _message_fast(rule, judge.bound, judge.plain))
+                    found[index] = judge.violation(rule)
                 continue
             verdicts = kept.verdicts[index]
             verdict_key = None if keyed is None else verdicts.key(keyed)
@@ -275,6 +267,10 @@ class _Judge:
         value = program.eval(self.bound)
         return value.value() if value.type() == cel_cpp.INT else None
 
+    def violation(self, rule: Rule) -> Violation:
+        """The violation of a rule the fast engine found false, with its message."""
+        return Violation(rule.id, _message_fast(rule, self.bound, self.plain))
+
     def outcome(self, rule: Rule, program: Any | None) -> tuple[Violation | None]:
         """`rule(...)` as an outcome to keep (None is kept as `(None,)`: allowed)."""
         return (self.rule(rule, program),)
@@ -285,7 +281,7 @@ class _Judge:
             if verdict is True:
                 return None
             if verdict is False:
-                return Violation(rule.id, _message_fast(rule, self.bound, self.plain))
+                return self.violation(rule)
         return _judge(rule, self.plain.context(rule))  # an error, a non-boolean, no fast program
 
 

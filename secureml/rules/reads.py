@@ -122,7 +122,7 @@ Origin = Read | ListOf | Text | Number | _Opaque
 Value = frozenset[Origin]
 _OPAQUE_VALUE: Value = frozenset({OPAQUE})
 
-# Functions whose result is a bool, a number or a new string: they read their operands whole.
+# The functions modelled below; any other reads its operands (and its receiver) whole.
 _IDENTITY = frozenset({"dyn"})
 _SIZE = "size"
 _INDEX = "_[_]"
@@ -200,8 +200,9 @@ class _Analysis:
         if node.target is None and function == _IN and len(args) == 2:
             _membership(self.value(args[0], scope), self.value(args[1], scope))
             return _OPAQUE_VALUE
-        sized = args[0] if node.target is None and len(args) == 1 else node.target
-        if function == _SIZE and sized is not None and len(args) == (node.target is None):
+        # size(v) and v.size(): the size of v only
+        sized = (args[0] if len(args) == 1 else None) if node.target is None else node.target
+        if function == _SIZE and sized is not None and not (node.target is not None and args):
             _size(self.value(sized, scope))
             return _OPAQUE_VALUE
         if node.target is not None:

@@ -3,10 +3,10 @@
 A KFP pipeline's step pods differ in a few fields (the step's name in labels, annotations and a
 few environment values; the component's source in `args`), and most rules read none of them: the
 1,000 step pods of benchmarks/check_pod.py show 1 to 6 distinct values of what each of 50 of
-team-a's 57 rules reads. So `Memo.key(index, obj, old_obj)` extracts, for rule `index`, exactly
-the parts of `object` and `oldObject` that `secureml.rules.reads` found its expression, its
-message expression (and, for a scope, the scope's expression) can read, and the engine keeps the
-rule's outcome (verdict and message) under that key.
+team-a's 57 rules reads. So a `Kept` extracts from a pod (`Pod.key`) exactly the parts of
+`object` and `oldObject` that `secureml.rules.reads` found its expressions can read, and the
+engine keeps the outcome (a rule's verdict, its violation, a scope's value, a mask program's
+value: see `Memo`) under that key.
 
 Why a kept outcome is the outcome: a CEL expression's value (and its error) is a function of the
 values it reads; `reads` over-approximates those; the key holds them exactly (below). So two pods
@@ -200,7 +200,7 @@ class Pod:
 
     def __init__(self, obj: Any, old_obj: Any) -> None:
         self.obj, self.old_obj = obj, old_obj
-        self.parts: dict[tuple[int, int], bytes] = {}
+        self.parts: Parts = {}
         self._keys: dict[int, bytes | None] = {}
 
     def key(self, extract: tuple[Extract, Extract]) -> bytes | None:

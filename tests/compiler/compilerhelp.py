@@ -13,6 +13,19 @@ from secureml.profile import TenantProfile
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"ghcr.io/acme/ml-images/train@{DIGEST}"
+# The source of two secure components, to which a test appends its pipelines (a pipeline file).
+COMPONENTS_SOURCE = f'''
+from kfp import dsl, kubernetes
+from secureml import MIG, secure_component
+
+@secure_component(image="{IMAGE}")
+def prepare(x: int) -> int:
+    return x + 1
+
+@secure_component(image="{IMAGE}", gpu=MIG("1g.10gb"))
+def train(x: int) -> int:
+    return x * 2
+'''
 
 
 def profile_data(name: str = "team-a") -> dict[str, Any]:

@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from compilerhelp import make_profile, profile_data
+from compilerhelp import COMPONENTS_SOURCE, make_profile, profile_data
 from google.protobuf import json_format
 from typer.testing import CliRunner
 
@@ -18,21 +18,8 @@ from secureml.errors import InputError
 from secureml.kfp_deferred import DeferredGraph
 from secureml.pipeline_loader import build_now, load_pipeline
 
-IMAGE = "ghcr.io/acme/ml-images/train@sha256:" + "0" * 64
-HEADER = f'''
-from kfp import dsl
-from secureml import MIG, secure_component
-
-@secure_component(image="{IMAGE}")
-def prepare(x: int) -> int:
-    return x + 1
-
-@secure_component(image="{IMAGE}", gpu=MIG("1g.10gb"))
-def train(x: int) -> int:
-    return x * 2
-'''
 NESTED = (
-    HEADER
+    COMPONENTS_SOURCE
     + '''
 @dsl.pipeline(name="inner", display_name="Inner one")
 def inner(x: int = 1) -> int:
@@ -95,7 +82,7 @@ def test_a_deferred_pipeline_read_is_kfps_build(tmp_path: Path) -> None:
     ids=["in-the-function", "in-kfps-build"],
 )
 def test_an_error_of_the_pipeline_is_the_imports(tmp_path: Path, body: str, message: str) -> None:
-    path = _file(tmp_path, "broken", HEADER + body)
+    path = _file(tmp_path, "broken", COMPONENTS_SOURCE + body)
     with pytest.raises(InputError) as at_import:
         load_pipeline(path)
     deferred = load_pipeline(path, deferred=True)  # nothing traced yet

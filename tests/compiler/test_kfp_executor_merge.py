@@ -7,24 +7,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from compilerhelp import make_profile
+from compilerhelp import COMPONENTS_SOURCE, make_profile
 
 from secureml import compiler
 from secureml.pipeline_loader import load_pipeline
 
-IMAGE = "ghcr.io/acme/ml-images/train@sha256:" + "0" * 64
-PIPELINES = f'''
-from kfp import dsl, kubernetes
-from secureml import MIG, secure_component
-
-@secure_component(image="{IMAGE}")
-def prepare(x: int) -> int:
-    return x + 1
-
-@secure_component(image="{IMAGE}", gpu=MIG("1g.10gb"))
-def train(x: int) -> int:
-    return x * 2
-
+PIPELINES = (
+    COMPONENTS_SOURCE
+    + """
 @dsl.pipeline(name="inner")
 def inner(x: int = 1) -> int:
     step = prepare(x=x)
@@ -36,7 +26,8 @@ def outer(x: int = 0) -> None:
     value = prepare(x=x).output
     for _ in range(4):
         value = train(x=inner(x=value).output).output
-'''
+"""
+)
 
 
 @pytest.mark.parametrize("pipeline", ["outer", "inner"])

@@ -120,8 +120,9 @@ class Memo:
     read: the message is computed only for a pod the rule denies); per scope its value; per
     mask program of the rules that read the same on most pods (`steady`) its value, under what
     they all read. Pods are keyed after the `WARMUP`-th one this list judges (a check of a few
-    pods does not pay for the analysis); until then, what each rule too short to be keyed alone
-    reads is noted, and those with at most `WARMUP // 2` distinct values are `steady`."""
+    pods does not pay for the analysis); over the last half of those, what each rule too short
+    to be keyed alone reads is noted, and those with at most `WARMUP // 4` distinct values (of
+    `WARMUP // 2`) are `steady`."""
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
         self.verdicts = tuple(Kept((rule.expression,)) for rule in rules)
@@ -142,11 +143,14 @@ class Memo:
         self._masks.clear()
 
     def pod(self, obj: Any, old_obj: Any) -> Pod | None:
-        """The pod to key, or None while warming up: then what each rule too short to be keyed
-        alone reads is noted (`steady`)."""
+        """The pod to key, or None while warming up: over the second half of the warm-up, what
+        each rule too short to be keyed alone reads is noted (`steady`; a check of a few pods
+        pays for none of it: noting all of team-a's rules once costs about 0.1 s)."""
         self._judged += 1
         if self._judged > WARMUP:
             return Pod(obj, old_obj)
+        if self._judged <= WARMUP // 2:
+            return None
         pod = Pod(obj, old_obj)
         for index, rule in enumerate(self._rules):
             if not worth_keying(rule.expression):
@@ -158,7 +162,7 @@ class Memo:
             self.steady = frozenset(
                 index
                 for index, keys in self._seen.items()
-                if None not in keys and len(keys) <= WARMUP // 2
+                if None not in keys and len(keys) <= WARMUP // 4
             )
         return None
 

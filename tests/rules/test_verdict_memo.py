@@ -244,7 +244,7 @@ def test_kept_outcomes_equal_evaluated_ones_on_random_pods(
 ) -> None:
     """A sequence of random pods drawn from few values, so that keys repeat, gets the violations
     and messages of each rule judged alone, whether every rule is keyed from the first pod
-    ("alone"), none is and all are judged together ("together"), or, after four pods, the rules
+    ("alone"), none is and all are judged together ("together"), or, after eight pods, the rules
     that read the same on most pods are judged together and that value kept ("split")."""
     rules = tuple(  # ids apart by mode: the engine groups a list's rules once
         Rule(f"r{index}-{mode}", f"rule {index}", text, MESSAGE, ("test",))
@@ -252,7 +252,7 @@ def test_kept_outcomes_equal_evaluated_ones_on_random_pods(
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(verdict_memo, "WORTH", 0 if mode == "alone" else 10**9)
-        patch.setattr(verdict_memo, "WARMUP", 4 if mode == "split" else 0)
+        patch.setattr(verdict_memo, "WARMUP", 8 if mode == "split" else 0)
         verdict_memo.forget()
         pods = [DENIED, *pods, copy.deepcopy(DENIED)]  # a violation kept, then found kept
         judged = [evaluate(pod, rules) for pod in pods]

@@ -33,12 +33,19 @@ REPORT_MODULES = (
 )
 
 
+# The console script's entry point (a checkout from before it existed: the app itself).
+MAIN = (
+    "\ntry:\n    from secureml.cli.program import main\n"
+    "except ImportError:\n    from secureml.cli import app as main\nmain()"
+)
+
+
 def boot(src: Path | None) -> str:
     """Python source that runs the CLI with sys.argv as given."""
     if src is None:
-        return "from secureml.cli import app; app()"
+        return MAIN
     site = [p for p in sys.path if p.endswith("site-packages")]
-    return f"import sys; sys.path[:0] = {[str(src), *site]!r}; from secureml.cli import app; app()"
+    return f"import sys; sys.path[:0] = {[str(src), *site]!r}" + MAIN
 
 
 def command(src: Path | None, probe: bool = False) -> list[str]:

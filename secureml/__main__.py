@@ -1,3 +1,3 @@
-from secureml.cli import app
+from secureml.cli.program import main
 
-app()
+main()

@@ -1,0 +1,96 @@
+"""`secureml` as a program (`secureml.cli.program`): the commands in FAST_EXIT end with
+`os._exit` after the atexit handlers and a flush, and still give their whole output, the files
+they write and their exit codes; the others exit as Python does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from secureml.cli.program import FAST_EXIT, exit_status
+
+REPO = Path(__file__).resolve().parents[2]
+# Runs the program as the console script does, after registering an atexit handler and an object
+# whose finaliser speaks only if Python's own teardown runs.
+PROBE = """
+import atexit, sys
+atexit.register(lambda: print("ATEXIT", file=sys.stderr))
+class Noted:
+    def __del__(self):
+        print("TEARDOWN", file=sys.stderr)
+noted = Noted()
+sys.argv = ["secureml", *sys.argv[1:]]
+from secureml.cli.program import main
+main()
+"""
+
+
+def program(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", PROBE, *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_compile_writes_everything_and_skips_only_the_teardown(tmp_path: Path) -> None:
+    output, report = tmp_path / "p.yaml", tmp_path / "r.json"
+    done = program(
+        "compile",
+        "pipelines/secure_finetune.py",
+        "--profile",
+        "examples/profiles/team-a-dev.yaml",
+        "-o",
+        str(output),
+        "--report",
+        str(report),
+        "--format",
+        "json",
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["result"] == "compliant"  # the whole JSON document, flushed
+    assert output.read_text().startswith("# PIPELINE DEFINITION")
+    assert json.loads(report.read_text())["result"] == "compliant"
+    assert "ATEXIT" in done.stderr
+    assert "TEARDOWN" not in done.stderr
+
+
+def test_exit_codes_of_violations_and_of_unusable_input(tmp_path: Path) -> None:
+    violating = program(
+        "compile",
+        "examples/rule_breaker.py",
+        "--profile",
+        "examples/profiles/team-a-dev.yaml",
+        "-o",
+        str(tmp_path / "p.yaml"),
+    )
+    assert violating.returncode == 1, violating.stderr
+    assert not (tmp_path / "p.yaml").exists()
+    unusable = program("check-pod", str(tmp_path / "missing.yaml"), "--level", "restricted")
+    assert unusable.returncode == 2
+    assert "missing.yaml" in unusable.stderr and "ATEXIT" in unusable.stderr
+
+
+def test_other_commands_exit_as_python_does() -> None:
+    assert "run" not in FAST_EXIT and "doctor" not in FAST_EXIT and "image" not in FAST_EXIT
+    done = program("run", "--help")
+    assert done.returncode == 0 and "Usage: secureml run" in done.stdout
+    assert "ATEXIT" in done.stderr and "TEARDOWN" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "printed"),
+    [(None, 0, ""), (0, 0, ""), (2, 2, ""), (256 + 3, 3, ""), (True, 1, ""), ("bad", 1, "bad\n")],
+)
+def test_exit_status_is_what_sys_exit_gives(
+    code: str | int | None, status: int, printed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert exit_status(code) == status
+    assert capsys.readouterr().err == printed

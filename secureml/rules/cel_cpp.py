@@ -63,6 +63,11 @@ def _pattern(pattern: str) -> Any:
 def program(expression: str) -> Any | None:
     """The compiled program for `expression` (kept between processes: `cel_cache`), or None when
     this engine cannot compile it."""
+    return _compiled(expression)
+
+
+def _compiled(expression: str) -> Any | None:
+    """`program` without keeping it in this process (a mask's program is held by its user)."""
     env = _env()
     try:
         return load_program(expression, env.compile, env.deserialize)
@@ -96,7 +101,6 @@ def _chosen_text(expression: str) -> str | None:
 MASK_WIDTH = 62  # expressions in one `mask_program` (CEL's int is 64-bit signed)
 
 
-@functools.cache
 def mask_program(expressions: tuple[str, ...]) -> Any | None:
     """One program for several rules: an int whose bit `i` is set where expression `i` is false
     and clear where it is true, each expression as `boolean_program` compiles it (at most
@@ -107,12 +111,14 @@ def mask_program(expressions: tuple[str, ...]) -> Any | None:
     Each evaluation costs about 4 us of its own; the profiles' rules are judged in one instead of
     one per rule. The terms are summed as a balanced tree (the parser limits nesting). The text
     is kept on disk with the programs (`cel_cache.load_json`): building it rewrites and compiles
-    each expression, which a process that reads the program back need not do."""
+    each expression, which a process that reads the program back need not do. The program is
+    not kept in this process: its caller holds it (a mask stops being used once the rules that
+    read the same on most pods are known, and its program is several MiB)."""
     if not 0 < len(expressions) <= MASK_WIDTH:
         return None
     kind = "mask:" + _mask_version()
     text = load_json(kind, "\0".join(expressions), lambda: _mask_text(expressions))
-    return program(text) if isinstance(text, str) else None
+    return _compiled(text) if isinstance(text, str) else None
 
 
 @functools.cache
@@ -129,7 +135,7 @@ def _mask_text(expressions: tuple[str, ...]) -> str | None:
     terms = [f"(({text}) ? 0 : {1 << bit})" for bit, text in enumerate(texts)]
     while len(terms) > 1:
         terms = [f"({' + '.join(terms[index : index + 2])})" for index in range(0, len(terms), 2)]
-    return terms[0] if program(terms[0]) is not None else None
+    return terms[0] if _compiled(terms[0]) is not None else None
 
 
 def activation(obj: Mapping[str, Any], old_obj: Mapping[str, Any] | None) -> Any:

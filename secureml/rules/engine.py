@@ -157,13 +157,22 @@ class _Group:
             self.masks.append((program, texts if kept else None))
 
 
-@functools.cache
+_GROUPS: dict[tuple[Rule, ...], tuple[frozenset[int], tuple[_Group, ...]]] = {}
+
+
 def _groups(rules: tuple[Rule, ...], steady: frozenset[int]) -> tuple[_Group, ...]:
-    """The rules by scope (each scope once, in order of first appearance)."""
+    """The rules by scope (each scope once, in order of first appearance). Only the groups for
+    the latest `steady` of a rule list are kept: the earlier ones' masks are no longer used."""
+    kept = _GROUPS.get(rules)
+    if kept is not None and kept[0] == steady:
+        return kept[1]
+    _GROUPS.pop(rules, None)  # its programs freed before the new ones are built
     members: dict[str, list[int]] = {}
     for index, rule in enumerate(rules):
         members.setdefault(rule.scope, []).append(index)
-    return tuple(_Group(scope, indices, rules, steady) for scope, indices in members.items())
+    groups = tuple(_Group(scope, indices, rules, steady) for scope, indices in members.items())
+    _GROUPS[rules] = (steady, groups)
+    return groups
 
 
 class _Plain:

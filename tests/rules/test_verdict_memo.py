@@ -155,6 +155,28 @@ def test_a_rule_whose_keys_never_repeat_is_no_longer_keyed(step_pod: dict[str, A
     assert kept.key(verdict_memo.Pod(step_pod, None)) is not None
 
 
+def test_the_warm_ups_masks_are_freed_once_the_steady_rules_are_known(
+    step_pod: dict[str, Any],
+) -> None:
+    """The masks judged while warming up (several MiB of programs for team-a) are not kept
+    beside the ones that replace them."""
+    import weakref
+
+    from secureml.rules import engine
+
+    rules = tuple(rules_for_profile(example_profile(PROFILE)))
+    verdict_memo.forget()
+    pods = list(_steps(step_pod, verdict_memo.WARMUP + 2))
+    evaluate(pods[0], rules)
+    warm_up = [weakref.ref(group) for group in engine._groups(rules, frozenset())]
+    for pod in pods[1:]:
+        assert evaluate(pod, rules) == []
+    steady = verdict_memo.memo(rules).steady
+    assert steady, "team-a's short rules read the same on every step"
+    assert [ref() for ref in warm_up] == [None] * len(warm_up)
+    assert engine._groups(rules, steady) is engine._groups(rules, steady)
+
+
 # --- random pods and rules ------------------------------------------------------------------------
 
 RULES = (

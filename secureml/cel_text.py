@@ -28,6 +28,13 @@ def quote(text: str) -> str:
     is no Unicode scalar value: no CEL string holds one, and it is refused rather than rendered into
     an expression the server would reject.
     """
+    if text.isascii() and text.isprintable() and "\\" not in text and "'" not in text:
+        return "'" + text + "'"  # nothing to escape (the common case: names, paths, images)
+    return "'" + _escaped(text) + "'"
+
+
+def _escaped(text: str) -> str:
+    """The body of `quote(text)`, written character by character."""
     out: list[str] = []
     for char in text:
         code = ord(char)
@@ -41,7 +48,7 @@ def quote(text: str) -> str:
             out.append(f"\\u{code:04x}")
         else:
             out.append(f"\\U{code:08x}")
-    return "'" + "".join(out) + "'"
+    return "".join(out)
 
 
 def string_list(items: Iterable[str]) -> str:

@@ -130,3 +130,18 @@ def test_a_mutation_condition_holds_where_its_cel_does(name: str, condition: Lab
     pod = PODS[name]
     expected = condition.holds(pod["metadata"].get("labels", {}))
     assert _both(label_test(condition), pod) == (expected, expected)
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text())
+def test_the_short_cut_for_plain_ascii_writes_what_escaping_each_character_writes(
+    text: str,
+) -> None:
+    from secureml.cel_text import _escaped
+
+    try:
+        expected = "'" + _escaped(text) + "'"
+    except ValueError:
+        with pytest.raises(ValueError, match="surrogate"):
+            quote(text)
+        return
+    assert quote(text) == expected

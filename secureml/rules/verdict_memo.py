@@ -120,9 +120,9 @@ class Memo:
     read: the message is computed only for a pod the rule denies); per scope its value; per
     mask program of the rules that read the same on most pods (`steady`) its value, under what
     they all read. Pods are keyed after the `WARMUP`-th one this list judges (a check of a few
-    pods does not pay for the analysis); over the last half of those, what each rule too short
-    to be keyed alone reads is noted, and those with at most `WARMUP // 4` distinct values (of
-    `WARMUP // 2`) are `steady`."""
+    pods does not pay for the analysis); what each rule too short to be keyed alone reads on the
+    last half of those is compared at the last, and those with at most `WARMUP // 4` distinct
+    values (of `WARMUP // 2`) are `steady`."""
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
         self.verdicts = tuple(Kept((rule.expression,)) for rule in rules)
@@ -130,7 +130,7 @@ class Memo:
         self.scopes = {rule.scope: Kept((rule.scope,)) for rule in rules}
         self._rules = rules
         self._judged = 0
-        self._seen: dict[int, set[bytes | None]] = {}
+        self._noted: list[Pod] = []
         self.steady: frozenset[int] | None = None
         self._masks: dict[tuple[str, ...], Kept] = {}
 
@@ -138,33 +138,38 @@ class Memo:
         for kept in (*self.verdicts, *self.violations, *self.scopes.values()):
             kept.restart()
         self._judged = 0
-        self._seen.clear()
+        self._noted.clear()
         self.steady = None
         self._masks.clear()
 
     def pod(self, obj: Any, old_obj: Any) -> Pod | None:
-        """The pod to key, or None while warming up: over the second half of the warm-up, what
-        each rule too short to be keyed alone reads is noted (`steady`; a check of a few pods
-        pays for none of it: noting all of team-a's rules once costs about 0.1 s)."""
+        """The pod to key, or None while warming up: the second half of the warm-up's pods are
+        noted, and at the last of them what each rule too short to be keyed alone reads on them
+        is compared (`steady`). A check of fewer pods pays for none of it (comparing all of
+        team-a's rules costs about 0.1 s the first time: the analyses are read)."""
         self._judged += 1
         if self._judged > WARMUP:
             return Pod(obj, old_obj)
-        if self._judged <= WARMUP // 2:
-            return None
-        pod = Pod(obj, old_obj)
-        for index, rule in enumerate(self._rules):
-            if not worth_keying(rule.expression):
-                extract = _expressions_extractor((rule.expression,))
-                self._seen.setdefault(index, set()).add(
-                    None if extract is None else pod.key(extract)
-                )
+        if self._judged > WARMUP // 2:
+            self._noted.append(Pod(obj, old_obj))
         if self._judged == WARMUP:
-            self.steady = frozenset(
-                index
-                for index, keys in self._seen.items()
-                if None not in keys and len(keys) <= WARMUP // 4
-            )
+            self.steady = self._steady()
+            self._noted.clear()
         return None
+
+    def _steady(self) -> frozenset[int]:
+        """The short rules with at most `WARMUP // 4` distinct keys over the noted pods."""
+        steady = set()
+        for index, rule in enumerate(self._rules):
+            if worth_keying(rule.expression):
+                continue
+            extract = _expressions_extractor((rule.expression,))
+            if extract is None:
+                continue
+            keys = {pod.key(extract) for pod in self._noted}
+            if None not in keys and len(keys) <= WARMUP // 4:
+                steady.add(index)
+        return frozenset(steady)
 
     def mask(self, expressions: tuple[str, ...]) -> Kept:
         """The kept values of a mask program over `expressions` (`cel_cpp.mask_program`): an int

@@ -12,6 +12,7 @@ but never `ghcr.io/acmecorp/train`.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -38,6 +39,11 @@ REFERENCE_SUFFIX_STARTS = (":", "@")
 _FIX = "write the image as REGISTRY/REPOSITORY[:TAG]@sha256:<64 hex>, e.g. ghcr.io/acme/train@sha256:..."
 
 
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> ImageRef:
+    return ImageRef._parse(text)
+
+
 def _looks_like_registry(component: str) -> bool:
     """The Docker rule: a first component names a host when it has a dot, a port, or is localhost."""
     return "." in component or ":" in component or component == "localhost"
@@ -59,7 +65,14 @@ class ImageRef:
 
     @classmethod
     def parse(cls, text: str) -> ImageRef:
-        """Parse `text` into a normalised reference; raise `SecuremlError` saying what is wrong."""
+        """Parse `text` into a normalised reference; raise `SecuremlError` saying what is wrong.
+
+        Each distinct text is parsed once (the compiler parses every step's image twice, and a
+        pipeline's steps share a few images); a reference is frozen, an error is not kept."""
+        return _parsed(text) if isinstance(text, str) else cls._parse(text)
+
+    @classmethod
+    def _parse(cls, text: str) -> ImageRef:
         if not isinstance(text, str) or not text.strip():
             raise SecuremlError("empty image reference", why="every step needs an image", fix=_FIX)
         if text != text.strip() or any(ch.isspace() for ch in text):

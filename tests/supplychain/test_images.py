@@ -115,6 +115,17 @@ def test_parse_rejects_with_reason(text, said):
     assert err.value.why and err.value.fix
 
 
+def test_a_text_is_parsed_once_and_a_refusal_every_time():
+    text = "ghcr.io/acme/once@sha256:" + HEX
+    assert ImageRef.parse(text) is ImageRef.parse(text)
+    for _ in range(2):
+        with pytest.raises(SecuremlError, match="whitespace"):
+            ImageRef.parse("ghcr.io/acme/x y")
+    for not_text in (None, ["ghcr.io/acme/x"], {"image": "x"}):  # a YAML value of another kind
+        with pytest.raises(SecuremlError, match="empty image reference"):
+            ImageRef.parse(not_text)  # type: ignore[arg-type]
+
+
 def test_uppercase_repository_says_lowercase():
     with pytest.raises(SecuremlError) as err:
         ImageRef.parse("ghcr.io/Acme/x")

@@ -94,3 +94,53 @@ def test_exit_status_is_what_sys_exit_gives(
 ) -> None:
     assert exit_status(code) == status
     assert capsys.readouterr().err == printed
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["profile", "validate", "profiles/team-a.yaml", "profiles/team-conf.yaml"],
+        ["profile", "schema"],
+        ["check-pod", "tests/rules/allowed/team-a-cpu.yaml", "--profile", "profiles/team-a.yaml"],
+        [
+            "check-pod",
+            "tests/rules/allowed/team-a-mig.yaml",
+            "--level",
+            "restricted",
+            "--format",
+            "json",
+        ],
+    ],
+    ids=["validate", "schema", "check-pod", "check-pod-json"],
+)
+def test_the_program_prints_what_the_app_prints(argv: list[str]) -> None:
+    """The whole of a long output (the JSON Schema is about 60 KB) reaches a pipe."""
+    from typer.testing import CliRunner
+
+    from secureml.cli import app
+
+    expected = CliRunner().invoke(app, argv)
+    done = program(*argv)
+    assert done.returncode == expected.exit_code
+    assert done.stdout == expected.stdout
+
+
+def test_a_rendered_bundle_is_written_whole(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from secureml.cli import app
+
+    argv = ["profile", "render", "profiles/team-a.yaml", "-o"]
+    assert CliRunner().invoke(app, [*argv, str(tmp_path / "app")]).exit_code == 0
+    assert program(*argv, str(tmp_path / "program")).returncode == 0
+    written = {
+        p.relative_to(tmp_path / "app"): p.read_bytes()
+        for p in (tmp_path / "app").rglob("*")
+        if p.is_file()
+    }
+    assert written
+    assert {
+        p.relative_to(tmp_path / "program"): p.read_bytes()
+        for p in (tmp_path / "program").rglob("*")
+        if p.is_file()
+    } == written

@@ -236,13 +236,20 @@ def compile_command(
 def _heap_frozen() -> Iterator[None]:
     """What is loaded by now (kfp, its clients, pydantic, the user's module) frozen while compiling:
     the collector's passes no longer walk it (they were about a tenth of a 10-step compile's CPU
-    time). Unfrozen after, as the command may run inside another program (a test's CliRunner),
-    unless that program had frozen objects itself (they stay frozen, and so do these)."""
+    time). The collector is on while compiling even where the program started it off
+    (`secureml.cli.program`): kfp's build of a long pipeline leaves cyclic garbage (2,000 steps
+    without it: 243 MiB at peak instead of 194). Unfrozen and as it was after, as the command may
+    run inside another program (a test's CliRunner), unless that program had frozen objects itself
+    (they stay frozen, and so do these)."""
     frozen = gc.get_freeze_count()
+    enabled = gc.isenabled()
     gc.freeze()
+    gc.enable()
     try:
         yield
     finally:
+        if not enabled:
+            gc.disable()
         if not frozen:
             gc.unfreeze()
 

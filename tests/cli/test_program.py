@@ -144,3 +144,56 @@ def test_a_rendered_bundle_is_written_whole(tmp_path: Path) -> None:
         for p in (tmp_path / "program").rglob("*")
         if p.is_file()
     } == written
+
+
+def test_the_collector_is_off_at_start_and_on_while_kfp_builds(tmp_path: Path) -> None:
+    """What start-up loads stays loaded; the compile (kfp's build of a long pipeline leaves
+    cyclic garbage) runs with the collector on, and leaves it as it found it."""
+    import gc
+
+    from secureml.cli import compile as compile_module
+
+    probe = (
+        "import gc, sys; sys.argv = ['secureml', *sys.argv[1:]]\n"
+        "import secureml.cli.compile as c\n"
+        "frozen = c._heap_frozen\n"
+        "def noted():\n"
+        "    print('AT START', gc.isenabled(), file=sys.stderr)\n"
+        "    context = frozen()\n"
+        "    class Noting:\n"
+        "        def __enter__(self):\n"
+        "            context.__enter__(); print('COMPILING', gc.isenabled(), file=sys.stderr)\n"
+        "        def __exit__(self, *exc):\n"
+        "            return context.__exit__(*exc)\n"
+        "    return Noting()\n"
+        "c._heap_frozen = noted\n"
+        "from secureml.cli.program import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            probe,
+            "compile",
+            "pipelines/secure_finetune.py",
+            "--profile",
+            "examples/profiles/team-a-dev.yaml",
+            "-o",
+            str(tmp_path / "p.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "AT START False" in done.stderr and "COMPILING True" in done.stderr
+    was = gc.isenabled()
+    for start in (False, True):
+        (gc.disable if not start else gc.enable)()
+        with compile_module._heap_frozen():
+            assert gc.isenabled()
+        assert gc.isenabled() is start
+    (gc.enable if was else gc.disable)()

@@ -220,3 +220,35 @@ def _pod_policy(name: str, validations: list[dict[str, str]]) -> dict[str, Any]:
             "validations": validations,
         },
     }
+
+
+def test_the_program_applies_and_ends_with_everything_stored(
+    k8s_cluster: ControlPlane, tmp_path: Path
+) -> None:
+    """`secureml profile apply` as the program runs it (its fast exit, the collector off at start:
+    `secureml.cli.program`): every object is stored before the process ends, and the output and
+    exit code are whole."""
+    import subprocess
+    import sys
+
+    cluster = admin(k8s_cluster)
+    profile, _ = fresh_profile(tmp_path)
+    argv = [
+        sys.executable,
+        "-m",
+        "secureml",
+        "profile",
+        "apply",
+        str(profile),
+        "--kubeconfig",
+        str(k8s_cluster.kubeconfig),
+        "--type-check-wait",
+        "0",
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    objects = render_objects(load_profile(profile), BundleOptions())
+    assert done.stdout.count("created    ") == len(objects)
+    assert all(stored(cluster, obj) is not None for obj in objects)
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert again.returncode == 0 and "created    " not in again.stdout, again.stdout

@@ -4,38 +4,39 @@ heap is unfrozen when the command ends."""
 
 import gc
 import json
-import textwrap
 import weakref
 from pathlib import Path
 from typing import Any
 
 import pytest
-from compilerhelp import make_profile, profile_data
-from kfp import dsl
+from compilerhelp import COMPONENTS_SOURCE, make_profile, profile_data
 from typer.testing import CliRunner
 
-from secureml import MIG, compiler, secure_component
+from secureml import compiler
 from secureml.cli import app
+from secureml.pipeline_loader import load_pipeline
 
-IMAGE = "ghcr.io/acme/ml-images/train@sha256:" + "0" * 64
-
-
-@secure_component(image=IMAGE)
-def prepare(x: int) -> int:
-    return x + 1
-
-
-@secure_component(image=IMAGE, gpu=MIG("1g.10gb"))
-def train(x: int) -> int:
-    return x * 2
-
-
+CHAIN = (
+    COMPONENTS_SOURCE
+    + """
 @dsl.pipeline(name="chain")
 def chain(x: int = 0) -> None:
     train(x=prepare(x=x).output)
+"""
+)
 
 
-def test_released_build_gives_the_same_output(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def chain_file(tmp_path: Path) -> Path:
+    path = tmp_path / "chain.py"
+    path.write_text(CHAIN)
+    return path
+
+
+def test_released_build_gives_the_same_output(
+    monkeypatch: pytest.MonkeyPatch, chain_file: Path
+) -> None:
+    chain = load_pipeline(chain_file)
     profile = make_profile()
     kept = compiler.compile_pipeline(chain, profile)
     built: list[weakref.ref[Any]] = []
@@ -60,23 +61,9 @@ def test_released_build_gives_the_same_output(monkeypatch: pytest.MonkeyPatch) -
     assert alive_at_check == [False]
 
 
-def test_the_cli_leaves_the_heap_unfrozen(tmp_path: Path) -> None:
+def test_the_cli_leaves_the_heap_unfrozen(tmp_path: Path, chain_file: Path) -> None:
     """`compile` freezes the loaded heap while it compiles, and unfreezes it after (it may run
     inside another program, here a CliRunner)."""
-    (tmp_path / "chain.py").write_text(
-        textwrap.dedent(f'''
-        from kfp import dsl
-        from secureml import secure_component
-
-        @secure_component(image="{IMAGE}")
-        def prepare(x: int) -> int:
-            return x + 1
-
-        @dsl.pipeline(name="chain")
-        def chain(x: int = 0) -> None:
-            prepare(x=prepare(x=x).output)
-        ''')
-    )
     (tmp_path / "team.yaml").write_text(json.dumps(profile_data()))
     frozen = gc.get_freeze_count()
     gc.unfreeze()
@@ -85,7 +72,7 @@ def test_the_cli_leaves_the_heap_unfrozen(tmp_path: Path) -> None:
             app,
             [
                 "compile",
-                str(tmp_path / "chain.py"),
+                str(chain_file),
                 "--profile",
                 str(tmp_path / "team.yaml"),
                 "-o",

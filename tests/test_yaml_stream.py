@@ -327,8 +327,7 @@ def test_the_pods_the_compiler_makes_take_the_fast_path() -> None:
     from secureml.compiler import _documents, compile_pipeline
     from secureml.pipeline_loader import load_pipeline
     from secureml.preview import preview_pods
-    from tests.rules.conftest import example_profile
-    from tests.rules.test_preview_allowed import REFERENCE_PIPELINES
+    from tests.rules.conftest import REFERENCE_PIPELINES, example_profile
 
     profile = example_profile("team-a")
     pods = []

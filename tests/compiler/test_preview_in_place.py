@@ -4,24 +4,15 @@ with KFP's templates or another pod), so the pods are the same as mutating copie
 from __future__ import annotations
 
 from secureml.bundle.mutation.apply import apply_mutations
-from secureml.compiler import CompileError, _documents, compile_pipeline
-from secureml.pipeline_loader import load_pipeline
 from secureml.preview import preview_pods
-from tests.rules.conftest import EXAMPLE_PROFILES, example_profile
-from tests.rules.test_preview_allowed import REFERENCE_PIPELINES
+from tests.rules.conftest import EXAMPLE_PROFILES, example_profile, reference_documents
 
 
 def test_pods_mutated_in_place_are_the_pods_mutated_as_copies() -> None:
     checked = 0
     for name in EXAMPLE_PROFILES:
         profile = example_profile(name)
-        for path in REFERENCE_PIPELINES:
-            try:
-                compiled = compile_pipeline(load_pipeline(path), profile, check_admission=False)
-            except CompileError:
-                continue  # a pipeline this profile refuses
-            assert compiled.component is not None
-            documents = _documents(compiled.component)
+        for documents in reference_documents(profile):  # those this profile compiles
             plain = preview_pods(documents, profile, mutate=False)
             expected = {task: apply_mutations(pod, profile) for task, pod in plain.items()}
             assert preview_pods(documents, profile) == expected

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,7 @@ FIXTURES = REPO.parent / "shared" / "fixtures"
 PROFILES_DIR = REPO / "profiles"
 EXAMPLE_PROFILES = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 ATTACKS_DIR = Path(__file__).resolve().parent / "attacks"
+REFERENCE_PIPELINES = sorted((REPO / "pipelines").glob("*.py"))
 
 
 def fixture_dir(*parts: str) -> Path:
@@ -25,3 +28,18 @@ def fixture_dir(*parts: str) -> Path:
 
 def example_profile(name: str) -> TenantProfile:
     return load_profile(PROFILES_DIR / f"{name}.yaml")
+
+
+def reference_documents(profile: TenantProfile) -> Iterator[list[dict[str, Any]]]:
+    """The pipelineSpec and platformSpec documents of each reference pipeline (pipelines/*.py)
+    that compiles for `profile`, admission preview off."""
+    from secureml.compiler import CompileError, _documents, compile_pipeline
+    from secureml.pipeline_loader import load_pipeline
+
+    for path in REFERENCE_PIPELINES:
+        try:
+            compiled = compile_pipeline(load_pipeline(path), profile, check_admission=False)
+        except CompileError:
+            continue
+        assert compiled.component is not None
+        yield _documents(compiled.component)

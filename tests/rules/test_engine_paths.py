@@ -11,7 +11,12 @@ import pytest
 
 from secureml.rules import cel_cpp, rules_for_level, rules_for_profile
 from secureml.rules.engine import evaluate, evaluate_plain
-from tests.rules.conftest import EXAMPLE_PROFILES, example_profile, fixture_dir
+from tests.rules.conftest import (
+    EXAMPLE_PROFILES,
+    example_profile,
+    fixture_dir,
+    reference_documents,
+)
 from tests.rules.test_engine import _pods
 
 
@@ -38,21 +43,12 @@ def test_profile_paths_agree_on_every_corpus_pod(name: str) -> None:
 def test_paths_agree_on_previewed_pods() -> None:
     """The compiler's previewed executor and driver pods, for every example profile that compiles
     the reference pipelines, judged by each profile's rules (allowed or not)."""
-    from secureml.compiler import CompileError, _documents, compile_pipeline
-    from secureml.pipeline_loader import load_pipeline
     from secureml.preview import preview_driver_pods, preview_pods
-    from tests.rules.test_preview_allowed import REFERENCE_PIPELINES
 
     profiles = [example_profile(name) for name in EXAMPLE_PROFILES]
     judged = 0
-    for path in REFERENCE_PIPELINES:
-        for profile in profiles:
-            try:
-                compiled = compile_pipeline(load_pipeline(path), profile, check_admission=False)
-            except CompileError:
-                continue
-            assert compiled.component is not None
-            documents = _documents(compiled.component)
+    for profile in profiles:
+        for documents in reference_documents(profile):
             pods = {**preview_pods(documents, profile), **preview_driver_pods(documents, profile)}
             for pod in pods.values():
                 for other in profiles:
@@ -83,19 +79,11 @@ def test_the_fast_paths_cut_to_the_named_fields_changes_no_verdict(
 
 
 def _previewed_pods() -> list[dict[str, object]]:
-    from secureml.compiler import CompileError, _documents, compile_pipeline
-    from secureml.pipeline_loader import load_pipeline
     from secureml.preview import preview_pods
-    from tests.rules.test_preview_allowed import REFERENCE_PIPELINES
 
     pods: list[dict[str, object]] = []
-    for path in REFERENCE_PIPELINES:
-        for name in EXAMPLE_PROFILES:
-            profile = example_profile(name)
-            try:
-                compiled = compile_pipeline(load_pipeline(path), profile, check_admission=False)
-            except CompileError:
-                continue
-            assert compiled.component is not None
-            pods += preview_pods(_documents(compiled.component), profile).values()
+    for name in EXAMPLE_PROFILES:
+        profile = example_profile(name)
+        for documents in reference_documents(profile):
+            pods += preview_pods(documents, profile).values()
     return pods

@@ -11,9 +11,8 @@ from secureml.compiler import CompileError, compile_pipeline
 from secureml.pipeline_loader import load_pipeline
 from secureml.preview import preview_driver_pods, preview_pods
 from secureml.rules import evaluate, rules_for_level, rules_for_profile
-from tests.rules.conftest import EXAMPLE_PROFILES, REPO, example_profile
+from tests.rules.conftest import EXAMPLE_PROFILES, REFERENCE_PIPELINES, example_profile
 
-REFERENCE_PIPELINES = sorted((REPO / "pipelines").glob("*.py"))
 CATALOGUE_PREFIXES = ("pss.", "secureml.")
 
 

@@ -21,7 +21,7 @@ from secureml.rules import rules_for_profile, verdict_memo
 from secureml.rules.engine import evaluate, evaluate_plain
 from secureml.rules.model import Rule
 from secureml.violation import Violation
-from tests.rules.conftest import example_profile
+from tests.rules.conftest import example_profile, reference_documents
 
 PROFILE = "team-a"
 
@@ -29,19 +29,11 @@ PROFILE = "team-a"
 @pytest.fixture(scope="module")
 def step_pod() -> dict[str, Any]:
     """A pod the compiler previews for a reference pipeline under team-a (allowed)."""
-    from secureml.compiler import CompileError, _documents, compile_pipeline
-    from secureml.pipeline_loader import load_pipeline
     from secureml.preview import preview_pods
-    from tests.rules.test_preview_allowed import REFERENCE_PIPELINES
 
     profile = example_profile(PROFILE)
-    for path in REFERENCE_PIPELINES:
-        try:
-            compiled = compile_pipeline(load_pipeline(path), profile, check_admission=False)
-        except CompileError:
-            continue
-        assert compiled.component is not None
-        pods = list(preview_pods(_documents(compiled.component), profile).values())
+    for documents in reference_documents(profile):
+        pods = list(preview_pods(documents, profile).values())
         if evaluate_plain(pods[0], rules_for_profile(profile)) == []:
             return pods[0]
     raise AssertionError("no reference pipeline compiles to an allowed pod under team-a")

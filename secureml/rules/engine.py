@@ -131,9 +131,10 @@ def projection(pod: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]
 class _Group:
     """The rules of one scope, in list order: those judged together by a `mask_program`, by
     bit, and the others (kept alone by key in `verdict_memo`, or without a program), judged one
-    by one. Once the memo has seen which of the rules judged together read the same on most
-    pods (`Memo.steady`), those have a mask of their own, whose value is kept by what they all
-    read; the rest have another."""
+    by one. Once the memo has seen which rules read the same on most pods (`Memo.steady`), the
+    short ones among them have a mask of their own, the rest another; and the steady mask's
+    value and the outcomes of the steady long rules are kept together (`held`), under what they
+    all read: one key a pod for all of them instead of one each."""
 
     def __init__(
         self, scope: str, members: list[int], rules: tuple[Rule, ...], steady: frozenset[int]
@@ -142,8 +143,10 @@ class _Group:
         self.members = tuple(members)
         chosen = [i for i in members if not verdict_memo.worth_keying(rules[i].expression)]
         parts = [[i for i in chosen if i in steady], [i for i in chosen if i not in steady]]
-        self.masks: list[tuple[Any, tuple[str, ...] | None]] = []
+        self.masks: list[Any] = []
+        self.kept_mask: int | None = None  # the mask whose value is held
         self.bit: dict[int, tuple[int, int]] = {}  # rule -> (its mask, its bit)
+        held: list[str] = []
         for part, kept in zip(parts, (True, False), strict=True):
             part = part[: cel_cpp.MASK_WIDTH]
             program = cel_cpp.mask_program(tuple(rules[i].expression for i in part))
@@ -152,9 +155,16 @@ class _Group:
                 program = cel_cpp.mask_program(tuple(rules[i].expression for i in part))
             if program is None:
                 continue
-            texts = tuple(rules[i].expression for i in part)
+            if kept:
+                self.kept_mask = len(self.masks)
+                held += [rules[i].expression for i in part]
             self.bit.update({index: (len(self.masks), bit) for bit, index in enumerate(part)})
-            self.masks.append((program, texts if kept else None))
+            self.masks.append(program)
+        # the long rules that read the same on most pods: their outcomes held with the mask's
+        self.bundled = tuple(i for i in members if i in steady and i not in self.bit)
+        for index in self.bundled:
+            held += [rules[index].expression, rules[index].message_expression]
+        self.held = tuple(held) if held else None
 
 
 _GROUPS: dict[tuple[Rule, ...], tuple[frozenset[int], tuple[_Group, ...]]] = {}
@@ -210,32 +220,63 @@ def evaluate(
             kept.scopes[group.scope], keyed, functools.partial(judge.in_scope, group.scope)
         ):
             continue
-        failed = [
-            judge.mask(program)
-            if texts is None
-            else _kept_or(kept.mask(texts), keyed, functools.partial(judge.mask, program))
-            for program, texts in group.masks
-        ]
+        values: list[int | None] = [None] * len(group.masks)
+        bundled: tuple[Violation | None, ...] = ()
+        if group.held is not None:
+            held = functools.partial(_held, group, rules, kept, keyed, judge)
+            held_value, bundled = _kept_or(kept.mask(group.held), keyed, held)
+            if group.kept_mask is not None:
+                values[group.kept_mask] = held_value
+        for position, program in enumerate(group.masks):
+            if position != group.kept_mask:
+                values[position] = judge.mask(program)
         for index in group.members:
-            rule = rules[index]
             where = group.bit.get(index)
-            bits = None if where is None else failed[where[0]]
+            bits = None if where is None else values[where[0]]
             if where is not None and bits is not None:
                 if bits >> where[1] & 1:
-                    found[index] = judge.violation(rule)
+                    found[index] = judge.violation(rules[index])
                 continue
-            verdicts = kept.verdicts[index]
-            verdict_key = None if keyed is None else verdicts.key(keyed)
-            if verdicts.get(verdict_key) is True:
-                continue
-            outcome = functools.partial(
-                judge.outcome, rule, cel_cpp.boolean_program(rule.expression)
+            violation = (
+                bundled[group.bundled.index(index)]
+                if bundled and index in group.bundled
+                else _rule_outcome(index, rules, kept, keyed, judge)
             )
-            violation = _kept_or(kept.violations[index], keyed, outcome)[0]
-            verdicts.keep(verdict_key, violation is None)
             if violation is not None:
                 found[index] = violation
     return [found[index] for index in sorted(found)]
+
+
+def _held(
+    group: _Group,
+    rules: tuple[Rule, ...],
+    kept: verdict_memo.Memo,
+    keyed: verdict_memo.Pod | None,
+    judge: _Judge,
+) -> tuple[int | None, tuple[Violation | None, ...]]:
+    """What a group holds for a pod: its steady mask's value and its steady long rules'
+    violations (None: allowed)."""
+    value = None if group.kept_mask is None else judge.mask(group.masks[group.kept_mask])
+    return value, tuple(_rule_outcome(index, rules, kept, keyed, judge) for index in group.bundled)
+
+
+def _rule_outcome(
+    index: int,
+    rules: tuple[Rule, ...],
+    kept: verdict_memo.Memo,
+    keyed: verdict_memo.Pod | None,
+    judge: _Judge,
+) -> Violation | None:
+    """The violation of one rule judged alone (None: allowed), its verdict and violation kept."""
+    rule = rules[index]
+    verdicts = kept.verdicts[index]
+    verdict_key = None if keyed is None else verdicts.key(keyed)
+    if verdicts.get(verdict_key) is True:
+        return None
+    outcome = functools.partial(judge.outcome, rule, cel_cpp.boolean_program(rule.expression))
+    violation: Violation | None = _kept_or(kept.violations[index], keyed, outcome)[0]
+    verdicts.keep(verdict_key, violation is None)
+    return violation
 
 
 def _kept_or(

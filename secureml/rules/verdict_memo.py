@@ -12,7 +12,8 @@ Why a kept outcome is the outcome: a CEL expression's value (and its error) is a
 values it reads; `reads` over-approximates those; the key holds them exactly (below). So two pods
 with the same key get the same value of the rule, the scope and the message, from either engine.
 
-The key is `marshal` of a structure built by the rule's `Read` tree over the pod:
+The key is `marshal` (version 2: equal values, equal bytes) of a structure built by the rule's
+`Read` tree over the pod:
 
 - a part read whole is the value itself (marshal keeps bool, int, float, str, list, dict and
   tuple apart, which `==` does not: `1 == 1.0 == True`);
@@ -50,7 +51,10 @@ WARMUP = 16
 _COARSE_DEPTH = 4
 ABSENT = Ellipsis  # marks a field a dict does not hold; a pod cannot hold it (see `NotKeyedError`)
 _SCALARS = frozenset({str, int, float, bool, type(None), bytes})
-_MARSHAL_VERSION = 4
+# Version 2 writes equal values as equal bytes; versions 3 and 4 write a string apart by whether
+# it is interned and whether it is referenced more than once (a key that depended on that kept
+# equal steps of two compiles apart). Version 2 is about three times slower on strings.
+_MARSHAL_VERSION = 2
 
 Parts = dict[tuple[int, int], bytes]
 Extract = Callable[[Any, Parts], Any]
@@ -117,12 +121,12 @@ class Kept:
 class Memo:
     """The kept outcomes of one list of rules: per rule its verdict (kept under what its
     expression reads) and its violation (under what the expression and the message expression
-    read: the message is computed only for a pod the rule denies); per scope its value; per
-    mask program of the rules that read the same on most pods (`steady`) its value, under what
-    they all read. Pods are keyed after the `WARMUP`-th one this list judges (a check of a few
-    pods does not pay for the analysis); what each rule too short to be keyed alone reads on the
-    last half of those is compared at the last, and those with at most `WARMUP // 4` distinct
-    values (of `WARMUP // 2`) are `steady`."""
+    read: the message is computed only for a pod the rule denies); per scope its value; and
+    what a group of the rules that read the same on most pods (`steady`) holds, under what they
+    all read (`mask`: the value of their mask program and the long ones' violations). Pods are
+    keyed after the `WARMUP`-th one this list judges (a check of a few pods does not pay for the
+    analysis); what each rule reads on the last half of those is compared at the last, and
+    those with at most `WARMUP // 4` distinct values (of `WARMUP // 2`) are `steady`."""
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
         self.verdicts = tuple(Kept((rule.expression,)) for rule in rules)
@@ -158,12 +162,15 @@ class Memo:
         return None
 
     def _steady(self) -> frozenset[int]:
-        """The short rules with at most `WARMUP // 4` distinct keys over the noted pods."""
+        """The rules with at most `WARMUP // 4` distinct keys over the noted pods (of what a
+        short rule's expression reads; of what a long one's expression and message read: its
+        violation is held with the others', `engine._Group`)."""
         steady = set()
         for index, rule in enumerate(self._rules):
+            expressions: tuple[str, ...] = (rule.expression,)
             if worth_keying(rule.expression):
-                continue
-            extract = _expressions_extractor((rule.expression,))
+                expressions += (rule.message_expression,)
+            extract = _expressions_extractor(expressions)
             if extract is None:
                 continue
             keys = {pod.key(extract) for pod in self._noted}
@@ -172,8 +179,9 @@ class Memo:
         return frozenset(steady)
 
     def mask(self, expressions: tuple[str, ...]) -> Kept:
-        """The kept values of a mask program over `expressions` (`cel_cpp.mask_program`): an int
-        is a function of what its expressions read, so it is kept under all of that."""
+        """The kept outcomes of the group of `expressions` (a mask program's, `cel_cpp.mask_program`,
+        and rules' expressions and messages: `engine._Group.held`): a function of what they read,
+        so kept under all of that."""
         found = self._masks.get(expressions)
         if found is None:
             found = self._masks[expressions] = Kept(expressions, always=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -121,6 +123,38 @@ def test_a_pod_holding_what_the_key_cannot_say_exactly_is_not_keyed(
     pod = copy.deepcopy(step_pod)
     _main(pod)["image"] = odd
     assert verdict_memo.memo(rules).verdicts[index].key(verdict_memo.Pod(pod, None)) is None
+
+
+def _interned(value: Any) -> Any:
+    """`value` with every string (keys too) the interned one."""
+    if isinstance(value, dict):
+        return {sys.intern(key): _interned(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_interned(item) for item in value]
+    return sys.intern(value) if isinstance(value, str) else value
+
+
+def test_a_key_is_a_function_of_what_the_pod_holds(step_pod: dict[str, Any]) -> None:
+    """Equal pods get equal keys for every rule, however their strings were made: each a new
+    object, shared with another pod, interned (marshal's versions 3 and 4 write a string apart
+    by whether it is interned and referenced more than once: equal steps of two compiles were
+    keyed apart, and their rules taken for ones that differ on every step)."""
+    rules = tuple(rules_for_profile(example_profile(PROFILE)))
+    forms = [
+        step_pod,
+        json.loads(json.dumps(step_pod)),  # every string a new object
+        copy.deepcopy(step_pod),  # strings shared with step_pod
+        _interned(step_pod),
+    ]
+    compared = 0
+    for rule in rules:
+        extract = verdict_memo._expressions_extractor((rule.expression, rule.message_expression))
+        if extract is None:
+            continue
+        keys = {verdict_memo.Pod(pod, None).key(extract) for pod in forms}
+        assert len(keys) == 1 and None not in keys, rule.id
+        compared += 1
+    assert compared >= len(rules) // 2
 
 
 def test_a_tuple_read_whole_is_not_a_list(step_pod: dict[str, Any]) -> None:
@@ -252,21 +286,26 @@ def _one_by_one(pod: dict[str, Any], rules: tuple[Rule, ...]) -> list[Violation]
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(_pods, min_size=5, max_size=25), st.sampled_from(["alone", "together", "split"]))
+@given(
+    st.lists(_pods, min_size=5, max_size=25),
+    st.sampled_from(["alone", "together", "split", "held"]),
+)
 def test_kept_outcomes_equal_evaluated_ones_on_random_pods(
     pods: list[dict[str, Any]], mode: str
 ) -> None:
     """A sequence of random pods drawn from few values, so that keys repeat, gets the violations
     and messages of each rule judged alone, whether every rule is keyed from the first pod
-    ("alone"), none is and all are judged together ("together"), or, after eight pods, the rules
-    that read the same on most pods are judged together and that value kept ("split")."""
+    ("alone"), none is and all are judged together ("together"), after eight pods the rules
+    that read the same on most pods are judged together and that value kept ("split"), or every
+    rule is keyed alone and after eight pods the outcomes of those that read the same on most
+    pods are kept together ("held")."""
     rules = tuple(  # ids apart by mode: the engine groups a list's rules once
         Rule(f"r{index}-{mode}", f"rule {index}", text, MESSAGE, ("test",))
         for index, text in enumerate(RULES)
     )
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(verdict_memo, "WORTH", 0 if mode == "alone" else 10**9)
-        patch.setattr(verdict_memo, "WARMUP", 8 if mode == "split" else 0)
+        patch.setattr(verdict_memo, "WORTH", 0 if mode in ("alone", "held") else 10**9)
+        patch.setattr(verdict_memo, "WARMUP", 8 if mode in ("split", "held") else 0)
         verdict_memo.forget()
         pods = [DENIED, *pods, copy.deepcopy(DENIED)]  # a violation kept, then found kept
         judged = [evaluate(pod, rules) for pod in pods]

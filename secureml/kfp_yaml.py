@@ -109,21 +109,42 @@ def _sequence(data: list[Any], indent: int, out: list[str]) -> None:
             out.append(f"{pad}-{_scalar_text(item, indent)}")
 
 
+# The written form of each string a pipeline's documents repeat (keys such as `name` and
+# `parameterType`, values such as `STRING` and `runtimeValue`): a pure function of the text, kept
+# until a table holds `_KEPT` of them (then emptied, so unique texts never pile up).
+_KEPT = 4096
+_WRITTEN_KEYS: dict[str, str] = {}
+_WRITTEN_VALUES: dict[str, str] = {}
+
+
 def _key(key: Any) -> str:
-    if type(key) is not str:
-        raise TypeError(f"mapping key {key!r} is not a string")
-    return key if _is_plain(key) else _quoted(key)
+    written = _WRITTEN_KEYS.get(key)  # (a str key never equals a key of another type)
+    if written is None:
+        if type(key) is not str:
+            raise TypeError(f"mapping key {key!r} is not a string")
+        written = key if _is_plain(key) else _quoted(key)
+        _keep(_WRITTEN_KEYS, key, written)
+    return written
+
+
+def _keep(table: dict[str, str], text: str, written: str) -> None:
+    if len(table) >= _KEPT:
+        table.clear()
+    table[text] = written
 
 
 def _scalar_text(value: Any, indent: int) -> str:
     """` value` and its line break (several lines for a literal block) after a key or dash."""
     kind = type(value)
     if kind is str:
-        if _is_plain(value):
-            return f" {value}\n"
+        written = _WRITTEN_VALUES.get(value)
+        if written is not None:
+            return written
         if "\n" in value and _is_literal(value):
-            return _literal(value, indent + 2)
-        return f" {_quoted(value)}\n"
+            return _literal(value, indent + 2)  # (indented: not kept)
+        written = f" {value}\n" if _is_plain(value) else f" {_quoted(value)}\n"
+        _keep(_WRITTEN_VALUES, value, written)
+        return written
     if kind is bool:
         return " true\n" if value else " false\n"
     if value is None:

@@ -7,6 +7,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from secureml import kfp_yaml
 from secureml.kfp_yaml import dump_documents
 
 AWKWARD = [
@@ -169,3 +170,21 @@ def test_keys_of_any_length() -> None:
         "list": [{long: [long]}],
     }
     assert _loads(dump_documents([document])) == [document]
+
+
+def test_a_text_written_again_is_written_as_the_first_time() -> None:
+    """The written forms kept between documents: a text as a key and as a value, a literal
+    block at two depths, and more distinct texts than are kept at once."""
+    block = "line one\nline two"
+    document = {
+        "name": "name",
+        "y": {"y": ["y", block]},
+        block: {"nested": {"deeper": block}},
+        "many": [f"text {index}" for index in range(kfp_yaml._KEPT + 10)],
+    }
+    first = dump_documents([document])
+    kfp_yaml._WRITTEN_KEYS.clear()
+    kfp_yaml._WRITTEN_VALUES.clear()
+    assert dump_documents([document]) == first == dump_documents([document])
+    assert _loads(first) == [document]
+    assert len(kfp_yaml._WRITTEN_VALUES) <= kfp_yaml._KEPT

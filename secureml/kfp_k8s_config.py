@@ -18,7 +18,8 @@ Each setter also turned the whole message into a dict (`MessageToDict`) and stor
 the next setter to be handed the message instead: within the block, `MessageToDict` of that one
 message is a placeholder the setters store, and the dict is written once when the block ends
 (also when a setter raised): the dict of the message as the last setter left it, which is what
-the last setter wrote before. Nothing reads the task's config between two setters of the block.
+the last setter wrote before (`secureml.proto_dict`, the same dict). Nothing reads the task's
+config between two setters of the block.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def one_message(task: PipelineTask) -> Iterator[None]:
     """Within the block, kfp.kubernetes's setters on `task` share one parsed config message."""
     from google.protobuf import json_format
     from kfp.kubernetes import common
+
+    from secureml.proto_dict import message_dict
 
     original, to_dict = common.get_existing_kubernetes_config_as_message, json_format.MessageToDict
     message = original(task)
@@ -57,4 +60,4 @@ def one_message(task: PipelineTask) -> Iterator[None]:
         common.get_existing_kubernetes_config_as_message = original
         json_format.MessageToDict = to_dict
         if task.platform_config.get("kubernetes") is pending:
-            task.platform_config["kubernetes"] = to_dict(message)
+            task.platform_config["kubernetes"] = message_dict(message)

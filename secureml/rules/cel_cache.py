@@ -3,9 +3,10 @@
 Compiling a profile's rules is most of a short command's start-up (team-a's 57 rules: about
 0.16 s; the compiler and check-pod compile them in every process). The engine can serialize a
 checked program and read it back about six times faster, so `load` keeps each program in the
-user's cache, under the SHA-256 of the engine's build (`_engine`), this module's `ENVIRONMENT`
-(what the program may refer to) and the expression's text: a file is only ever read for exactly
-the text it was compiled from, by the build that compiled it.
+user's cache, under the SHA-256 of the engine's build (`_engine`), the environment it was compiled
+in (`ENVIRONMENTS`: what the program may refer to) and the expression's text: a file is only ever
+read for exactly the text it was compiled from, in that environment, by the build that compiled
+it.
 
 A cached program is trusted as Python trusts `__pycache__`: it lives in a folder that only the user
 can write. The folder is created private (0700); a folder or file that another user owns, or that
@@ -28,9 +29,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-# What a cached program may refer to beyond CEL's standard library: bump it whenever the engine's
-# environment (`cel_cpp._env`) changes, so that no program compiled in another one is read back.
-ENVIRONMENT = "object,oldObject:dyn; ext_strings; secureml_matches(string,string)bool; v1"
+# What a cached program may refer to beyond CEL's standard library, for each of the engine's
+# environments (`cel_cpp._env`): bump it whenever that environment changes, so that no program
+# compiled in another one is read back.
+ENVIRONMENTS = {
+    "base": "object,oldObject:dyn; secureml_matches(string,string)bool; v1",
+    "strings": "object,oldObject:dyn; ext_strings; secureml_matches(string,string)bool; v1",
+}
 
 
 def folder() -> Path | None:
@@ -45,14 +50,18 @@ def folder() -> Path | None:
 
 
 def load(
-    expression: str, compile_program: Callable[[str], Any], deserialize: Callable[[bytes], Any]
+    expression: str,
+    compile_program: Callable[[str], Any],
+    deserialize: Callable[[bytes], Any],
+    environment: str = "base",
 ) -> Any:
-    """The program for `expression`: read back from the cache, else compiled (and then kept).
-    Raises whatever `compile_program` raises for a text the engine refuses."""
+    """The program for `expression` in one of `ENVIRONMENTS`: read back from the cache, else
+    compiled (and then kept). Raises whatever `compile_program` raises for a text the engine
+    refuses."""
     where = _private_folder()
     if where is None:
         return compile_program(expression)
-    path = where / f"{_key(expression)}.bin"
+    path = where / f"{_key(ENVIRONMENTS[environment] + chr(0) + expression)}.bin"
     cached = _read(path)
     if cached is not None:
         try:
@@ -92,8 +101,8 @@ def source_version(*modules: ModuleType) -> str:
     return digest.hexdigest()
 
 
-def _key(expression: str) -> str:
-    return hashlib.sha256(f"{_engine()}\0{ENVIRONMENT}\0{expression}".encode()).hexdigest()
+def _key(text: str) -> str:
+    return hashlib.sha256(f"{_engine()}\0{text}".encode()).hexdigest()
 
 
 @functools.cache
@@ -102,16 +111,16 @@ def _engine() -> str:
     and the path, size and modification time of each compiled module the environment loads, as
     Python checks a source against its `__pycache__` (an upgrade or a reinstall changes them).
     Looked up once, without `importlib.metadata`: importing it and scanning every installed
-    distribution was 20-30 ms of each `check-pod --level` start-up."""
+    distribution was 20-30 ms of each `check-pod --level` start-up; and without importing the
+    strings extension, which most processes never load (`cel_cpp`)."""
     from cel_expr_python import cel  # type: ignore[import-untyped]
-    from cel_expr_python.ext import ext_strings  # type: ignore[import-untyped]
 
+    engine = Path(cel.__file__)
     parts = []
-    for module in (cel, ext_strings):
-        location = Path(module.__file__)
+    for location in (engine, *sorted((engine.parent / "ext").glob("ext_strings*"))):
         status = location.stat()
         parts.append(f"{location}:{status.st_size}:{status.st_mtime_ns}")
-    site = Path(cel.__file__).parent.parent
+    site = engine.parent.parent
     parts += sorted(path.name for path in site.glob("cel_expr_python-*.dist-info"))
     return "\0".join(parts)
 

@@ -18,11 +18,10 @@ from typing import Any
 
 import re2  # type: ignore[import-untyped]
 from cel_expr_python import cel  # type: ignore[import-untyped]
-from cel_expr_python.ext import ext_strings  # type: ignore[import-untyped]
 
 from secureml.rules import cel_rewrite
+from secureml.rules.cel_cache import ENVIRONMENTS, load_json, source_version
 from secureml.rules.cel_cache import load as load_program
-from secureml.rules.cel_cache import load_json, source_version
 from secureml.rules.cel_rewrite import MATCHES, rewritten
 
 ERROR = cel.Type.ERROR
@@ -31,9 +30,14 @@ INT = cel.Type.INT
 
 
 @functools.cache
-def _env() -> Any:
-    """`object` and `oldObject` of any type, the strings extension (`lowerAscii`, `split`...), and
-    `secureml_matches` (`matches` with each pattern compiled once: see `cel_rewrite`)."""
+def _env(environment: str = "base") -> Any:
+    """`object` and `oldObject` of any type and `secureml_matches` (`matches` with each pattern
+    compiled once: see `cel_rewrite`); in the "strings" environment the strings extension too
+    (`lowerAscii`, `split`...), as the API server's CEL has it. The extension is loaded only for
+    an expression the base environment refuses (its library is about 3 MiB of a process's memory,
+    and no example profile's rule calls it); an expression that compiles in both means the same
+    in both (the extension adds functions, and a call to one of them does not compile without
+    it). Programs of both run on one binding (`activation`)."""
     variables = {"object": cel.Type.DYN, "oldObject": cel.Type.DYN}
     overload = cel.Overload(
         f"{MATCHES}_string_string",
@@ -42,9 +46,14 @@ def _env() -> Any:
         is_member=True,
         impl=_matches,
     )
+    extensions = []
+    if environment == "strings":
+        from cel_expr_python.ext import ext_strings  # type: ignore[import-untyped]
+
+        extensions.append(ext_strings.ExtStrings())
     return cel.NewEnv(
         variables=variables,
-        extensions=[ext_strings.ExtStrings()],
+        extensions=extensions,
         functions=[cel.FunctionDecl(MATCHES, [overload])],
     )
 
@@ -67,12 +76,15 @@ def program(expression: str) -> Any | None:
 
 
 def _compiled(expression: str) -> Any | None:
-    """`program` without keeping it in this process (a mask's program is held by its user)."""
-    env = _env()
-    try:
-        return load_program(expression, env.compile, env.deserialize)
-    except Exception:  # noqa: BLE001 - the binding raises RuntimeError/ValueError; the caller falls back
-        return None
+    """`program` without keeping it in this process (a mask's program is held by its user): in
+    the base environment, else in the one with the strings extension (`_env`)."""
+    for environment in ENVIRONMENTS:
+        env = _env(environment)
+        try:
+            return load_program(expression, env.compile, env.deserialize, environment)
+        except Exception:  # noqa: BLE001 - the binding raises RuntimeError/ValueError: the next one
+            continue
+    return None
 
 
 @functools.cache

@@ -77,19 +77,34 @@ def load_json(kind: str, text: str, compute: Callable[[], Any]) -> Any:
     """`compute()`, a JSON value derived from `text` alone, kept beside the programs under the
     SHA-256 of `kind` and `text` as well (`kind` must name everything else the value depends on,
     such as the version of the code that computes it: `verdict_memo` uses its analysis' source)."""
+    found = read_json(kind, text, _NOT_KEPT)
+    if found is _NOT_KEPT:
+        found = compute()
+        write_json(kind, text, found)
+    return found
+
+
+_NOT_KEPT = object()
+
+
+def read_json(kind: str, text: str, default: Any = None) -> Any:
+    """The JSON value kept under `kind` and `text` (`write_json`), or `default`: none kept,
+    caching off, a file cut short."""
     where = _private_folder()
-    if where is None:
-        return compute()
-    path = where / f"{_key(kind + chr(0) + text)}.json"
-    cached = _read(path)
-    if cached is not None:
-        try:
-            return json.loads(cached)
-        except ValueError:  # a file cut short: compute and replace it
-            pass
-    value = compute()
-    _write(where, path, json.dumps(value).encode())
-    return value
+    cached = None if where is None else _read(where / f"{_key(kind + chr(0) + text)}.json")
+    if cached is None:
+        return default
+    try:
+        return json.loads(cached)
+    except ValueError:
+        return default
+
+
+def write_json(kind: str, text: str, value: Any) -> None:
+    """Keep `value` under `kind` and `text` (replacing what was kept), where caching is on."""
+    where = _private_folder()
+    if where is not None:
+        _write(where, where / f"{_key(kind + chr(0) + text)}.json", json.dumps(value).encode())
 
 
 def source_version(*modules: ModuleType) -> str:

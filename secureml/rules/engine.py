@@ -215,7 +215,7 @@ def evaluate(
     keyed = kept.pod(obj, old_obj)
     judge = _Judge(obj, old_obj, rules)
     found: dict[int, Violation] = {}
-    for group in _groups(rules, kept.steady or frozenset()):
+    for group in _groups(rules, kept.grouping()):
         if group.scope and not _kept_or(
             kept.scopes[group.scope], keyed, functools.partial(judge.in_scope, group.scope)
         ):

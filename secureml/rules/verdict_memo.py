@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import marshal
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -136,6 +137,7 @@ class Memo:
         self._judged = 0
         self._noted: list[Pod] = []
         self.steady: frozenset[int] | None = None
+        self._hint: frozenset[int] | None = None
         self._masks: dict[tuple[str, ...], Kept] = {}
 
     def restart(self) -> None:
@@ -144,7 +146,20 @@ class Memo:
         self._judged = 0
         self._noted.clear()
         self.steady = None
+        self._hint = None
         self._masks.clear()
+
+    def grouping(self) -> frozenset[int]:
+        """The rules the engine groups as steady (`engine._Group`): `steady` once known, and
+        before that the ones found for this list of rules by an earlier pass, in this process or
+        another (kept on disk beside the programs), so that the engine does not build its groups
+        twice. Only how the rules are grouped depends on it, never an outcome: until the memo is
+        warm nothing is kept, and every group is judged on every pod."""
+        if self.steady is not None:
+            return self.steady
+        if self._hint is None:
+            self._hint = _kept_steady(self._rules)
+        return self._hint
 
     def pod(self, obj: Any, old_obj: Any) -> Pod | None:
         """The pod to key, or None while warming up: the second half of the warm-up's pods are
@@ -159,6 +174,8 @@ class Memo:
         if self._judged == WARMUP:
             self.steady = self._steady()
             self._noted.clear()
+            if self.steady != self._hint:
+                cel_cache.write_json(_steady_kind(), _rules_text(self._rules), sorted(self.steady))
         return None
 
     def _steady(self) -> frozenset[int]:
@@ -186,6 +203,25 @@ class Memo:
         if found is None:
             found = self._masks[expressions] = Kept(expressions, always=True)
         return found
+
+
+def _kept_steady(rules: tuple[Rule, ...]) -> frozenset[int]:
+    """The steady rules an earlier pass found for `rules` (`Memo.grouping`), else none."""
+    found = cel_cache.read_json(_steady_kind(), _rules_text(rules))
+    if not isinstance(found, list) or not all(
+        type(index) is int and 0 <= index < len(rules) for index in found
+    ):
+        return frozenset()
+    return frozenset(found)
+
+
+def _rules_text(rules: tuple[Rule, ...]) -> str:
+    return "\0".join(f"{r.expression}\0{r.message_expression}\0{r.scope}" for r in rules)
+
+
+@functools.cache
+def _steady_kind() -> str:
+    return "steady:" + cel_cache.source_version(sys.modules[__name__])
 
 
 def worth_keying(expression: str) -> bool:

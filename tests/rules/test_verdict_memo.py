@@ -191,16 +191,46 @@ def test_the_warm_ups_masks_are_freed_once_the_steady_rules_are_known(
     from secureml.rules import engine
 
     rules = tuple(rules_for_profile(example_profile(PROFILE)))
-    verdict_memo.forget()
-    pods = list(_steps(step_pod, verdict_memo.WARMUP + 2))
-    evaluate(pods[0], rules)
-    warm_up = [weakref.ref(group) for group in engine._groups(rules, frozenset())]
-    for pod in pods[1:]:
-        assert evaluate(pod, rules) == []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(verdict_memo, "_kept_steady", lambda rules: frozenset())  # none learnt
+        verdict_memo.forget()
+        pods = list(_steps(step_pod, verdict_memo.WARMUP + 2))
+        evaluate(pods[0], rules)
+        warm_up = [weakref.ref(group) for group in engine._groups(rules, frozenset())]
+        for pod in pods[1:]:
+            assert evaluate(pod, rules) == []
     steady = verdict_memo.memo(rules).steady
     assert steady, "team-a's short rules read the same on every step"
     assert [ref() for ref in warm_up] == [None] * len(warm_up)
     assert engine._groups(rules, steady) is engine._groups(rules, steady)
+
+
+def test_a_second_pass_groups_the_rules_as_the_first_found_them(step_pod: dict[str, Any]) -> None:
+    """What the first pass over a list of rules found steady is kept (on disk): the next pass,
+    here or in another process, groups them so from its first pod and does not build its groups
+    again at the 16th. A wrong hint changes no verdict (`_one_by_one` is the reference)."""
+    from secureml.rules import engine
+
+    rules = tuple(rules_for_profile(example_profile(PROFILE)))
+    pods = list(_steps(step_pod, verdict_memo.WARMUP + 2))
+    pods[-1]["spec"].setdefault("securityContext", {})["runAsGroup"] = 0
+    verdict_memo.forget()
+    for pod in pods:
+        evaluate(pod, rules)
+    learnt = verdict_memo.memo(rules).steady
+    assert learnt
+    verdict_memo.forget()
+    evaluate(pods[0], rules)
+    first = engine._groups(rules, verdict_memo.memo(rules).grouping())
+    assert verdict_memo.memo(rules).grouping() == learnt
+    judged = [evaluate(pod, rules) for pod in pods[1:]]
+    assert engine._groups(rules, verdict_memo.memo(rules).steady) is first
+    assert judged[-1] and judged[-1] == _one_by_one(pods[-1], rules)
+    with pytest.MonkeyPatch.context() as patch:
+        every = frozenset(range(len(rules)))
+        patch.setattr(verdict_memo, "_kept_steady", lambda rules: every)  # a wrong hint
+        verdict_memo.forget()
+        assert [evaluate(pod, rules) for pod in pods] == [_one_by_one(pod, rules) for pod in pods]
 
 
 # --- random pods and rules ------------------------------------------------------------------------

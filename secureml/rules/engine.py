@@ -213,7 +213,7 @@ def evaluate(
     rules = tuple(rules)
     kept = verdict_memo.memo(rules)
     keyed = kept.pod(obj, old_obj)
-    judge = _Judge(obj, old_obj, rules)
+    judge = _Judge(obj, old_obj, rules, kept, keyed)
     found: dict[int, Violation] = {}
     for group in _groups(rules, kept.grouping()):
         if group.scope and not _kept_or(
@@ -223,7 +223,7 @@ def evaluate(
         values: list[int | None] = [None] * len(group.masks)
         bundled: tuple[Violation | None, ...] = ()
         if group.held is not None:
-            held = functools.partial(_held, group, rules, kept, keyed, judge)
+            held = functools.partial(judge.held, group)
             held_value, bundled = _kept_or(kept.mask(group.held), keyed, held)
             if group.kept_mask is not None:
                 values[group.kept_mask] = held_value
@@ -240,43 +240,11 @@ def evaluate(
             violation = (
                 bundled[group.bundled.index(index)]
                 if bundled and index in group.bundled
-                else _rule_outcome(index, rules, kept, keyed, judge)
+                else judge.rule_outcome(index)
             )
             if violation is not None:
                 found[index] = violation
     return [found[index] for index in sorted(found)]
-
-
-def _held(
-    group: _Group,
-    rules: tuple[Rule, ...],
-    kept: verdict_memo.Memo,
-    keyed: verdict_memo.Pod | None,
-    judge: _Judge,
-) -> tuple[int | None, tuple[Violation | None, ...]]:
-    """What a group holds for a pod: its steady mask's value and its steady long rules'
-    violations (None: allowed)."""
-    value = None if group.kept_mask is None else judge.mask(group.masks[group.kept_mask])
-    return value, tuple(_rule_outcome(index, rules, kept, keyed, judge) for index in group.bundled)
-
-
-def _rule_outcome(
-    index: int,
-    rules: tuple[Rule, ...],
-    kept: verdict_memo.Memo,
-    keyed: verdict_memo.Pod | None,
-    judge: _Judge,
-) -> Violation | None:
-    """The violation of one rule judged alone (None: allowed), its verdict and violation kept."""
-    rule = rules[index]
-    verdicts = kept.verdicts[index]
-    verdict_key = None if keyed is None else verdicts.key(keyed)
-    if verdicts.get(verdict_key) is True:
-        return None
-    outcome = functools.partial(judge.outcome, rule, cel_cpp.boolean_program(rule.expression))
-    violation: Violation | None = _kept_or(kept.violations[index], keyed, outcome)[0]
-    verdicts.keep(verdict_key, violation is None)
-    return violation
 
 
 def _kept_or(
@@ -292,13 +260,20 @@ def _kept_or(
 
 
 class _Judge:
-    """One pod judged by the engines: the fast engine's binding is made at the first rule that
-    needs it (none where every outcome is kept)."""
+    """One pod judged by the engines, with what the memo keeps for its rules (`kept`, and the
+    pod to key, `keyed`: None while the memo warms up): the fast engine's binding is made at the
+    first rule that needs it (none where every outcome is kept)."""
 
     def __init__(
-        self, obj: Mapping[str, Any], old_obj: Mapping[str, Any] | None, rules: tuple[Rule, ...]
+        self,
+        obj: Mapping[str, Any],
+        old_obj: Mapping[str, Any] | None,
+        rules: tuple[Rule, ...],
+        kept: verdict_memo.Memo,
+        keyed: verdict_memo.Pod | None,
     ) -> None:
         self._obj, self._old, self._rules = obj, old_obj, rules
+        self._kept, self._keyed = kept, keyed
         self._bound: Any = None
         self.plain = _Plain(obj, old_obj)
 
@@ -320,6 +295,25 @@ class _Judge:
     def violation(self, rule: Rule) -> Violation:
         """The violation of a rule the fast engine found false, with its message."""
         return Violation(rule.id, _message_fast(rule, self.bound, self.plain))
+
+    def held(self, group: _Group) -> tuple[int | None, tuple[Violation | None, ...]]:
+        """What a group holds for the pod: its steady mask's value and its steady long rules'
+        violations (None: allowed)."""
+        value = None if group.kept_mask is None else self.mask(group.masks[group.kept_mask])
+        return value, tuple(self.rule_outcome(index) for index in group.bundled)
+
+    def rule_outcome(self, index: int) -> Violation | None:
+        """The violation of one rule judged alone (None: allowed), its verdict and violation
+        kept."""
+        rule, kept, keyed = self._rules[index], self._kept, self._keyed
+        verdicts = kept.verdicts[index]
+        verdict_key = None if keyed is None else verdicts.key(keyed)
+        if verdicts.get(verdict_key) is True:
+            return None
+        outcome = functools.partial(self.outcome, rule, cel_cpp.boolean_program(rule.expression))
+        violation: Violation | None = _kept_or(kept.violations[index], keyed, outcome)[0]
+        verdicts.keep(verdict_key, violation is None)
+        return violation
 
     def outcome(self, rule: Rule, program: Any | None) -> tuple[Violation | None]:
         """`rule(...)` as an outcome to keep (None is kept as `(None,)`: allowed)."""

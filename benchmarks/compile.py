@@ -42,7 +42,7 @@ from secureml.profile import load_profile  # noqa: E402
 PROFILE_PATH = ROOT / "examples" / "profiles" / "team-a-dev.yaml"
 PROFILE = load_profile(PROFILE_PATH)
 CHAIN = ROOT / "benchmarks" / "chain.py"
-RUNS = {10: 9, 100: 5, 300: 3, 500: 3}  # in process, per side
+RUNS = {10: 25, 100: 7, 300: 3, 500: 3}  # in process, per side (more where a compile takes ~10 ms)
 PROCESS_RUNS = {10: 5, 100: 3, 300: 3, 500: 3}
 # Each child reports its own peak RSS (VmHWM) at exit: wait4's ru_maxrss would start from this
 # process's size, which a forked child inherits.

@@ -42,6 +42,31 @@ def test_repeat_compiles_are_byte_identical(reference_yaml: str) -> None:
     assert again == reference_yaml
 
 
+def test_a_pipeline_kfps_own_writer_writes_compiles_with_the_build_released() -> None:
+    """An importer that downloads to the workspace goes through kfp's writer, which needs the
+    built component: the CLI (`keep_component=False`) releases kfp's objects before the YAML is
+    written, except that one, and writes what the in-process API writes."""
+
+    @secure_component(image=IMAGE)
+    def count(data: dsl.Input[dsl.Dataset]) -> int:
+        return 1
+
+    config = dsl.PipelineConfig(workspace=dsl.WorkspaceConfig(size="1Gi"))
+
+    @dsl.pipeline(name="workspace", pipeline_config=config)
+    def pipeline() -> None:
+        imported = dsl.importer(
+            artifact_uri="gs://bucket/data", artifact_class=dsl.Dataset, download_to_workspace=True
+        )
+        count(data=imported.output)
+
+    kept = compile_pipeline(pipeline, make_profile())
+    released = compile_pipeline(pipeline, make_profile(), keep_component=False)
+    assert released.component is None and kept.component is not None
+    assert released.yaml_text == kept.yaml_text
+    assert "downloadToWorkspace: true" in released.yaml_text
+
+
 def test_mig_step_exact(reference_yaml: str) -> None:
     container, k8s = executor(reference_yaml, "train")
     assert container["command"][:4] == LAUNCHER

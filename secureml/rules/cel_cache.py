@@ -91,7 +91,7 @@ def read_json(kind: str, text: str, default: Any = None) -> Any:
     """The JSON value kept under `kind` and `text` (`write_json`), or `default`: none kept,
     caching off, a file cut short."""
     where = _private_folder()
-    cached = None if where is None else _read(where / f"{_key(kind + chr(0) + text)}.json")
+    cached = None if where is None else _read(_json_path(where, kind, text))
     if cached is None:
         return default
     try:
@@ -104,7 +104,11 @@ def write_json(kind: str, text: str, value: Any) -> None:
     """Keep `value` under `kind` and `text` (replacing what was kept), where caching is on."""
     where = _private_folder()
     if where is not None:
-        _write(where, where / f"{_key(kind + chr(0) + text)}.json", json.dumps(value).encode())
+        _write(where, _json_path(where, kind, text), json.dumps(value).encode())
+
+
+def _json_path(where: Path, kind: str, text: str) -> Path:
+    return where / f"{_key(kind + chr(0) + text)}.json"
 
 
 def source_version(*modules: ModuleType) -> str:

@@ -162,6 +162,7 @@ class _Group:
             self.masks.append(program)
         # the long rules that read the same on most pods: their outcomes held with the mask's
         self.bundled = tuple(i for i in members if i in steady and i not in self.bit)
+        self.bundled_at = {index: position for position, index in enumerate(self.bundled)}
         for index in self.bundled:
             held += [rules[index].expression, rules[index].message_expression]
         self.held = tuple(held) if held else None
@@ -237,11 +238,8 @@ def evaluate(
                 if bits >> where[1] & 1:
                     found[index] = judge.violation(rules[index])
                 continue
-            violation = (
-                bundled[group.bundled.index(index)]
-                if bundled and index in group.bundled
-                else judge.rule_outcome(index)
-            )
+            at = group.bundled_at.get(index)
+            violation = bundled[at] if at is not None else judge.rule_outcome(index)
             if violation is not None:
                 found[index] = violation
     return [found[index] for index in sorted(found)]

@@ -201,8 +201,11 @@ class _Analysis:
             _membership(self.value(args[0], scope), self.value(args[1], scope))
             return _OPAQUE_VALUE
         # size(v) and v.size(): the size of v only
-        sized = (args[0] if len(args) == 1 else None) if node.target is None else node.target
-        if function == _SIZE and sized is not None and not (node.target is not None and args):
+        if node.target is None:
+            sized = args[0] if len(args) == 1 else None
+        else:
+            sized = None if args else node.target
+        if function == _SIZE and sized is not None:
             _size(self.value(sized, scope))
             return _OPAQUE_VALUE
         if node.target is not None:

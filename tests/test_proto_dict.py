@@ -216,3 +216,28 @@ def test_kfps_specs_are_written_as_protobuf_writes_them() -> None:
     assert len(specs) >= 4
     for spec in specs:
         assert message_dict(spec) == json_format.MessageToDict(spec)
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string of a written message, keys and values, in order."""
+    if isinstance(value, dict):
+        return [text for key, item in value.items() for text in (key, *_strings(item))]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return [value] if isinstance(value, str) else []
+
+
+def test_equal_texts_are_one_object() -> None:
+    """The texts a spec repeats on every step (env names and values, the image, labels) are
+    written once: a 500-step pipeline's documents held 60,000 strings, 2,100 of them distinct."""
+    plain = _kubernetes_pipeline()
+    for spec in (plain.pipeline_spec, plain.platform_spec):
+        texts = _strings(message_dict(spec))
+        distinct = {text: text for text in texts}
+        assert len(texts) > len(distinct) > 5
+        assert all(text is distinct[text] for text in texts)
+    every = _filled()
+    every.by_name["x"].text_value = "é\n"  # the same text as a field, a map entry, a Struct
+    every.struct.update({"é\n": "é\n"})
+    texts = [text for text in _strings(message_dict(every)) if text == "é\n"]
+    assert len(texts) == 4 and all(text is texts[0] for text in texts)

@@ -42,6 +42,7 @@ from secureml.kfp_executor_merge import copied_executor_configs
 from secureml.kfp_k8s_config import one_message
 from secureml.kfp_names import remembered_names
 from secureml.kfp_nested_merge import fixed_merges
+from secureml.output_paths import save_text
 from secureml.violation import Violation
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class CompiledPipeline:
         }
 
     def write(self, path: str | Path) -> None:
-        Path(path).write_text(self.yaml_text, encoding="utf-8")
+        save_text(path, self.yaml_text)
 
 
 @dataclass

@@ -41,10 +41,24 @@ def check_output(path: Path, flag: str, inputs: Iterable[Path]) -> None:
             )
 
 
+# Characters encoded and written at a time by `save_text`.
+_SLICE = 1 << 16
+
+
+def save_text(path: str | Path, text: str) -> None:
+    """`Path(path).write_text(text, encoding="utf-8")`, encoding and writing `_SLICE` characters
+    at a time: `write_text` encodes the whole text into one bytes object first, a second copy of
+    it held while it is written (a 500-step pipeline's YAML is 1.8 MB, and its write was the
+    compile's peak of memory)."""
+    with Path(path).open("w", encoding="utf-8") as handle:
+        for start in range(0, len(text), _SLICE):
+            handle.write(text[start : start + _SLICE])
+
+
 def write_text(path: Path, text: str, flag: str) -> None:
     """Write an output file; an OS refusal (permissions, full disk) is unusable input, not a crash."""
     try:
-        path.write_text(text, encoding="utf-8")
+        save_text(path, text)
     except OSError as err:
         raise InputError(
             f"cannot write {flag} {path}",

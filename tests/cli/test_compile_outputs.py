@@ -88,3 +88,18 @@ def test_check_output_alone(tmp_path: Path) -> None:
         check_output(source, "-o", [source])
     with pytest.raises(InputError, match="does not exist"):
         check_output(tmp_path / "missing" / "f", "-o", [])
+
+
+def test_an_output_is_written_whole_in_slices(tmp_path: Path) -> None:
+    """`save_text` encodes a slice at a time (no second copy of a long YAML in memory) and writes
+    what `Path.write_text` writes: multi-byte characters across the slices' edges, a shorter text
+    over a longer file."""
+    from secureml.output_paths import _SLICE, save_text
+
+    text = ("é" * (_SLICE - 1) + "\U0001f512x") * 3 + "\n"
+    path = tmp_path / "out.yaml"
+    path.write_text("y" * (5 * _SLICE))
+    save_text(path, text)
+    assert path.read_bytes() == text.encode("utf-8")
+    save_text(path, "")
+    assert path.read_bytes() == b""

@@ -1,12 +1,14 @@
 """The syntax tree of a compiled CEL expression, read from the C++ engine's own serialized form.
 
-`cel_cpp`'s `Expression.serialize()` is a `google.protobuf.Any` holding a `cel.expr.CheckedExpr`:
-the tree after the parser expanded the macros (`all`, `exists`, `map`, `filter`, `has`...) into
+`cel_cpp.checked(expression)` is a `google.protobuf.Any` holding a `cel.expr.CheckedExpr`: the
+tree after the parser expanded the macros (`all`, `exists`, `map`, `filter`, `has`...) into
 comprehensions and test-only selects, and after the checker resolved it. No Python package on the
 index ships the `cel.expr` message classes, so `parse` reads the protobuf wire format itself, for
 the messages and fields of cel-spec's `cel/expr/syntax.proto` that a tree is made of. Anything it
 does not know (an unknown field of a known message is skipped, as protobuf readers do; an unknown
 kind of node is `Unknown`) is left for the caller to refuse (`secureml.rules.reads`).
+`without_source_info` writes the one message `cel_cpp` plans its programs from: a parsed tree
+alone.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-# Field numbers of cel/expr/syntax.proto and checked.proto.
-_ANY_VALUE = 2
+# Field numbers of google/protobuf/any.proto, cel/expr/syntax.proto and checked.proto.
+_ANY_TYPE_URL, _ANY_VALUE = 1, 2
+_PARSED_EXPR_TYPE = b"type.googleapis.com/cel.expr.ParsedExpr"
+_PARSED_EXPR = 2
 _CHECKED_EXPR = 4
 _EXPR_CONST, _EXPR_IDENT, _EXPR_SELECT, _EXPR_CALL = 3, 4, 5, 6
 _EXPR_LIST, _EXPR_STRUCT, _EXPR_COMPREHENSION = 7, 8, 9
@@ -89,6 +93,22 @@ def parse(serialized: bytes) -> Node:
     if not isinstance(expr, bytes):
         raise ValueError("a CheckedExpr without an expression")
     return _expr(expr)
+
+
+def without_source_info(serialized: bytes) -> bytes:
+    """A program's `serialize()` output for a parsed, unchecked expression (a `google.protobuf.Any`
+    holding a `cel.expr.ParsedExpr`) with only its tree: the source info (each node's position in
+    the text, and each macro's call as written) is dropped. Raises ValueError for anything else."""
+    type_url = _last(_fields(serialized), _ANY_TYPE_URL)
+    parsed = _last(_fields(serialized), _ANY_VALUE)
+    if type_url != _PARSED_EXPR_TYPE or not isinstance(parsed, bytes):
+        raise ValueError("not a serialized ParsedExpr")
+    expr = _last(_fields(parsed), _PARSED_EXPR)
+    if not isinstance(expr, bytes):
+        raise ValueError("a ParsedExpr without an expression")
+    return _delimited(_ANY_TYPE_URL, type_url) + _delimited(
+        _ANY_VALUE, _delimited(_PARSED_EXPR, expr)
+    )
 
 
 def size(node: Node | None) -> int:
@@ -283,6 +303,20 @@ def _packed(data: bytes) -> list[int]:
         value, index = _varint(data, index)
         values.append(value)
     return values
+
+
+def _delimited(number: int, payload: bytes) -> bytes:
+    """One length-delimited field, as protobuf writes it."""
+    return _varint_bytes(number << 3 | 2) + _varint_bytes(len(payload)) + payload
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _varint(data: bytes, index: int) -> tuple[int, int]:

@@ -30,11 +30,12 @@ from types import ModuleType
 from typing import Any
 
 # What a cached program may refer to beyond CEL's standard library, for each of the engine's
-# environments (`cel_cpp._env`): bump it whenever that environment changes, so that no program
-# compiled in another one is read back.
+# environments (`cel_cpp._env`): bump it whenever that environment or the way programs are made
+# from a text changes (v2: planned from the parsed tree, `cel_cpp._planned`), so that no program
+# made another way is read back.
 ENVIRONMENTS = {
-    "base": "object,oldObject:dyn; secureml_matches(string,string)bool; v1",
-    "strings": "object,oldObject:dyn; ext_strings; secureml_matches(string,string)bool; v1",
+    "base": "object,oldObject:dyn; secureml_matches(string,string)bool; v2",
+    "strings": "object,oldObject:dyn; ext_strings; secureml_matches(string,string)bool; v2",
 }
 
 

@@ -268,9 +268,9 @@ class Pod:
         return key
 
 
-def _tree(program: Any) -> cel_ast.Node | None:
+def _tree(checked: bytes) -> cel_ast.Node | None:
     try:
-        return cel_ast.parse(program.serialize())
+        return cel_ast.parse(checked)
     except ValueError:
         return None
 
@@ -296,8 +296,8 @@ def _reads(expression: str) -> dict[str, Read] | None:
     under the source of the analysis: reading a tree costs 10-30 ms for the longest rules)."""
 
     def analysed() -> object:
-        program = cel_cpp.program(expression)
-        tree = None if program is None else _tree(program)
+        checked = cel_cpp.checked(expression)
+        tree = None if checked is None else _tree(checked)
         found = None if tree is None else reads(tree)
         return None if found is None else {name: read.to_json() for name, read in found.items()}
 

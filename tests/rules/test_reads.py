@@ -17,9 +17,9 @@ from secureml.rules.reads import Read, reads
 
 
 def _tree(expression: str) -> cel_ast.Node:
-    program = cel_cpp.program(expression)
-    assert program is not None, expression
-    return cel_ast.parse(program.serialize())
+    checked = cel_cpp.checked(expression)
+    assert checked is not None, expression
+    return cel_ast.parse(checked)
 
 
 def _object(expression: str) -> Read:
@@ -46,7 +46,8 @@ def test_the_tree_is_the_engines_after_macros() -> None:
 
 
 def test_a_cut_short_program_is_refused() -> None:
-    serialized = cel_cpp.program("object.a == 1").serialize()  # type: ignore[union-attr]
+    serialized = cel_cpp.checked("object.a == 1")
+    assert serialized is not None
     with pytest.raises(ValueError):
         cel_ast.parse(serialized[:-3])
 

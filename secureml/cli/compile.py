@@ -153,6 +153,9 @@ def compile_command(
         attest, attest_key, attest_trust_config, inputs, target, report
     )
 
+    from secureml.kfp_lazy_client import import_kfp
+
+    import_kfp()  # kfp's API client only if the pipeline file uses it
     from secureml.compiler import CompileError, compile_pipeline
     from secureml.errors import SecuremlError
     from secureml.kfp_names import remembered_names

@@ -1,0 +1,83 @@
+"""`secureml compile` imports kfp without its API client (`secureml.kfp_lazy_client`): the same
+YAML as with kfp imported whole, `kfp.Client` still there for a pipeline file that names it, and
+kfp's runtime switch left as it was."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# Runs the program as the console script does (`kfp` imported first, whole, where asked), then
+# prints which of kfp's client modules the process imported.
+PROBE = """
+import atexit, json, sys
+if sys.argv[1] == "whole":
+    import kfp
+atexit.register(lambda: print(json.dumps(sorted(
+    m for m in sys.modules if m == "kfp.client" or m.startswith("kfp_server_api"))), file=sys.stderr))
+sys.argv = ["secureml", *sys.argv[2:]]
+from secureml.cli.program import main
+main()
+"""
+
+
+def compile_in_process(kfp: str, pipeline: Path, output: Path) -> list[str]:
+    """Compile `pipeline` for team-a-dev in a new process; the client modules it imported."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, kfp, "compile", str(pipeline)]
+        + ["--profile", "examples/profiles/team-a-dev.yaml", "-o", str(output)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    imported: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    return imported
+
+
+def test_compile_leaves_the_client_unimported_and_writes_the_same_yaml(tmp_path: Path) -> None:
+    pipeline = REPO / "pipelines" / "secure_finetune.py"
+    lazy = compile_in_process("lazy", pipeline, tmp_path / "lazy.yaml")
+    whole = compile_in_process("whole", pipeline, tmp_path / "whole.yaml")
+    assert lazy == []
+    assert "kfp.client" in whole and len(whole) > 50
+    assert (tmp_path / "lazy.yaml").read_bytes() == (tmp_path / "whole.yaml").read_bytes()
+
+
+def test_a_pipeline_file_that_names_kfp_client_gets_kfps_class(tmp_path: Path) -> None:
+    source = (REPO / "pipelines" / "secure_finetune.py").read_text()
+    pipeline = tmp_path / "with_client.py"
+    pipeline.write_text(
+        source + "\n\nimport kfp\n\nassert kfp.Client.__module__ == 'kfp.client.client'\n"
+    )
+    assert "kfp.client" in compile_in_process("lazy", pipeline, tmp_path / "p.yaml")
+
+
+def test_import_kfp_puts_kfps_runtime_switch_back() -> None:
+    check = """
+import os, sys
+{preset}
+from secureml.kfp_lazy_client import import_kfp
+import_kfp()
+import kfp
+print(os.environ.get("_KFP_RUNTIME"), "kfp.client" in sys.modules,
+      hasattr(kfp.dsl, "pipeline"), hasattr(kfp.components, "load_component_from_text"))
+"""
+    for preset, switch, compile_time in (
+        ("", "None", "True"),
+        ("os.environ['_KFP_RUNTIME'] = 'x'", "x", "True"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", check.format(preset=preset)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+            check=True,
+        )
+        assert done.stdout.split() == [switch, "False", compile_time, compile_time]

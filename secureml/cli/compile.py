@@ -237,9 +237,9 @@ def compile_command(
 
 @contextlib.contextmanager
 def _heap_frozen() -> Iterator[None]:
-    """What is loaded by now (kfp, its clients, pydantic, the user's module) frozen while compiling:
-    the collector's passes no longer walk it (they were about a tenth of a 10-step compile's CPU
-    time). The collector is on while compiling even where the program started it off
+    """What is loaded by now (kfp, the kubernetes client, pydantic, the user's module) frozen while
+    compiling: the collector's passes no longer walk it (they were about a tenth of a 10-step
+    compile's CPU time). The collector is on while compiling even where the program started it off
     (`secureml.cli.program`): kfp's build of a long pipeline leaves cyclic garbage (2,000 steps
     without it: 243 MiB at peak instead of 194). Unfrozen and as it was after, as the command may
     run inside another program (a test's CliRunner), unless that program had frozen objects itself

@@ -2,7 +2,7 @@
 
 Compiling a profile's rules is most of a short command's start-up (team-a's 57 rules: about
 0.16 s; the compiler and check-pod compile them in every process). The engine can serialize a
-checked program and read it back about six times faster, so `load` keeps each program in the
+program and read it back about six times faster, so `load` keeps each program in the
 user's cache, under the SHA-256 of the engine's build (`_engine`), the environment it was compiled
 in (`ENVIRONMENTS`: what the program may refer to) and the expression's text: a file is only ever
 read for exactly the text it was compiled from, in that environment, by the build that compiled

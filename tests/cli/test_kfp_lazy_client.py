@@ -5,11 +5,10 @@ kfp's runtime switch left as it was."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.cli.processes import REPO, run_source
+
 # Runs the program as the console script does (`kfp` imported first, whole, where asked), then
 # prints which of kfp's client modules the process imported.
 PROBE = """
@@ -26,15 +25,8 @@ main()
 
 def compile_in_process(kfp: str, pipeline: Path, output: Path) -> list[str]:
     """Compile `pipeline` for team-a-dev in a new process; the client modules it imported."""
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, kfp, "compile", str(pipeline)]
-        + ["--profile", "examples/profiles/team-a-dev.yaml", "-o", str(output)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-        check=False,
-    )
+    profile = "examples/profiles/team-a-dev.yaml"
+    done = run_source(PROBE, kfp, "compile", str(pipeline), "--profile", profile, "-o", str(output))
     assert done.returncode == 0, done.stderr
     imported: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
     return imported
@@ -68,16 +60,7 @@ import kfp
 print(os.environ.get("_KFP_RUNTIME"), "kfp.client" in sys.modules,
       hasattr(kfp.dsl, "pipeline"), hasattr(kfp.components, "load_component_from_text"))
 """
-    for preset, switch, compile_time in (
-        ("", "None", "True"),
-        ("os.environ['_KFP_RUNTIME'] = 'x'", "x", "True"),
-    ):
-        done = subprocess.run(
-            [sys.executable, "-c", check.format(preset=preset)],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=120,
-            check=True,
-        )
-        assert done.stdout.split() == [switch, "False", compile_time, compile_time]
+    for preset, switch in (("", "None"), ("os.environ['_KFP_RUNTIME'] = 'x'", "x")):
+        done = run_source(check.format(preset=preset), timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == [switch, "False", "True", "True"]

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from secureml.cli.program import FAST_EXIT, exit_status
+from tests.cli.processes import run_source
 
-REPO = Path(__file__).resolve().parents[2]
 # Runs the program as the console script does, after registering an atexit handler and an object
 # whose finaliser speaks only if Python's own teardown runs.
 PROBE = """
@@ -30,14 +29,7 @@ main()
 
 
 def program(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", PROBE, *argv],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-        check=False,
-    )
+    return run_source(PROBE, *argv)
 
 
 def test_a_compile_writes_everything_and_skips_only_the_teardown(tmp_path: Path) -> None:
@@ -170,23 +162,14 @@ def test_the_collector_is_off_at_start_and_on_while_kfp_builds(tmp_path: Path) -
         "from secureml.cli.program import main\n"
         "main()\n"
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            probe,
-            "compile",
-            "pipelines/secure_finetune.py",
-            "--profile",
-            "examples/profiles/team-a-dev.yaml",
-            "-o",
-            str(tmp_path / "p.yaml"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-        check=False,
+    done = run_source(
+        probe,
+        "compile",
+        "pipelines/secure_finetune.py",
+        "--profile",
+        "examples/profiles/team-a-dev.yaml",
+        "-o",
+        str(tmp_path / "p.yaml"),
     )
     assert done.returncode == 0, done.stderr
     assert "AT START False" in done.stderr and "COMPILING True" in done.stderr

@@ -69,22 +69,25 @@ def _compare(pods: list[dict[str, Any]], pairs: list[tuple[str, Any, Any]]) -> N
             assert _outcome(planned, bound) == _outcome(checked, bound), (text, pod["metadata"])
 
 
-def test_planned_programs_compute_what_checked_ones_do() -> None:
-    """Pod Security's rules on every corpus pod (Kyverno's suite too), each example profile's on
-    the attack, allowed and previewed pods."""
+def test_pod_security_programs_compute_what_checked_ones_do() -> None:
+    """Pod Security's rules on every corpus pod, Kyverno's suite too."""
     fixture_dir("kyverno-pod-security", "pod-security")  # the corpus, or a skip that says so
-    pss = set().union(*(_texts(rules_for_level(level)) for level in ("baseline", "restricted")))
-    corpus = [_as_admitted(pod) for pod in _pods(kyverno=True)]
-    assert len(corpus) > 500
-    _compare(corpus, _programs(pss))
+    texts = set().union(*(_texts(rules_for_level(level)) for level in ("baseline", "restricted")))
+    pods = [_as_admitted(pod) for pod in _pods(kyverno=True)]
+    assert len(pods) > 500
+    _compare(pods, _programs(texts))
+
+
+def test_profile_programs_compute_what_checked_ones_do() -> None:
+    """Each example profile's rules on the attack, allowed and previewed pods."""
     pods = [_as_admitted(pod) for pod in _pods(kyverno=False)]
-    tenant: set[str] = set()
+    texts: set[str] = set()
     for name in EXAMPLE_PROFILES:
         profile = example_profile(name)
-        tenant |= _texts(rules_for_profile(profile))
+        texts |= _texts(rules_for_profile(profile))
         for documents in reference_documents(profile):
             pods += list(preview_pods(documents, profile).values())
-    pairs = _programs(tenant)
+    pairs = _programs(texts)
     assert len(pairs) > 100 and len(pods) > 100
     _compare(pods, pairs)
 

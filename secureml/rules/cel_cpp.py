@@ -5,16 +5,17 @@ It reads the pod's Python dicts in place (no copy of the pod per evaluation, unl
 engine of `secureml.rules.engine`), which makes it ten to twenty times faster on the pods KFP
 creates. `program(expression)` is the compiled program (type-checked, then planned from the
 parsed tree: `_planned`), or None where this engine does not take the text (its parser nests 32
-levels deep at most); the caller then uses the Rust engine for that rule. Values come back as `cel.Value`: `.value()` is the Python value, an error's text for an
-error, so only a Python `True` or `False` is a boolean verdict.
+levels deep at most); the caller then uses the Rust engine for that rule. Values come back as
+`cel.Value`: `.value()` is the Python value, an error's text for an error, so only a Python
+`True` or `False` is a boolean verdict.
 """
 
 from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import re2  # type: ignore[import-untyped]
 from cel_expr_python import cel  # type: ignore[import-untyped]
@@ -27,6 +28,7 @@ from secureml.rules.cel_rewrite import MATCHES, rewritten
 ERROR = cel.Type.ERROR
 STRING = cel.Type.STRING
 INT = cel.Type.INT
+T = TypeVar("T")
 
 
 @functools.cache
@@ -76,13 +78,23 @@ def program(expression: str) -> Any | None:
 
 
 def _compiled(expression: str) -> Any | None:
-    """`program` without keeping it in this process (a mask's program is held by its user): in
-    the base environment, else in the one with the strings extension (`_env`)."""
-    for environment in ENVIRONMENTS:
+    """`program` without keeping it in this process (a mask's program is held by its user)."""
+
+    def load(environment: str) -> Any:
         env = _env(environment)
+        return load_program(
+            expression, functools.partial(_planned, env), env.deserialize, environment
+        )
+
+    return _in_first_environment(load)
+
+
+def _in_first_environment(make: Callable[[str], T]) -> T | None:
+    """`make(environment)` in the base environment, else in the one with the strings extension
+    (`_env`); None where the engine refuses the text in both."""
+    for environment in ENVIRONMENTS:
         try:
-            planned = functools.partial(_planned, env)
-            return load_program(expression, planned, env.deserialize, environment)
+            return make(environment)
         except Exception:  # noqa: BLE001 - the binding raises RuntimeError/ValueError: the next one
             continue
     return None
@@ -96,9 +108,9 @@ def _planned(env: Any, expression: str) -> Any:
     the parsed tree alone, without what only the checker and error positions use: its type and
     reference maps, each node's position and each macro's call as written. What a program
     computes does not depend on them: `object` and `oldObject` are dyn, so every call is
-    dispatched on its arguments' values at run time either way (tests/rules/test_engine_paths.py
-    compares both engines on every corpus pod), and the text of an error is always the plain
-    engine's (`engine`). It is under half the memory: a 21 KB mask of team-a's rules 1.34 MiB as
+    dispatched on its arguments' values at run time either way (tests/rules/
+    test_planned_programs.py compares both programs of every rule on every corpus pod), and the
+    text of an error is always the plain engine's (`engine`). It is under half the memory: a 21 KB mask of team-a's rules 1.34 MiB as
     checked, 0.56 MiB as planned here (a compile's programs 7.8 -> 3.4 MiB)."""
     env.compile(expression)
     parsed = env.compile(expression, disable_check=True)
@@ -109,13 +121,11 @@ def checked(expression: str) -> bytes | None:
     """`expression` as the type checker resolved it (a serialized `cel.expr.CheckedExpr`, which
     `cel_ast.parse` reads), in the first environment that takes it; None where none does. Not
     kept: what reads it keeps its own result (`verdict_memo`)."""
-    for environment in ENVIRONMENTS:
-        try:
-            serialized: bytes = _env(environment).compile(expression).serialize()
-        except Exception:  # noqa: BLE001 - the binding raises RuntimeError/ValueError: the next one
-            continue
-        return serialized
-    return None
+
+    def serialized(environment: str) -> bytes:
+        return bytes(_env(environment).compile(expression).serialize())
+
+    return _in_first_environment(serialized)
 
 
 @functools.cache

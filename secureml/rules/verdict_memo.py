@@ -163,8 +163,9 @@ class Memo:
 
     def pod(self, obj: Any, old_obj: Any) -> Pod | None:
         """The pod to key, or None while warming up: the second half of the warm-up's pods are
-        noted, and at the last of them what each rule reads on them is compared (`steady`). A check of fewer pods pays for none of it (comparing all of
-        team-a's rules costs about 0.1 s the first time: the analyses are read)."""
+        noted, and at the last of them what each rule reads on them is compared (`steady`). A
+        check of fewer pods pays for none of it (comparing all of team-a's rules costs about
+        0.1 s the first time: the analyses are read)."""
         self._judged += 1
         if self._judged > WARMUP:
             return Pod(obj, old_obj)

@@ -82,6 +82,18 @@ def _create(api: Any, job: Job, dry_run: bool = True) -> str:
     return ""
 
 
+def _network_policy_refusal(api: Any, policy: Job) -> str:
+    """'' when the dry run creates it, else the server's refusal text."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        client.NetworkingV1Api(api).create_namespaced_network_policy(TENANT, policy, dry_run="All")
+    except ApiException as err:
+        return str(err.body)
+    return ""
+
+
 @pytest.fixture(scope="module")
 def admin_api(k8s_cluster: ControlPlane) -> Any:
     install_tenant(k8s_cluster, PROFILE)
@@ -97,8 +109,17 @@ def admin_api(k8s_cluster: ControlPlane) -> Any:
 
 @pytest.fixture(scope="module")
 def runner_api(k8s_cluster: ControlPlane, admin_api: Any) -> Any:
+    """The runner's connection, once the runner's NetworkPolicy policy is in force too: the
+    server loads each policy and binding on its own, so `validate-trainjobs` in force says
+    nothing of it (an open policy passed unjudged right after the apply, in one CI run)."""
     api = k8s_cluster.api_client()
     api.set_default_header("Impersonate-User", runner_username(PROFILE))
+    probe = network_policy(_job("probe"))
+    probe["spec"]["ingress"] = [{}]
+    deadline = time.monotonic() + 60
+    while "ValidatingAdmissionPolicy" not in _network_policy_refusal(api, probe):
+        assert time.monotonic() < deadline, "runner NetworkPolicy policy not in force after 60 s"
+        time.sleep(0.2)
     return api
 
 
@@ -238,17 +259,6 @@ def test_node_pods_from_the_jobset_template_are_judged_like_step_pods(
         answer = create_pod(cluster, pod, TENANT)
         assert not answer.admitted, case
         assert rule in offline and rule in answer.message, (case, offline, answer.message[:400])
-
-
-def _network_policy_refusal(api: Any, policy: Job) -> str:
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
-
-    try:
-        client.NetworkingV1Api(api).create_namespaced_network_policy(TENANT, policy, dry_run="All")
-    except ApiException as err:
-        return str(err.body)
-    return ""
 
 
 def test_runner_creates_only_a_jobs_own_network_policy(runner_api: Any) -> None:

@@ -5,8 +5,8 @@ A tenant is installed once per server: its bundle applied by `secureml.cluster.a
 (`tests/cluster/bundles.admin` for the connection) with a plain ResourceQuota
 (`kubeflow_profile=False`: no Kubeflow profile controller runs to turn the Profile into one), the
 service accounts a Kubeflow profile namespace has, the quota's usage computed by the harness's
-kube-controller-manager (`wait_for_quotas`), and the admission policies loaded
-(`wait_in_force`). Pods are created for real and deleted again; `settle_quota` waits until the
+kube-controller-manager (`wait_for_quotas`), and the pod admission policies loaded
+(`wait_in_force`; `wait_for_policy` for a test that needs another policy in force). Pods are created for real and deleted again; `settle_quota` waits until the
 quota controller has released what a deleted pod held, so a quota'd GPU is free for the next pod.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,17 @@ def wait_in_force(cluster: Cluster, profile: TenantProfile, timeout_s: float = 9
                 f"{profile.metadata.name}'s policies not in force after {timeout_s} s: "
                 f"validate-pods {env_refused}, validate-steps {gpu_refused}, mutate {map_done}"
             )
+        time.sleep(0.2)
+
+
+def wait_for_policy(
+    refuses_probe: Callable[[], bool], policy: str, timeout_s: float = 60.0
+) -> None:
+    """Wait until `refuses_probe()` (a dry run the policy refuses once loaded) is True: the server
+    loads each policy and binding on its own, so one policy in force says nothing of another."""
+    deadline = time.monotonic() + timeout_s
+    while not refuses_probe():
+        assert time.monotonic() < deadline, f"{policy} not in force after {timeout_s} s"
         time.sleep(0.2)
 
 

@@ -7,7 +7,6 @@ the rule; what KFP's profile controller writes is admitted, and other ConfigMaps
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from harness.controlplane import ControlPlane
 
 from secureml import contract
 from secureml.profile import load_profile
-from tests.cluster.admission import install_tenant
+from tests.cluster.admission import install_tenant, wait_for_policy
 from tests.rules.conftest import REPO
 
 RULE = "secureml.kfpMetadataConfigMap"
@@ -32,16 +31,15 @@ def _configmap(name: str = contract.KFP_METADATA_CONFIGMAP, **fields: Any) -> Co
 
 @pytest.fixture(scope="module")
 def namespace(k8s_cluster: ControlPlane) -> str:
-    """team-a's namespace, once the ConfigMap policy is in force (each policy is loaded on its
-    own, so `install_tenant`'s wait for the pod policies says nothing of this one)."""
+    """team-a's namespace, once the ConfigMap policy is in force (`install_tenant` waits for the
+    pod policies only)."""
     profile = load_profile(REPO / "profiles" / "team-a.yaml")
     install_tenant(k8s_cluster, profile)
     name = profile.spec.namespace
     probe = _configmap(data={**KFP_DATA, "LD_PRELOAD": "/tmp/x.so"})
-    deadline = time.monotonic() + 60
-    while _write(k8s_cluster, "POST", name, probe)[0] == 201:
-        assert time.monotonic() < deadline, "the ConfigMap policy is not in force after 60 s"
-        time.sleep(0.2)
+    wait_for_policy(
+        lambda: RULE in str(_write(k8s_cluster, "POST", name, probe)[1]), "kfp-metadata-configmap"
+    )
     return name
 
 

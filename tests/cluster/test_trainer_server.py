@@ -29,7 +29,7 @@ from secureml.rules import evaluate, rules_for_profile
 from secureml.trainer.manifest import pod_patch_of, with_run
 from secureml.trainer.pods import node_pods
 from secureml.trainer.submit import EXIT_CANCELLED, network_policy, run_cluster
-from tests.cluster.admission import create_pod, install_tenant
+from tests.cluster.admission import create_pod, install_tenant, wait_for_policy
 from tests.compiler.compilerhelp import merge, profile_data
 from tests.trainer.trainerhelp import TRAINER, compiled_trainer, torch_runtime
 
@@ -100,26 +100,25 @@ def admin_api(k8s_cluster: ControlPlane) -> Any:
     api = k8s_cluster.api_client()
     probe = _job("probe")
     probe["spec"]["trainer"]["numNodes"] = 99
-    deadline = time.monotonic() + 60
-    while "ValidatingAdmissionPolicy" not in _create(api, probe):  # the policy is loaded
-        assert time.monotonic() < deadline, "validate-trainjobs not in force after 60 s"
-        time.sleep(0.2)
+    wait_for_policy(
+        lambda: "ValidatingAdmissionPolicy" in _create(api, probe), "validate-trainjobs"
+    )
     return api
 
 
 @pytest.fixture(scope="module")
 def runner_api(k8s_cluster: ControlPlane, admin_api: Any) -> Any:
-    """The runner's connection, once the runner's NetworkPolicy policy is in force too: the
-    server loads each policy and binding on its own, so `validate-trainjobs` in force says
-    nothing of it (an open policy passed unjudged right after the apply, in one CI run)."""
+    """The runner's connection, once `validate-trainer-netpol` is in force too (`validate-trainjobs`
+    in force says nothing of it: an open policy passed unjudged right after the apply in one CI
+    run)."""
     api = k8s_cluster.api_client()
     api.set_default_header("Impersonate-User", runner_username(PROFILE))
     probe = network_policy(_job("probe"))
     probe["spec"]["ingress"] = [{}]
-    deadline = time.monotonic() + 60
-    while "ValidatingAdmissionPolicy" not in _network_policy_refusal(api, probe):
-        assert time.monotonic() < deadline, "runner NetworkPolicy policy not in force after 60 s"
-        time.sleep(0.2)
+    wait_for_policy(
+        lambda: "ValidatingAdmissionPolicy" in _network_policy_refusal(api, probe),
+        "validate-trainer-netpol",
+    )
     return api
 
 

@@ -110,8 +110,9 @@ def _planned(env: Any, expression: str) -> Any:
     computes does not depend on them: `object` and `oldObject` are dyn, so every call is
     dispatched on its arguments' values at run time either way (tests/rules/
     test_planned_programs.py compares both programs of every rule on every corpus pod), and the
-    text of an error is always the plain engine's (`engine`). It is under half the memory: a 21 KB mask of team-a's rules 1.34 MiB as
-    checked, 0.56 MiB as planned here (a compile's programs 7.8 -> 3.4 MiB)."""
+    text of an error is always the plain engine's (`engine`). It is under half the memory: a
+    21 KB mask of team-a's rules is 1.34 MiB as checked, 0.56 MiB as planned here (a compile's
+    programs 7.8 -> 3.4 MiB)."""
     env.compile(expression)
     parsed = env.compile(expression, disable_check=True)
     return env.deserialize(cel_ast.without_source_info(parsed.serialize()))

@@ -15,8 +15,8 @@ PROBE = """
 import atexit, json, sys
 if sys.argv[1] == "whole":
     import kfp
-atexit.register(lambda: print(json.dumps(sorted(
-    m for m in sys.modules if m == "kfp.client" or m.startswith("kfp_server_api"))), file=sys.stderr))
+CLIENT = lambda m: m == "kfp.client" or m.startswith("kfp_server_api")
+atexit.register(lambda: print(json.dumps(sorted(filter(CLIENT, sys.modules))), file=sys.stderr))
 sys.argv = ["secureml", *sys.argv[2:]]
 from secureml.cli.program import main
 main()

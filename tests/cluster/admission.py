@@ -6,8 +6,9 @@ A tenant is installed once per server: its bundle applied by `secureml.cluster.a
 (`kubeflow_profile=False`: no Kubeflow profile controller runs to turn the Profile into one), the
 service accounts a Kubeflow profile namespace has, the quota's usage computed by the harness's
 kube-controller-manager (`wait_for_quotas`), and the pod admission policies loaded
-(`wait_in_force`; `wait_for_policy` for a test that needs another policy in force). Pods are created for real and deleted again; `settle_quota` waits until the
-quota controller has released what a deleted pod held, so a quota'd GPU is free for the next pod.
+(`wait_in_force`; `wait_for_policy` for a test that needs another policy in force). Pods are
+created for real and deleted again; `settle_quota` waits until the quota controller has released
+what a deleted pod held, so a quota'd GPU is free for the next pod.
 """
 
 from __future__ import annotations

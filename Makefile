@@ -1,10 +1,14 @@
 # Two commands matter: `make demo` and `make test`. Both create the virtualenv on first use.
+# `make help` lists every target.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean harness cluster-up cluster-down
+.PHONY: help setup demo test test-fast bench clean harness cluster-up cluster-down lint fmt
+
+help: ## every target, one line each
+	@awk -F':.*## ' '/^[a-z][a-z-]*:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -13,14 +17,14 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m compileall -q secureml  # an editable install writes no bytecode; start-up would compile
 	touch $@
 
-setup: $(STAMP)
+setup: $(STAMP) ## the virtualenv with secureml installed editable, and the dev tools
 
 # The GPU quota shim, rebuilt whenever its C sources change (pip install builds it too).
 SHIM_LIB := enforcement/libsecureml_shim.so
 $(SHIM_LIB): $(wildcard enforcement/shim/*.c enforcement/shim/*.h) enforcement/shim_control.py
 	$(PY) -m secureml.enforcement.shim_control build || echo "WARNING: quota shim not built (no C compiler?)"
 
-demo: $(STAMP) $(SHIM_LIB)
+demo: $(STAMP) $(SHIM_LIB) ## validate profiles, compile, render a bundle, run the pipeline locally
 	@echo "== 1. the platform team's tenant profiles"
 	$(VENV)/bin/secureml profile validate profiles/*.yaml examples/profiles/*.yaml
 	@echo "== 2. compile the reference pipeline for team-a (images not signed yet: the dev profile)"
@@ -38,33 +42,43 @@ demo: $(STAMP) $(SHIM_LIB)
 
 # The test control plane (kube-apiserver + etcd) and SPIRE, compiled from the Go module proxy once per
 # machine into ~/.cache/secureml/harness (a no-op when cached); see docs/testing.md.
-harness:
+harness: ## build the Go test harness (control plane, SPIRE) once per machine
 	tests/harness/build.sh all >/dev/null
 
 # A control plane left running for trying secureml by hand; it writes .cluster/kubeconfig.
-cluster-up: $(STAMP) harness
+cluster-up: $(STAMP) harness ## start a control plane to try secureml by hand (.cluster/)
 	$(PY) -m tests.harness.controlplane up --dir .cluster
 
-cluster-down:
+cluster-down: ## stop it
 	$(PY) -m tests.harness.controlplane down --dir .cluster
 
 # The gates: ruff lint, ruff format (check only) and mypy (strict, pydantic plugin; settings in
 # pyproject.toml). scripts/typecheck.py gives mypy components/ and enforcement/ under the names
 # setup.py installs them with (secureml.components, secureml.enforcement).
-.PHONY: lint
-lint: $(STAMP)
+# vulture reads the tests too: what only a test uses is not dead.
+DEAD_CODE_PATHS := secureml enforcement components tests benchmarks scripts pipelines examples
+lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, vulture (the CI gate)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/typecheck.py
+	$(VENV)/bin/vulture $(DEAD_CODE_PATHS) scripts/vulture_allowlist.py --min-confidence 60
 
-test: $(STAMP) $(SHIM_LIB) harness
+fmt: $(STAMP) ## format and autofix what lint would refuse
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: $(STAMP) $(SHIM_LIB) harness ## the whole suite, as CI runs it
 	$(PY) -m pytest -n 2 -m "not timing" -rs  # -rs: every skip says why
 	sync  # flush the parallel run's writes first: writeback stalls would show up as GPU idle time
 	$(PY) -m pytest -m timing
 
-bench: $(STAMP)
+# Everything but the tests of the Go harness (control plane, SPIRE) and the wall-clock ones.
+test-fast: $(STAMP) $(SHIM_LIB) ## the suite without the Go harness: minutes, no Go needed
+	$(PY) -m pytest -n 2 -m "not timing and not cluster and not spire" -rs
+
+bench: $(STAMP) ## the benchmarks: ratios against a baseline measured in the same run
 	@$(PY) -m compileall -q secureml  # as installed: the CLI's start-up is measured with bytecode
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
-clean:
+clean: ## remove the virtualenv and build outputs
 	rm -rf $(VENV) build *.egg-info out deploy

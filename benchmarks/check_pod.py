@@ -9,7 +9,7 @@ previewed (mutated), with Pod Security restricted and with team-a's rules.
 
 Measured in one run, pinned to one core, each as pods per CPU-second (min/median/max of the runs):
 
-- the parts: YAML parsing (libyaml's CSafeLoader, and `secureml.yaml_stream`, which check-pod reads
+- the parts: YAML parsing (libyaml's CSafeLoader, and `secureml.core.yaml_stream`, which check-pod reads
   with: yaml_rs where it reads as PyYAML does, else PyYAML), the admitted pod
   (`as_created`: defaults, mutations, validity), `evaluate` by the fast path and by the plain path
   (`evaluate_plain`, the Rust engine alone: the baseline the fast path replaced);
@@ -43,10 +43,11 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from chain import chained  # noqa: E402
 from kfp import dsl  # noqa: E402
 
-from secureml.admitted_pod import as_created  # noqa: E402
-from secureml.compiler import _documents, compile_pipeline  # noqa: E402
-from secureml.preview import preview_pods  # noqa: E402
-from secureml.profile import load_profile  # noqa: E402
+from secureml.compile.compiler import _documents, compile_pipeline  # noqa: E402
+from secureml.core.yaml_stream import PYYAML_LOADER, load_all  # noqa: E402
+from secureml.pods.admitted import as_created  # noqa: E402
+from secureml.pods.preview import preview_pods  # noqa: E402
+from secureml.profile.model import load_profile  # noqa: E402
 from secureml.rules import (  # noqa: E402
     evaluate,
     rules_for_level,
@@ -54,7 +55,6 @@ from secureml.rules import (  # noqa: E402
     verdict_memo,
 )
 from secureml.rules.engine import evaluate_plain  # noqa: E402
-from secureml.yaml_stream import PYYAML_LOADER, load_all  # noqa: E402
 
 PIPELINES, STEPS = 10, 100
 N = PIPELINES * STEPS
@@ -134,7 +134,11 @@ def main() -> None:
     parse = rates(N, lambda: list(yaml.load_all(text, Loader=PYYAML_LOADER)))
     show("YAML parse, CSafeLoader (baseline)", parse, None)
     base = statistics.median(parse)
-    show("YAML parse, secureml.yaml_stream (check-pod's)", rates(N, lambda: load_all(text)), base)
+    show(
+        "YAML parse, secureml.core.yaml_stream (check-pod's)",
+        rates(N, lambda: load_all(text)),
+        base,
+    )
     show(
         "as_created (defaults, mutations, validity)",
         rates(N, lambda: [as_created(p, profile) for p in submitted]),

@@ -5,7 +5,7 @@ on disk; secureml with the admission preview on (every previewed pod judged by t
 and signature checks off (team-a-dev requires none):
 
 - in process: `@dsl.pipeline` + `kfp.compiler.Compiler().compile` against `@dsl.pipeline` +
-  `secureml.compiler.compile_pipeline(...).write`, alternating, in this one process;
+  `secureml.compile.compiler.compile_pipeline(...).write`, alternating, in this one process;
 - whole processes: `python -c` importing benchmarks/chain.py and compiling it with kfp, against
   `python -m secureml compile benchmarks/chain.py --profile ...`, alternating; their peak memory
   (max RSS of each child, from wait4) too.
@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from chain import chained  # noqa: E402
 from kfp import compiler, dsl  # noqa: E402
 
-from secureml.compiler import compile_pipeline  # noqa: E402
-from secureml.profile import load_profile  # noqa: E402
+from secureml.compile.compiler import compile_pipeline  # noqa: E402
+from secureml.profile.model import load_profile  # noqa: E402
 
 PROFILE_PATH = ROOT / "examples" / "profiles" / "team-a-dev.yaml"
 PROFILE = load_profile(PROFILE_PATH)

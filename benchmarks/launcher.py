@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from secureml import contract  # noqa: E402
+from secureml.core import contract  # noqa: E402
 from secureml.enforcement.audit import records_from_log  # noqa: E402
 
 NOOP = [sys.executable, "-c", "pass"]

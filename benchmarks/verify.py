@@ -61,8 +61,8 @@ def bench_compile() -> None:
     from kfp import dsl
 
     from secureml import secure_component
-    from secureml.compiler import compile_pipeline
-    from secureml.profile import TenantProfile
+    from secureml.compile.compiler import compile_pipeline
+    from secureml.profile.model import TenantProfile
     from secureml.supplychain.compile import verify_images_for_compile
     from secureml.supplychain.image_bundles import bundle_filename
     from tests.supplychain.testpki import PrivateSigstore

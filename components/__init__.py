@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from secureml.gpu_request import GPURequest
+from secureml.gpu.request import GPURequest
 
 
 def _build(function: Any, image: str, gpu: GPURequest | None) -> Any:
-    from secureml.decorator import secure_component
+    from secureml.compile.decorator import secure_component
 
     return secure_component(function, image=image, gpu=gpu)
 
@@ -50,8 +50,8 @@ def verify_image_op(*, image: str) -> Any:
 def verify_model_op(*, image: str) -> Any:
     """A step that verifies a model's OpenSSF model-signing signature (input `model`) against the
     profile's trusted model signers, in the launcher before the step runs (exit 78 on failure)."""
+    from secureml.compile.decorator import secure_component
     from secureml.components.steps import verify_model
-    from secureml.decorator import secure_component
 
     return secure_component(verify_model, image=image, verify_inputs=["model"])
 

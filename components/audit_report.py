@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from secureml.enforcement.audit import STAGES, AuditRecord, load_audit_records
-from secureml.gpu_request import GPURequestError, gpu_request_from_dict
+from secureml.gpu.request import GPURequestError, gpu_request_from_dict
 
 # A file a simulated local run leaves in its audit folder: reports made from that folder later
 # still label the GPU columns SIMULATED (the records themselves come from an unchanged launcher).
@@ -112,11 +112,11 @@ def _notes(summaries: Sequence[StepSummary]) -> list[str]:
 
 
 def render_text(records: Iterable[AuditRecord], *, simulated_gpu: bool = False) -> str:
-    """The table (`secureml.text_table`, at its natural width), then the identities and notes."""
+    """The table (`secureml.core.text_table`, at its natural width), then the identities and notes."""
     summaries = [summarize(r, simulated_gpu=simulated_gpu) for r in records]
     if not summaries:
         return "no audit records: no secure step ran under the launcher"
-    from secureml.text_table import render_table
+    from secureml.core.text_table import render_table
 
     lines = render_table(COLUMNS, [s.cells() for s in summaries]).splitlines()
     identities = [f"  {s.step}: {s.spiffe_id}" for s in summaries if s.spiffe_id != "-"]

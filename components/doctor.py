@@ -27,7 +27,7 @@ def doctor_node(
     import yaml
 
     from secureml.doctor.node import NodeInputs, node_report, parse_labels, to_json
-    from secureml.profile import TenantProfile
+    from secureml.profile.model import TenantProfile
 
     loaded = tuple(
         TenantProfile.from_dict(document, source="profiles")

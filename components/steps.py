@@ -69,7 +69,7 @@ def verify_image(
     from dataclasses import asdict
     from pathlib import Path
 
-    from secureml.errors import SecuremlError
+    from secureml.core.errors import SecuremlError
     from secureml.supplychain.identity import TrustedIdentity
     from secureml.supplychain.verifier import SignatureVerifier
 
@@ -119,7 +119,7 @@ def verify_model(model: dsl.Input[dsl.Model], verification: dsl.Output[dsl.Artif
     import os
     from pathlib import Path
 
-    from secureml import contract
+    from secureml.core import contract
 
     found = os.environ.get(contract.ENV_VERIFIED_INPUTS)
     if not found:

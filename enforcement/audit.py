@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any, TextIO, TypedDict, cast
 
-from secureml import contract
-from secureml.errors import SecuremlError
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
 
 AUDIT_SCHEMA = "secureml.dev/audit/v1"
 AUDIT_SUFFIX = ".audit.json"
@@ -67,7 +67,7 @@ class AuditRecord(TypedDict, total=False):
     expected_spiffe_id: str
     spiffe_id: str
     inputs: list[dict[str, Any]]  # verify-inputs: each input's digest, signer or error
-    gpu_request: dict[str, object] | None  # secureml.gpu_request's to_dict()
+    gpu_request: dict[str, object] | None  # secureml.gpu.request's to_dict()
     controls: dict[str, Any]
     gpu: dict[str, Any]
     limits: dict[str, Any] | None

@@ -15,7 +15,7 @@ import ctypes
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from secureml.errors import SecuremlError
+from secureml.core.errors import SecuremlError
 
 CPU_CAPS = {0: "none", 1: "amd-sev", 2: "intel-tdx", 3: "amd-sev-snp", 4: "amd-snp-vtom"}
 ENVIRONMENTS = {0: "unavailable", 1: "simulated", 2: "production"}

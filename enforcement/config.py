@@ -6,7 +6,7 @@ profile and the pod's labels (`secureml.launcherEnv`). Where the mutating policy
 labels and annotations (`contract.PODINFO_LABELS`, `PODINFO_ANNOTATIONS`), the pod-level settings
 (isolation, tenant, step, GPU request, expected SPIFFE ID) come from those read-only files and an
 environment that disagrees stops the launcher.
-Every name lives in `secureml.contract`; docs/launcher.md lists them with their defaults.
+Every name lives in `secureml.core.contract`; docs/launcher.md lists them with their defaults.
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from secureml import contract
-from secureml.errors import SecuremlError
-from secureml.gpu_request import (
-    ISOLATION_TIMESLICE_SHIM,
+from secureml.core import contract
+from secureml.core.contract import ISOLATION_TIMESLICE_SHIM
+from secureml.core.errors import SecuremlError
+from secureml.gpu.request import (
     GPURequest,
     GPURequestError,
     TimeSlice,
     decode_gpu_request,
 )
-from secureml.verify_inputs import VerifiedInput
-from secureml.verify_inputs import from_json as verify_inputs_from_json
+from secureml.supplychain.verify_inputs import VerifiedInput
+from secureml.supplychain.verify_inputs import from_json as verify_inputs_from_json
 
 from .podinfo import PodInfo, PodInfoError, read_podinfo
 from .trainer_node import node_spiffe_id
@@ -191,7 +191,7 @@ def _confidential(env: Mapping[str, str]) -> bool:
 
 
 def _verify_inputs(env: Mapping[str, str]) -> tuple[VerifiedInput, ...]:
-    """The inputs to verify (`secureml.verify_inputs` JSON), or `ConfigError`."""
+    """The inputs to verify (`secureml.supplychain.verify_inputs` JSON), or `ConfigError`."""
     raw = env.get(contract.ENV_VERIFY_INPUTS) or ""
     if not raw:
         return ()
@@ -206,7 +206,7 @@ def _verify_inputs(env: Mapping[str, str]) -> tuple[VerifiedInput, ...]:
 
 
 def _gpu_request(text: str) -> GPURequest:
-    """The compiler's GPU request (`secureml.gpu_request`'s JSON), or `ConfigError`."""
+    """The compiler's GPU request (`secureml.gpu.request`'s JSON), or `ConfigError`."""
     try:
         return decode_gpu_request(text, where=contract.ENV_GPU_REQUEST)
     except GPURequestError as err:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from secureml import contract
-from secureml.errors import SecuremlError
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
 
 CERT_FILE = "svid.pem"
 KEY_FILE = "svid_key.pem"

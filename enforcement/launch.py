@@ -26,9 +26,9 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from secureml import contract
-from secureml.errors import SecuremlError
-from secureml.gpu_request import TimeSlice
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
+from secureml.gpu.request import TimeSlice
 
 from .audit import (
     AUDIT_SCHEMA,

@@ -14,8 +14,8 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from secureml import contract
-from secureml.errors import SecuremlError
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
 
 
 class PodInfoError(SecuremlError):

@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from secureml import contract
-from secureml.errors import SecuremlError
-from secureml.gpu_request import MIG, GPURequest, TimeSlice, WholeGPU
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
+from secureml.gpu.request import MIG, GPURequest, TimeSlice, WholeGPU
 
 # A MIG instance's memory may differ from the GB its profile name promises (GiB vs GB, reserved
 # pages): on A100/H100/H200 the reported size is within this fraction of the nominal size.

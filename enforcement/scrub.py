@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from secureml.errors import SecuremlError
+from secureml.core.errors import SecuremlError
 
 from . import shim_control as shim
 from .config import ScrubVerify

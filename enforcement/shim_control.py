@@ -106,8 +106,8 @@ def build(
 
 def library_path() -> Path:
     """The shim library to preload (see the module docstring)."""
-    from secureml.contract import ENV_SHIM_LIBRARY
-    from secureml.errors import SecuremlError
+    from secureml.core.contract import ENV_SHIM_LIBRARY
+    from secureml.core.errors import SecuremlError
 
     override = os.environ.get(ENV_SHIM_LIBRARY)
     candidate = Path(override) if override else Path(__file__).resolve().parent / LIBRARY_NAME
@@ -134,7 +134,7 @@ def child_env(
     """Environment that arms the shim in a child process (see the module docstring). With
     `preload=False` LD_PRELOAD is left alone: the shim is already preloaded into every process (in
     a cluster, by /etc/ld.so.preload), and a second copy would only be loaded beside it."""
-    from secureml import contract
+    from secureml.core import contract
 
     env = dict(os.environ if base_env is None else base_env)
     if preload:
@@ -170,7 +170,7 @@ def read_counters(path: str | os.PathLike[str]) -> dict[str, Any]:
     the file is missing (no process of the step ever used the GPU, or the step removed it) or
     unreadable.
     """
-    from secureml.errors import SecuremlError
+    from secureml.core.errors import SecuremlError
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -271,8 +271,8 @@ def claim_launcher(limits_file: str | os.PathLike[str]) -> dict[str, Any]:
     apply here) only to record the claim, reading `limits_file` as the step's processes will.
     Call it before this process makes any CUDA or NVML call and before it starts the step.
     """
-    from secureml import contract
-    from secureml.errors import SecuremlError
+    from secureml.core import contract
+    from secureml.core.errors import SecuremlError
 
     shim = interposed()
     if shim is not None:

@@ -252,8 +252,6 @@ def _inspector() -> ctypes.CDLL:
 class FakeGPU:
     """A configured fake GPU machine rooted in `directory` (config, shared state, device memory)."""
 
-    is_fake = True
-
     def __init__(
         self,
         directory: Path,

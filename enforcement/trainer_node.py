@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from secureml import contract
-from secureml.errors import SecuremlError
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
 
 from .podinfo import PodInfo
 

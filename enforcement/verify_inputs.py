@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from secureml import contract
-from secureml.errors import SecuremlError
-from secureml.verify_inputs import VerifiedInput
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
+from secureml.supplychain.verify_inputs import VerifiedInput
 
 EXECUTOR_INPUT_FLAG = "--executor_input"
 WORKSPACE_MOUNT_PATH = "/kfp-workspace"  # kfp.dsl.constants.WORKSPACE_MOUNT_PATH

@@ -3,7 +3,7 @@
 Before the step starts, a thread registers an NVML event set for `nvmlEventTypeXidCriticalError`
 on every physical GPU the launcher sees (the step's, in a pod), then waits on it in short slices
 (`nvmlEventSetWait_v2`, `WAIT_MS`), so that `stop()` returns within one slice; the set is freed
-when the thread ends. Each event is classified by the Xid table (`secureml.xid`) and kept
+when the thread ends. Each event is classified by the Xid table (`secureml.nvidia.xid`) and kept
 for the audit record; one whose class means the device's memory can no longer be trusted (memory,
 device) is handed at once to the receiver set with `deliver_to` (the watchdog, which stops the
 step). `record_events` puts them into the audit record; `mark_scrub_unverified` says, after the
@@ -107,7 +107,7 @@ class XidListener:
                 self._own_instances[uuid] = instances
 
     def _arrived(self, nvml: Any, event: Any) -> None:
-        from secureml.xid import classify
+        from secureml.nvidia.xid import classify
 
         row = classify(int(event.eventData))
         uuid = _text(nvml.nvmlDeviceGetUUID(event.device))

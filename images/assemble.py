@@ -5,7 +5,7 @@
     assemble.py payload CTX OUT   the platform runtime image's payload (RUNTIME_PAYLOAD_DIR):
                                   a self-contained interpreter, the launcher, the shim, `install`
 
-CTX is the build context `secureml.stepimage.context` stages: `src/` (secureml's runtime
+CTX is the build context `secureml.images.context` stages: `src/` (secureml's runtime
 sources), `wheels/` and `requirements.txt` (pinned), and `images/` (this folder). docs/images.md
 describes both layouts. The payload depends on nothing of the step image: its interpreter's ELF
 interpreter and RPATH name the payload's own loader and libraries, every library any of its ELF

@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from secureml.compiler import CompileError, compile_pipeline  # noqa: E402
-from secureml.errors import SecuremlError  # noqa: E402
-from secureml.pipeline_loader import pipelines_in, top_level  # noqa: E402
-from secureml.profile import load_profile  # noqa: E402
+from secureml.compile.compiler import CompileError, compile_pipeline  # noqa: E402
+from secureml.compile.pipeline_loader import pipelines_in, top_level  # noqa: E402
+from secureml.core.errors import SecuremlError  # noqa: E402
+from secureml.profile.model import load_profile  # noqa: E402
 
 
 def _plain_kfp(pipeline) -> str | None:

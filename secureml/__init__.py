@@ -12,17 +12,17 @@ __version__ = "0.1.0"
 __all__ = ["MIG", "ModelSignature", "TimeSlice", "WholeGPU", "secure_component"]
 
 _LAZY = {
-    "MIG": "secureml.gpu_request",
-    "ModelSignature": "secureml.verify_inputs",
-    "TimeSlice": "secureml.gpu_request",
-    "WholeGPU": "secureml.gpu_request",
-    "secure_component": "secureml.decorator",
+    "MIG": "secureml.gpu.request",
+    "ModelSignature": "secureml.supplychain.verify_inputs",
+    "TimeSlice": "secureml.gpu.request",
+    "WholeGPU": "secureml.gpu.request",
+    "secure_component": "secureml.compile.decorator",
 }
 
 if TYPE_CHECKING:
-    from secureml.decorator import secure_component
-    from secureml.gpu_request import MIG, TimeSlice, WholeGPU
-    from secureml.verify_inputs import ModelSignature
+    from secureml.compile.decorator import secure_component
+    from secureml.gpu.request import MIG, TimeSlice, WholeGPU
+    from secureml.supplychain.verify_inputs import ModelSignature
 
 
 def __getattr__(name: str) -> Any:

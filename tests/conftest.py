@@ -1,7 +1,7 @@
 """Fixtures shared by the whole suite: the fake GPU (tests/fakegpu.py).
 
 `fake_gpu` is one fake A100 with 256 MiB of device memory. With SECUREML_TEST_REAL_GPU=1 on a
-machine where `nvidia-smi` lists a GPU it is the real driver instead (`RealGPU`, `.is_fake` False),
+machine where `nvidia-smi` lists a GPU it is the real driver instead (`RealGPU`),
 so tests that only use `.env()` run unchanged against real hardware.
 
 `make_fake_gpu(**options)` builds a fake with any configuration (`FakeGPU` keyword arguments); each
@@ -18,7 +18,7 @@ trust domain `acme.example`, the example profiles'), ready in under a second onc
 are marked `spire` (`-m "not cluster and not spire"`: the fast tests only), and it skips or fails
 like `k8s_cluster`.
 
-The compiled-CEL cache (`secureml.rules.cel_cache`) of the run is a folder of its own (every
+The compiled-CEL cache (`secureml.rules.cel.cache`) of the run is a folder of its own (every
 process of the run, xdist workers and the CLIs they start, shares it), not the user's.
 
 `docker_registry` (session-scoped) is a real OCI registry, Debian's docker-registry, on loopback

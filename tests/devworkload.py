@@ -1,4 +1,4 @@
-"""Workload API doubles that misbehave, built on `secureml.devidentity.DevWorkloadAPI`.
+"""Workload API doubles that misbehave, built on `secureml.localrun.dev_identity.DevWorkloadAPI`.
 
 The package's dev Workload API only serves (as `secureml run --dev-identity` needs); the failure
 modes the identity stage must survive live here, in the tests.
@@ -11,7 +11,7 @@ import socket
 
 import grpc
 
-from secureml.devidentity import SVID_TTL, DevWorkloadAPI, IssuedSvid
+from secureml.localrun.dev_identity import SVID_TTL, DevWorkloadAPI, IssuedSvid
 
 
 class HangingWorkloadAPI(DevWorkloadAPI):

@@ -44,8 +44,6 @@ os.environ.setdefault(simulator.BUILD_DIR_ENV, str(CACHE_DIR))
 class RealGPU:
     """The machine's own driver, for running the same tests on a GPU machine."""
 
-    is_fake = False
-
     def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         return dict(os.environ if base is None else base)
 

@@ -1,4 +1,4 @@
-"""`secureml.cel_text`: string literals and label tests, read back by both CEL engines secureml runs.
+"""`secureml.rules.cel.text`: string literals and label tests, read back by both CEL engines secureml runs.
 
 Every literal is evaluated by the Rust engine (`cel`, the rules engine's plain path) and by Google's
 C++ CEL (`cel_expr_python`, of cel-go's family, which the API server runs); each must give back
@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from secureml.bundle.mutation.jsonpatch_cel import label_test
-from secureml.bundle.mutation.model import LabelIs
-from secureml.cel_text import label_in, label_is, label_present, quote, string_list
+from secureml.pods.mutation.model import LabelIs
+from secureml.rules.cel.text import label_in, label_is, label_present, quote, string_list
 
 _CPP_ENV = cel_cpp.NewEnv(variables={"object": cel_cpp.Type.DYN})
 
@@ -136,7 +136,7 @@ def test_a_mutation_condition_holds_where_its_cel_does(name: str, condition: Lab
 def test_the_short_cut_for_plain_ascii_writes_what_escaping_each_character_writes(
     text: str,
 ) -> None:
-    from secureml.cel_text import _escaped
+    from secureml.rules.cel.text import _escaped
 
     try:
         expected = "'" + _escaped(text) + "'"

@@ -1,4 +1,4 @@
-"""`secureml.gcpause`: the cycle collector paused for check-pod's judging, then as it was."""
+"""`secureml.admission.gcpause`: the cycle collector paused for check-pod's judging, then as it was."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-import secureml.podcheck
-from secureml.gcpause import cycle_collection_paused
-from secureml.podcheck import OfflinePolicy, check_offline
+import secureml.admission.check_pod
+from secureml.admission.check_pod import OfflinePolicy, check_offline
+from secureml.admission.gcpause import cycle_collection_paused
 from tests.rules.conftest import ATTACKS_DIR
 
 
@@ -43,13 +43,13 @@ def test_check_offline_reads_and_judges_with_the_collector_paused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     seen: list[bool] = []
-    read = secureml.podcheck.read_pods
+    read = secureml.admission.check_pod.read_pods
 
     def recording(files: list[str]) -> object:
         seen.append(gc.isenabled())
         return read(files)
 
-    monkeypatch.setattr(secureml.podcheck, "read_pods", recording)
+    monkeypatch.setattr(secureml.admission.check_pod, "read_pods", recording)
     report = check_offline(
         [str(ATTACKS_DIR / "t05-env-ld-preload.yaml")], OfflinePolicy(level="restricted")
     )

@@ -1,11 +1,11 @@
-"""secureml.gpu_request: the one GPU request value, its JSON both ways and the admission pattern."""
+"""secureml.gpu.request: the one GPU request value, its JSON both ways and the admission pattern."""
 
 import json
 import re
 
 import pytest
 
-from secureml.gpu_request import (
+from secureml.gpu.request import (
     MIG,
     GPURequestError,
     TimeSlice,

@@ -1,9 +1,9 @@
-"""No import cycle among secureml's modules, neither at module level nor through lazy imports.
+"""secureml's packages stand in layers: each imports only the packages below it, and no modules
+import each other in a circle.
 
-A module-level cycle makes the import order matter (a half-initialised module answers
-AttributeError); a cycle closed by an import inside a function is the same knot, deferred, and ties
-modules that should stand alone (the launcher must import without kfp or pydantic). Imports under
-`if TYPE_CHECKING:` are left out: they never run.
+Every import counts, wherever it is written: at module level, inside a function (a lazy import is
+the same dependency, deferred) and under `if TYPE_CHECKING:` (a type named in a signature is a
+dependency of its reader). `LAYERS` is the written order; docs/architecture.md draws it.
 """
 
 from __future__ import annotations
@@ -11,11 +11,37 @@ from __future__ import annotations
 import ast
 import importlib.util
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Bottom to top: a package may import itself and the packages listed before it, nothing after.
+LAYERS: tuple[str, ...] = (
+    "core",  # errors, violations, quantities, image references, the contract's names
+    "nvidia",  # the GPU catalogue and Xid codes
+    "_kfp",  # the only place that touches kfp's internals
+    "profile",  # the TenantProfile
+    "gpu",  # GPU requests and their placement on a tenant's cluster
+    "supplychain",  # Sigstore verification, model signing
+    "enforcement",  # the in-pod launcher (must import without kfp or pydantic)
+    "images",  # step images: build, check, SBOM
+    "pods",  # the pods a compiled pipeline becomes; the platform's mutation
+    "rules",  # the admission rules and their CEL engines
+    "trainer",  # TrainJobs
+    "bundle",  # the tenant bundle's cluster objects
+    "cluster",  # talking to a real API server
+    "admission",  # verdicts on pods: check-pod
+    "compile",  # the decorator, compile rules, the compiler
+    "doctor",  # diagnoses, as data
+    "components",  # the KFP component library
+    "localrun",  # secureml run --local
+    "cli",  # the command line
+)
+# The package's own `__init__` (the public API, loaded lazily) and `__main__` stand above all.
+TOP = len(LAYERS)
 
 
 def _layout():  # type: ignore[no-untyped-def]
@@ -32,60 +58,39 @@ def _layout():  # type: ignore[no-untyped-def]
 MODULES: dict[str, Path] = _layout().package_modules()
 
 
-def _is_type_checking(node: ast.AST) -> bool:
-    if not isinstance(node, ast.If):
-        return False
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
 
 
-def _imports(node: ast.AST, *, lazy: bool) -> list[ast.Import | ast.ImportFrom]:
-    """The import statements under `node` that can run: at module level (also inside if/try/with),
-    and with `lazy` also those in function and class bodies; never under `if TYPE_CHECKING:`."""
-    found: list[ast.Import | ast.ImportFrom] = []
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.Import | ast.ImportFrom):
-            found.append(child)
-        elif _is_type_checking(child):
-            assert isinstance(child, ast.If)
-            for other in child.orelse:
-                found += _imports(ast.Module(body=[other], type_ignores=[]), lazy=lazy)
-        elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            if lazy:
-                found += _imports(child, lazy=lazy)
-        elif isinstance(child, ast.stmt | ast.excepthandler):
-            found += _imports(child, lazy=lazy)
-    return found
-
-
-def _imported(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
-    """The package modules one import statement loads (`from pkg import mod` names the module)."""
+def _imported(
+    module: str, node: ast.Import | ast.ImportFrom, modules: Mapping[str, Path]
+) -> set[str]:
+    """The package modules one import statement names (`from pkg import mod` names the module)."""
     if isinstance(node, ast.Import):
-        return {alias.name for alias in node.names if alias.name in MODULES}
-    is_package = MODULES[module].name == "__init__.py"
+        return {alias.name for alias in node.names if alias.name in modules}
+    is_package = modules[module].name == "__init__.py"
     base = module if is_package else module.rpartition(".")[0]
     for _ in range(node.level - 1):
         base = base.rpartition(".")[0]
     source = ".".join(p for p in (base if node.level else "", node.module or "") if p)
-    targets = {f"{source}.{alias.name}" for alias in node.names} & MODULES.keys()
-    return targets or ({source} & MODULES.keys())
+    targets = {f"{source}.{alias.name}" for alias in node.names} & modules.keys()
+    return targets or ({source} & modules.keys())
 
 
-def import_graph(*, lazy: bool = False) -> dict[str, set[str]]:
+def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules it imports, every import statement counted."""
     graph: dict[str, set[str]] = {}
-    for module, path in MODULES.items():
+    for module, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         edges: set[str] = set()
-        for node in _imports(tree, lazy=lazy):
-            edges |= _imported(module, node)
+        for node in _imports(tree):
+            edges |= _imported(module, node, modules)
         graph[module] = edges - {module}
     return graph
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One cycle through each strongly connected component of more than one module (Tarjan)."""
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """One sorted list of modules per strongly connected component of more than one (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -119,33 +124,95 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return components
 
 
-def test_the_walk_sees_the_mapped_subpackages_and_their_imports() -> None:
-    graph = import_graph()
-    assert {"secureml.enforcement.launch", "secureml.components.steps", "secureml.cli"} <= set(
-        graph
+def layer(module: str, layers: tuple[str, ...] = LAYERS) -> int:
+    """The layer of a module: that of its package (`secureml.<package>...`)."""
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] == "__main__":
+        return TOP if layers is LAYERS else len(layers)
+    if parts[1] not in layers:
+        raise AssertionError(
+            f"{module} is in no layer: add secureml.{parts[1]} to LAYERS "
+            "(tests/test_import_graph.py) and to docs/architecture.md"
+        )
+    return layers.index(parts[1])
+
+
+def upward_imports(graph: Mapping[str, set[str]], layers: tuple[str, ...] = LAYERS) -> list[str]:
+    """`a -> b` for each import of a module from a higher layer."""
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if layer(target, layers) > layer(module, layers)
     )
-    assert "secureml.contract" in graph["secureml.enforcement.launch"]
-    # secureml.gpu names TenantProfile for annotations only (TYPE_CHECKING): no edge
-    assert "secureml.profile" not in import_graph(lazy=True)["secureml.gpu"]
-    # a function's own import counts once lazy imports are followed
-    assert "secureml.preview" in import_graph(lazy=True)["secureml.compiler"]
 
 
-# Cycles that exist today and are being removed: the CLI's package registers its command modules
-# by importing them at the bottom of secureml/cli/__init__.py, and they import `app` from it
-# (issue 11, item 4: the app in one module, no import-order side effects).
-def _known(component: list[str]) -> bool:
-    return all(m == "secureml.cli" or m.startswith("secureml.cli.") for m in component)
+def test_every_module_is_in_a_layer() -> None:
+    for module in MODULES:
+        layer(module)
 
 
-@pytest.mark.parametrize("lazy", [False, True], ids=["module-level", "with-lazy-imports"])
-def test_imports_have_no_cycle(lazy: bool) -> None:
-    found = [c for c in cycles(import_graph(lazy=lazy)) if not _known(c)]
+def test_imports_have_no_cycle() -> None:
+    found = cycles(import_graph(MODULES))
     assert not found, "import cycles (break them with a module both sides import): " + "; ".join(
         " <-> ".join(component) for component in found
     )
 
 
-def test_a_cycle_is_detected() -> None:
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
-    assert cycles(graph) == [["a", "b", "c"]]
+def test_no_import_runs_up_the_layers() -> None:
+    found = upward_imports(import_graph(MODULES))
+    assert not found, "imports up the layers (LAYERS in this file):\n" + "\n".join(found)
+
+
+def test_the_walk_sees_the_mapped_subpackages() -> None:
+    graph = import_graph(MODULES)
+    assert {"secureml.enforcement.launch", "secureml.components.steps", "secureml.cli"} <= set(
+        graph
+    )
+    assert "secureml.core.contract" in graph["secureml.enforcement.launch"]
+
+
+def _tree(root: Path, files: dict[str, str]) -> dict[str, Path]:
+    modules: dict[str, Path] = {}
+    for name, source in files.items():
+        path = root / (name.replace(".", "/") + ".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+        modules[name.removesuffix(".__init__")] = path
+    return modules
+
+
+def test_a_type_checking_circle_is_found(tmp_path: Path) -> None:
+    modules = _tree(
+        tmp_path,
+        {
+            "secureml.__init__": "",
+            "secureml.low.__init__": "",
+            "secureml.low.a": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from secureml.low.b import B\n",
+            "secureml.low.b": "def f():\n    from secureml.low import a\n",
+        },
+    )
+    assert cycles(import_graph(modules)) == [["secureml.low.a", "secureml.low.b"]]
+
+
+def test_an_import_up_the_layers_is_found(tmp_path: Path) -> None:
+    modules = _tree(
+        tmp_path,
+        {
+            "secureml.__init__": "",
+            "secureml.low.__init__": "",
+            "secureml.low.a": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from secureml.high.b import B\n",
+            "secureml.high.__init__": "",
+            "secureml.high.b": "B = 1\n",
+        },
+    )
+    graph = import_graph(modules)
+    assert cycles(graph) == []
+    assert upward_imports(graph, ("low", "high")) == ["secureml.low.a -> secureml.high.b"]
+
+
+def test_a_module_outside_every_layer_is_refused() -> None:
+    with pytest.raises(AssertionError, match="secureml.stray.x is in no layer"):
+        layer("secureml.stray.x")

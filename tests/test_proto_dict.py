@@ -1,4 +1,4 @@
-"""`secureml.proto_dict.message_dict` writes what `json_format.MessageToDict` writes, or raises
+"""`secureml._kfp.proto_dict.message_dict` writes what `json_format.MessageToDict` writes, or raises
 what it raises: on kfp's specs of compiled pipelines and on a message type with every kind of
 field, map and well-known type."""
 
@@ -19,7 +19,7 @@ from google.protobuf import (  # (the well-known types' files loaded, for the te
 from google.protobuf.message import Message
 from kfp import dsl, kubernetes
 
-from secureml.proto_dict import message_dict
+from secureml._kfp.proto_dict import message_dict
 from tests.rules.conftest import EXAMPLE_PROFILES, REFERENCE_PIPELINES, example_profile
 
 _F = descriptor_pb2.FieldDescriptorProto
@@ -192,8 +192,8 @@ def _kubernetes_pipeline() -> Any:
 
 
 def _compiled_specs() -> list[Message]:
-    from secureml.compiler import CompileError, compile_pipeline
-    from secureml.pipeline_loader import load_pipeline
+    from secureml.compile.compiler import CompileError, compile_pipeline
+    from secureml.compile.pipeline_loader import load_pipeline
 
     specs: list[Message] = []
     plain = _kubernetes_pipeline()

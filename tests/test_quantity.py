@@ -1,10 +1,10 @@
-"""secureml.quantity: the one parser and formatter of memory sizes."""
+"""secureml.core.quantity: the one parser and formatter of memory sizes."""
 
 from __future__ import annotations
 
 import pytest
 
-from secureml.quantity import format_bytes, parse_bytes
+from secureml.core.quantity import format_bytes, parse_bytes
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,10 @@
-"""secureml.text_table: the plain layout is exactly rich's, on generated tables, and rich still
+"""secureml.core.text_table: the plain layout is exactly rich's, on generated tables, and rich still
 draws what the plain layout does not take (wide characters, line breaks, a given width)."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from secureml.text_table import _plain_table, _rich_table, render_table
+from secureml.core.text_table import _plain_table, _rich_table, render_table
 
 ascii_cells = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=12)
 

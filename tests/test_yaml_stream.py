@@ -1,4 +1,4 @@
-"""`secureml.yaml_stream.load_all` gives exactly PyYAML's documents, or PyYAML's error.
+"""`secureml.core.yaml_stream.load_all` gives exactly PyYAML's documents, or PyYAML's error.
 
 The fast reader (yaml_rs) follows YAML 1.2 where PyYAML follows 1.1; the scan must send every
 stream where they read apart to PyYAML. Checked on every YAML file of the repository and of
@@ -21,7 +21,7 @@ import yaml_rs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from secureml import yaml_stream
+from secureml.core import yaml_stream
 from tests.rules.conftest import FIXTURES, REPO, fixture_dir
 
 # Scalars that one reader resolves and the other does not, or resolves to another value.
@@ -324,9 +324,9 @@ def test_the_pods_the_compiler_makes_take_the_fast_path() -> None:
     """What the speed is for: the step pods of the reference pipelines (KFP's inlined component
     source holds `from kfp.dsl import *`, which the emitter may wrap before the `*`), as PyYAML
     writes them."""
-    from secureml.compiler import _documents, compile_pipeline
-    from secureml.pipeline_loader import load_pipeline
-    from secureml.preview import preview_pods
+    from secureml.compile.compiler import _documents, compile_pipeline
+    from secureml.compile.pipeline_loader import load_pipeline
+    from secureml.pods.preview import preview_pods
     from tests.rules.conftest import REFERENCE_PIPELINES, example_profile
 
     profile = example_profile("team-a")
@@ -367,10 +367,10 @@ def test_a_stream_the_fast_reader_reads_whole_does_not_import_pyyaml(tmp_path: P
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: a\n"
     )
     probe = (
-        "import sys\nfrom secureml.workloads import read_pods\n"
+        "import sys\nfrom secureml.pods.workloads import read_pods\n"
         f"assert read_pods([{str(pod)!r}])[0].name == 'p'\n"
         "assert 'yaml' not in sys.modules, 'PyYAML imported'\n"
-        "from secureml import yaml_stream\n"
+        "from secureml.core import yaml_stream\n"
         "assert yaml_stream.YAMLError is __import__('yaml').YAMLError\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)

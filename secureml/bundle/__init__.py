@@ -1,8 +1,8 @@
 """The tenant bundle: the cluster objects that enforce a TenantProfile (`secureml profile render`).
 
 One module per concern renders its objects; `render` assembles the kustomize folder and `diff`
-compares two renders. `apply_mutations` is the Python twin of the bundle's
-MutatingAdmissionPolicy, used to preview the pod the cluster would admit.
+compares two renders. The bundle's MutatingAdmissionPolicy renders the data of
+`secureml.pods.mutation`, whose `apply_mutations` previews the pod the cluster would admit.
 
 The names below are imported on first use (PEP 562): `check-pod` needs the mutations and a
 constant or two, not the renderers of every bundle object (about 35 ms of its start-up).
@@ -16,14 +16,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from secureml.bundle.common import K8S_VERSIONS, BundleOptions
     from secureml.bundle.diff import bundle_diff
-    from secureml.bundle.mutation.apply import apply_mutations
     from secureml.bundle.render import render_bundle, render_objects, write_bundle
 
 _MODULE_OF = {
     "K8S_VERSIONS": "secureml.bundle.common",
     "BundleOptions": "secureml.bundle.common",
     "bundle_diff": "secureml.bundle.diff",
-    "apply_mutations": "secureml.bundle.mutation.apply",
     "render_bundle": "secureml.bundle.render",
     "render_objects": "secureml.bundle.render",
     "write_bundle": "secureml.bundle.render",
@@ -32,7 +30,6 @@ _MODULE_OF = {
 __all__ = [
     "K8S_VERSIONS",
     "BundleOptions",
-    "apply_mutations",
     "bundle_diff",
     "render_bundle",
     "render_objects",

@@ -19,10 +19,10 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from secureml.supplychain import predicates
+from secureml.profile import predicates
 
 if TYPE_CHECKING:
-    from secureml.profile import AttestationRequirement, SignerIdentity
+    from secureml.profile.model import AttestationRequirement, SignerIdentity
 
 Manifest = dict[str, Any]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from secureml import contract
-from secureml.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
-from secureml.k8s_versions import K8S_VERSIONS as K8S_VERSIONS  # re-exported for the bundle
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.core.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
+from secureml.core.k8s_versions import K8S_VERSIONS as K8S_VERSIONS  # re-exported for the bundle
+from secureml.profile.model import TenantProfile
 
 Manifest = dict[str, Any]
 

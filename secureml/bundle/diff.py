@@ -6,7 +6,7 @@ import difflib
 
 from secureml.bundle.common import BundleOptions
 from secureml.bundle.render import render_bundle
-from secureml.profile import TenantProfile
+from secureml.profile.model import TenantProfile
 
 
 def bundle_diff(old: TenantProfile, new: TenantProfile, options: BundleOptions) -> str:

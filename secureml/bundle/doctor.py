@@ -19,9 +19,9 @@ account, allowed `get` on nodes only (a ClusterRole of this tenant).
 
 from __future__ import annotations
 
-from secureml import gpu_catalogue
 from secureml.bundle.common import MANAGED_BY, BundleOptions, Manifest, cluster_name, tenant_labels
-from secureml.profile import DoctorSettings, TenantProfile
+from secureml.nvidia import catalogue as gpu_catalogue
+from secureml.profile.model import DoctorSettings, TenantProfile
 
 APP_LABEL = "app.kubernetes.io/name"
 APP = "secureml-doctor"

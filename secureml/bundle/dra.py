@@ -1,6 +1,6 @@
 """ResourceClaimTemplates for the `dra` backend (NVIDIA DRA driver, `resource.k8s.io/v1`).
 
-The compiler labels a step with the template name (`secureml.gpu.claim_template_name`) and the
+The compiler labels a step with the template name (`secureml.gpu.placement.claim_template_name`) and the
 mutating policy turns the label into the pod's resource claim. One template per request shape the
 profile allows: each allowed MIG profile for 1 up to as many instances as one GPU of the tenant's
 models holds, the time-slice share, and 1..maxPerStep whole GPUs. A template's claim belongs to
@@ -11,10 +11,10 @@ put two pods on one GPU (that takes a shared ResourceClaim, which this bundle do
 from __future__ import annotations
 
 from secureml.bundle.common import BundleOptions, Manifest, metadata
-from secureml.gpu import claim_template_name
-from secureml.gpu_catalogue import models_offering
-from secureml.gpu_request import MIG, TimeSlice, WholeGPU
-from secureml.profile import TenantProfile
+from secureml.gpu.placement import claim_template_name
+from secureml.gpu.request import MIG, TimeSlice, WholeGPU
+from secureml.nvidia.catalogue import models_offering
+from secureml.profile.model import TenantProfile
 
 MIG_DEVICE_CLASS = "mig.nvidia.com"
 GPU_DEVICE_CLASS = "gpu.nvidia.com"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from secureml import contract
 from secureml.bundle import attestation_policies as attest
 from secureml.bundle.common import (
     BundleOptions,
@@ -25,9 +24,10 @@ from secureml.bundle.common import (
     pod_match_constraints,
     tenant_labels,
 )
-from secureml.errors import SecuremlError
-from secureml.images import REFERENCE_SUFFIX_STARTS
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
+from secureml.core.image_ref import REFERENCE_SUFFIX_STARTS
+from secureml.profile.model import TenantProfile
 
 PUBLIC_GOOD = {"fulcio": "https://fulcio.sigstore.dev", "rekor": "https://rekor.sigstore.dev"}
 STAGING = {"fulcio": "https://fulcio.sigstage.dev", "rekor": "https://rekor.sigstage.dev"}
@@ -37,7 +37,7 @@ STAGING_TRUST_ROOT = "sigstore-staging"
 
 
 def registry_globs(profile: TenantProfile) -> list[str]:
-    """Globs for the tenant's registries; entries match whole path segments (secureml.images)."""
+    """Globs for the tenant's registries; entries match whole path segments (secureml.core.image_ref)."""
     return sorted({entry.rstrip("/") + "/**" for entry in profile.spec.images.allowed_registries})
 
 

@@ -12,7 +12,6 @@ this policy refuses the ConfigMap, on create and update, with any other key or a
 
 from __future__ import annotations
 
-from secureml import contract
 from secureml.bundle.common import (
     BundleOptions,
     Manifest,
@@ -21,7 +20,8 @@ from secureml.bundle.common import (
     tenant_labels,
 )
 from secureml.bundle.validating import API_VERSION, policy_binding
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.profile.model import TenantProfile
 
 POLICY = "kfp-metadata-configmap"
 KEYS = "[" + ", ".join(f"'{key}'" for key in contract.KFP_METADATA_CONFIGMAP_KEYS) + "]"

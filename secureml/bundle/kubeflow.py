@@ -14,7 +14,7 @@ rules instead (`secureml.wholeGpuCount`, `secureml.timeSliceCount`, docs/admissi
 from __future__ import annotations
 
 from secureml.bundle.common import BundleOptions, Manifest, metadata, tenant_labels
-from secureml.profile import TenantProfile
+from secureml.profile.model import TenantProfile
 
 QUOTA_NAME = "secureml-gpu-quota"
 _DRA_QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"

@@ -5,15 +5,15 @@ when its Kubernetes mapping is on; the Prometheus scrape must keep those labels 
 `namespace` names the exporter's own namespace and these alerts never match.
 
 dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS` holds the last Xid a GPU reported; one alert per Xid class
-of secureml's table (`secureml.xid`, docs/xid.md) says what it means and what to do, and
+of secureml's table (`secureml.nvidia.xid`, docs/xid.md) says what it means and what to do, and
 `SecuremlGpuXidError` catches the codes outside the table.
 """
 
 from __future__ import annotations
 
 from secureml.bundle.common import BundleOptions, Manifest, metadata
-from secureml.profile import TenantProfile
-from secureml.xid import ACTION_TEXT, ROWS, Action, XidClass
+from secureml.nvidia.xid import ACTION_TEXT, ROWS, Action, XidClass
+from secureml.profile.model import TenantProfile
 
 MIB = 1024 * 1024
 GROUP_BY = "namespace, pod, container, gpu, UUID, Hostname"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from secureml.bundle.common import BundleOptions, Manifest, tenant_labels
-from secureml.profile import TenantProfile
+from secureml.profile.model import TenantProfile
 
 PSA_MODES = ("enforce", "audit", "warn")
 # Labels the Kubeflow profile controller puts on profile namespaces (its namespace-labels.yaml)

@@ -10,7 +10,7 @@ compiler sets. No ingress at all.
 from __future__ import annotations
 
 from secureml.bundle.common import BundleOptions, Manifest, metadata, step_pod_selector
-from secureml.profile import TenantProfile
+from secureml.profile.model import TenantProfile
 
 EVERY_POD: Manifest = {}
 

@@ -14,9 +14,9 @@ Role grants exactly that (`TRAINER_RULES`); the bundle's admission policies judg
 from __future__ import annotations
 
 from secureml.bundle.common import BundleOptions, Manifest, metadata
-from secureml.profile import TenantProfile
+from secureml.core.contract import RUNNER_NAME
+from secureml.profile.model import TenantProfile
 
-RUNNER_NAME = "secureml-pipeline-runner"
 KFP_LAUNCHER_CONFIGMAP = "kfp-launcher"
 OBJECT_STORE_SECRET = "mlpipeline-minio-artifact"
 

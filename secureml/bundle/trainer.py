@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from secureml import contract
 from secureml.bundle.common import (
     BundleOptions,
     Manifest,
@@ -23,11 +22,12 @@ from secureml.bundle.common import (
     namespace_selector,
     tenant_labels,
 )
-from secureml.bundle.rbac import RUNNER_NAME
-from secureml.bundle.spiffe import spiffe_id_template
 from secureml.bundle.validating import API_VERSION, REASON, policy_binding
-from secureml.cel_text import quote
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.core.contract import RUNNER_NAME
+from secureml.profile.model import TenantProfile
+from secureml.profile.spiffe import spiffe_id_template
+from secureml.rules.cel.text import quote
 
 if TYPE_CHECKING:
     from secureml.trainer.rules import Validation

@@ -26,8 +26,8 @@ from secureml.bundle.common import (
     pod_match_constraints,
     tenant_labels,
 )
-from secureml.cel_text import quote
-from secureml.profile import TenantProfile
+from secureml.profile.model import TenantProfile
+from secureml.rules.cel.text import quote
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 REASON = "Forbidden"

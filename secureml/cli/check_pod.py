@@ -1,4 +1,4 @@
-"""`secureml check-pod`: parse the options, call `secureml.podcheck`, print its report."""
+"""`secureml check-pod`: parse the options, call `secureml.admission.check_pod`, print its report."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from secureml.cli.options import (
     OutputFormat,
 )
 from secureml.cli.output import emit_json, print_table, run_cli
-from secureml.errors import InputError
-from secureml.k8s_versions import DEFAULT_K8S_VERSION
+from secureml.core.errors import InputError
+from secureml.core.k8s_versions import DEFAULT_K8S_VERSION
 
 if TYPE_CHECKING:
-    from secureml.podcheck import PodCheckReport
+    from secureml.admission.check_pod import PodCheckReport
 
 
 @run_cli
@@ -104,7 +104,7 @@ def check_pod(
                 "--rule, --mutated and --before do not apply",
                 fix="give --namespace for the tenant namespace, or drop --server",
             )
-        from secureml.podcheck import ServerTarget, check_on_server
+        from secureml.admission.check_pod import ServerTarget, check_on_server
 
         report = check_on_server(files, ServerTarget(kubeconfig, context, namespace))
     else:
@@ -113,7 +113,7 @@ def check_pod(
                 "--namespace, --kubeconfig and --context need --server",
                 fix="add --server to ask the cluster, or drop them",
             )
-        from secureml.podcheck import OfflinePolicy, check_offline
+        from secureml.admission.check_pod import OfflinePolicy, check_offline
 
         policy = OfflinePolicy(
             profile, level, k8s_version, tuple(only or ()), mutated, tuple(before or ())

@@ -21,8 +21,8 @@ from secureml.cli.options import (
 from secureml.cli.output import NO, emit_json, run_cli
 
 if TYPE_CHECKING:
-    from secureml.compiler import ImageVerifier
-    from secureml.profile import TenantProfile
+    from secureml.compile.compiler import ImageVerifier
+    from secureml.profile.model import TenantProfile
     from secureml.supplychain.compile import ImageVerification
     from secureml.supplychain.dsse_key import SigningKey
 
@@ -139,9 +139,9 @@ def compile_command(
 
     Exit 0: compliant, YAML written. 1: rule violations (nothing written but --report). 2: unusable input (pipeline file, profile, flags, output path, --attest-key), a registry or Sigstore instance that cannot be reached, or no CI identity to sign --attest with.
     """
-    from secureml import report as reports
-    from secureml import runtime_image
-    from secureml.output_paths import check_output, write_text
+    from secureml.compile import report as reports
+    from secureml.core.output_paths import check_output, write_text
+    from secureml.profile import runtime_image
     from secureml.supplychain.profiles import default_profile_bundle
 
     target = output or Path(file.stem + ".yaml")
@@ -153,14 +153,14 @@ def compile_command(
         attest, attest_key, attest_trust_config, inputs, target, report
     )
 
-    from secureml.kfp_lazy_client import import_kfp
+    from secureml._kfp.lazy_client import import_kfp
 
     import_kfp()  # kfp's API client only if the pipeline file uses it
-    from secureml.compiler import CompileError, compile_pipeline
-    from secureml.errors import SecuremlError
-    from secureml.kfp_names import remembered_names
-    from secureml.pipeline_loader import build_now, load_pipeline
-    from secureml.profile import parse_profile, read_profile_bytes
+    from secureml._kfp.names import remembered_names
+    from secureml.compile.compiler import CompileError, compile_pipeline
+    from secureml.compile.pipeline_loader import build_now, load_pipeline
+    from secureml.core.errors import SecuremlError
+    from secureml.profile.model import parse_profile, read_profile_bytes
 
     content = read_profile_bytes(profile)
     if require_signed_profile:
@@ -177,17 +177,17 @@ def compile_command(
     for warning in runtime_image.warnings(tenant):
         typer.echo(f"warning: {warning}", err=True)
     # kfp builds the file's pipelines only where something reads them: compile_pipeline builds
-    # its own (secureml.kfp_deferred); what kfp does build, faster (the same spec)
+    # its own (secureml._kfp.deferred); what kfp does build, faster (the same spec)
     with remembered_names():
         graph = load_pipeline(file, pipeline, deferred=True)
     verifier = _image_verifier(tenant, profile, bundles, fetch_bundles)
     signatures_checked = verifier is not None
     if tenant.spec.images.attestations:
-        from secureml.stepimage.compilecheck import chain
+        from secureml.images.compilecheck import chain
 
         verifier = chain(verifier, _attestation_verifier(tenant, profile, bundles, fetch_bundles))
     if check_images:
-        from secureml.stepimage.compilecheck import chain, image_checks
+        from secureml.images.compilecheck import chain, image_checks
 
         verifier = chain(verifier, image_checks(tenant))
     try:
@@ -266,8 +266,8 @@ def _attestation_inputs(
     report: Path | None,
 ) -> SigningKey | None:
     """Check the --attest flags before compiling; the loaded key when signing with one."""
-    from secureml.errors import InputError
-    from secureml.output_paths import check_output
+    from secureml.core.errors import InputError
+    from secureml.core.output_paths import check_output
 
     if attest is None:
         if key is not None or trust_config is not None:
@@ -309,8 +309,8 @@ def _attestation(
     signing_key: SigningKey | None,
     trust_config: Path | None,
 ) -> bytes:
-    """The signed in-toto statement of this compile (secureml.supplychain.pipeline_attestation)."""
-    from secureml.supplychain import pipeline_attestation as records
+    """The signed in-toto statement of this compile (secureml.compile.attestation)."""
+    from secureml.compile import attestation as records
 
     path, content, tenant = profile
     statement = records.compile_statement(
@@ -348,7 +348,7 @@ def _print(
     attestation: Path | None = None,
 ) -> None:
     """The report as JSON on stdout, or as text (on stderr when refused)."""
-    from secureml.report import render_text
+    from secureml.compile.report import render_text
 
     if output_format == "json":
         emit_json(

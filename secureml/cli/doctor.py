@@ -6,6 +6,7 @@ imports only typer so that `secureml --help` stays fast.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -20,8 +21,8 @@ from secureml.cli.options import (
     KubeconfigOption,
     KubeflowOption,
 )
-from secureml.cli.output import run_cli
-from secureml.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
+from secureml.cli.output import emit_json, print_table, run_cli
+from secureml.core.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
 
 app = typer.Typer(
     help="Check a GPU node, a cluster or a node's logs: each check pass / warn / fail, what was "
@@ -60,9 +61,22 @@ def logs(
     Exit 0: no event needs action on the node (nothing found, or only the steps' own faults).
     1: an event needs action on the node (memory, device, NVLink, driver mismatch).
     2: the log or the audit folder cannot be read."""
-    from secureml.doctor.logs import run_logs
+    from secureml.doctor.logs import diagnose_logs
 
-    raise typer.Exit(run_logs(source, audit_dir, output))
+    report, document, title = diagnose_logs(source, audit_dir)
+    if output == "json":
+        emit_json(document)
+    else:
+        print_table(
+            ("status", "check", "seen", "fix"),
+            ((c.status, c.title, c.seen, c.fix) for c in report.checks),
+            title=title,
+        )
+        counts = report.counts()
+        typer.echo(
+            f"{counts['fail']} need action, {counts['warn']} warning(s), {counts['pass']} pass"
+        )
+    raise typer.Exit(report.exit_code())
 
 
 @app.command("cluster")
@@ -101,7 +115,7 @@ def cluster(
     Exit 0: nothing failed (warnings allowed). 1: a check failed. 2: unusable profiles or
     kubeconfig, or an unreachable cluster."""
     from secureml.cli.profile import bundle_options
-    from secureml.doctor.cluster import run_cluster
+    from secureml.doctor.cluster import diagnose_cluster
 
     options = bundle_options(
         k8s_version or DEFAULT_K8S_VERSION,
@@ -110,7 +124,14 @@ def cluster(
         kfp_namespace,
         api_server_cidr,
     )
-    raise typer.Exit(run_cluster(kubeconfig, context, profiles or [], options, k8s_version, output))
+    report, document, text = diagnose_cluster(
+        kubeconfig, context, profiles or [], options, k8s_version
+    )
+    if output == "json":
+        emit_json(document)
+    else:
+        typer.echo(text)
+    raise typer.Exit(report.exit_code())
 
 
 @app.command("node")
@@ -192,12 +213,36 @@ def node(
     Exit 0: nothing failed (warnings allowed). 1: a check failed. 2: unusable profiles, labels or
     configuration file, or an API server that cannot be read."""
     from secureml.doctor.cluster import profile_files
-    from secureml.doctor.node import NodeInputs, node_labels_from_api, parse_labels, run_node
-    from secureml.profile import load_profile
+    from secureml.doctor.node import (
+        NodeInputs,
+        node_labels_from_api,
+        node_report,
+        parse_labels,
+        to_json,
+    )
+    from secureml.profile.model import load_profile
 
     labels = parse_labels(node_labels) if node_labels else None
     if node_name is not None:
         labels = {**node_labels_from_api(node_name, kubeconfig, context), **(labels or {})}
     loaded = tuple(load_profile(path) for path in profile_files(profiles or []))
     inputs = NodeInputs(root, loaded, labels, device_plugin_config, toolkit_config)
-    raise typer.Exit(run_node(inputs, output, interval))
+    # With --interval, check again every period and never return (the DaemonSet: one report per
+    # period in its log).
+    while True:
+        report = node_report(inputs)
+        if output == "json":
+            emit_json(to_json(report, inputs))
+        else:
+            print_table(
+                ("status", "check", "seen", "fix"),
+                ((c.status, c.name, c.seen, c.fix) for c in report.checks),
+                title=f"doctor node: {inputs.root}",
+            )
+            counts = report.counts()
+            typer.echo(
+                f"{counts['fail']} failed, {counts['warn']} warning(s), {counts['pass']} passed"
+            )
+        if interval is None:
+            raise typer.Exit(report.exit_code())
+        time.sleep(interval)

@@ -6,7 +6,7 @@
     secureml image build-runtime --tag REG/REPO:TAG [--push] [--base IMAGE|debian]
     secureml image build-base runtime|cuda --tag REG/REPO:TAG [--push] [--base IMAGE|debian]
 
-The logic is secureml.stepimage (docs/images.md); this module parses options and prints.
+The logic is secureml.images (docs/images.md); this module parses options and prints.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import typer
 
 from secureml.cli.options import FormatOption
 from secureml.cli.output import emit_json, run_cli
-from secureml.errors import InputError
-from secureml.images import ImageRef
+from secureml.core.errors import InputError
+from secureml.core.image_ref import ImageRef
 
 if TYPE_CHECKING:
-    from secureml.stepimage.platform import BuiltImage
+    from secureml.images.platform import BuiltImage
 
 SCHEMA = "secureml.dev/image-check/v1"  # docs/schemas/image-check.schema.json
 
@@ -79,7 +79,7 @@ def _tag(text: str) -> ImageRef:
 
 def _base(base: str) -> str:
     if base == "debian":
-        from secureml.stepimage.debian import base_image
+        from secureml.images.debian import base_image
 
         return base_image()
     return base
@@ -97,8 +97,8 @@ def _report_built(name: str, built: BuiltImage, push: bool, record: Path | None)
 def _build_platform(
     name: str, tag: str, push: bool, builder: str | None, base: str, record: Path | None
 ) -> None:
-    from secureml.stepimage import platform
-    from secureml.stepimage.builders import find_builder
+    from secureml.images import platform
+    from secureml.images.builders import find_builder
 
     ref = _tag(tag)
     found = find_builder(builder)
@@ -184,8 +184,8 @@ def build(
     the digest-pinned reference to use as the component's image.
 
     Exit 0: built (and pushed). 2: unusable input, no builder, or a build or push that failed."""
-    from secureml.stepimage import userimage
-    from secureml.stepimage.builders import find_builder
+    from secureml.images import userimage
+    from secureml.images.builders import find_builder
 
     ref = _tag(tag)
     if sbom is not None and not push:
@@ -220,8 +220,8 @@ def _write_sbom(
 ) -> None:
     """The SBOM to `target`; with `attest`, signed keylessly as an attestation too (`flags`: the
     options that named the two files, for messages)."""
-    from secureml.output_paths import write_text
-    from secureml.stepimage.sbom import image_sbom, sbom_statement
+    from secureml.core.output_paths import write_text
+    from secureml.images.sbom import image_sbom, sbom_statement
 
     if trust_config is not None and attest is None:
         raise InputError(
@@ -296,12 +296,12 @@ def check(
 
     Exit 0: it can. 1: it lacks something (each finding says what). 2: unusable input, or a
     registry that cannot be reached."""
-    from secureml.stepimage.check import check as check_image
-    from secureml.stepimage.check import problems
+    from secureml.images.check import check as check_image
+    from secureml.images.check import problems
 
     injected = None
     if profile is not None:
-        from secureml.profile import load_profile
+        from secureml.profile.model import load_profile
 
         injected = load_profile(profile).spec.runtime.image is not None
     opened, findings = check_image(image, injected=injected)

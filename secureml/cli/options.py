@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from secureml.k8s_versions import K8sVersion
+from secureml.core.k8s_versions import K8sVersion
 
 OutputFormat = Literal["text", "json"]
 

@@ -22,7 +22,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import typer
 
-from secureml.errors import SecuremlError
+from secureml.core.errors import SecuremlError
 
 OK, NO, UNUSABLE = 0, 1, 2
 
@@ -57,7 +57,7 @@ def print_table(
     headers: Sequence[str], rows: Iterable[Sequence[str]], *, title: str | None = None
 ) -> None:
     """A table on stdout: fitted to a terminal's width, at its natural width in a pipe."""
-    from secureml.text_table import render_table
+    from secureml.core.text_table import render_table
 
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     typer.echo(render_table(headers, rows, title=title, width=width))

@@ -28,15 +28,14 @@ from secureml.cli.options import (
     TufUrlOption,
 )
 from secureml.cli.output import UNUSABLE, emit_json, run_cli
-from secureml.errors import ProfileError, SecuremlError
-from secureml.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
+from secureml.core.errors import ProfileError, SecuremlError
+from secureml.core.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
 
 if TYPE_CHECKING:
     from secureml.bundle import BundleOptions
 
 VALIDATE_SCHEMA = "secureml.dev/profile-validate/v1"
 DIFF_SCHEMA = "secureml.dev/profile-diff/v1"
-VERIFY_SCHEMA = "secureml.dev/verify/v1"
 
 ProfilesArgument = Annotated[
     list[Path], typer.Argument(metavar="PROFILE", help="TenantProfile YAML files.")
@@ -73,7 +72,7 @@ def schema() -> None:
 
     Exit 0 always.
     """
-    from secureml.profile import profile_json_schema
+    from secureml.profile.model import profile_json_schema
 
     typer.echo(json.dumps(profile_json_schema(), indent=2, sort_keys=True))
 
@@ -85,10 +84,10 @@ def validate(files: ProfilesArgument, output: FormatOption = "text") -> None:
 
     Exit 0: every profile is valid. 2: a profile is unusable (invalid, unreadable, not YAML).
     """
-    from secureml import runtime_image
-    from secureml.profile import load_profile
-    from secureml.profile_network import egress_warnings
-    from secureml.profile_set import shared_namespaces
+    from secureml.profile import runtime_image
+    from secureml.profile.cross_checks import shared_namespaces
+    from secureml.profile.model import load_profile
+    from secureml.profile.network import egress_warnings
 
     results: list[dict[str, Any]] = []
     valid: list[tuple[Path, Any]] = []
@@ -152,10 +151,10 @@ def render(
 
     Exit 0: written. 2: an unusable profile or output folder.
     """
-    from secureml import runtime_image
     from secureml.bundle import write_bundle
-    from secureml.profile import load_profile
-    from secureml.profile_set import refuse_shared_namespaces
+    from secureml.profile import runtime_image
+    from secureml.profile.cross_checks import refuse_shared_namespaces
+    from secureml.profile.model import load_profile
 
     options = bundle_options(
         k8s_version, image_policy, kubeflow_profile, kfp_namespace, api_server_cidr
@@ -186,7 +185,7 @@ def diff(
     Exit 0: no change to the bundle. 1: the bundle changes. 2: an unusable profile.
     """
     from secureml.bundle import bundle_diff
-    from secureml.profile import load_profile
+    from secureml.profile.model import load_profile
 
     options = bundle_options(
         k8s_version, image_policy, kubeflow_profile, kfp_namespace, api_server_cidr
@@ -256,8 +255,8 @@ def apply(
     """
     from secureml.bundle import render_objects
     from secureml.cluster import apply_bundle, connect
-    from secureml.profile import load_profile
-    from secureml.profile_set import refuse_shared_namespaces
+    from secureml.profile.cross_checks import refuse_shared_namespaces
+    from secureml.profile.model import load_profile
 
     options = bundle_options(
         k8s_version, image_policy, kubeflow_profile, kfp_namespace, api_server_cidr

@@ -13,7 +13,7 @@ The same commands start with the cycle collector off: importing kfp, the kuberne
 pydantic and the CEL engines makes objects that live as long as the process, and the collector's
 passes over them (about 250 in a 10-step compile, 50 ms of CPU) freed nothing. Where a command
 does make cyclic garbage it turns the collector on (`compile` while kfp builds the pipeline);
-`check-pod` keeps it off while it reads and judges (`secureml.gcpause`).
+`check-pod` keeps it off while it reads and judges (`secureml.admission.gcpause`).
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ import typer
 
 from secureml.cli.options import FormatOption
 from secureml.cli.output import NO, emit_json, run_cli
-from secureml.errors import InputError
+from secureml.core.errors import InputError
 
 if TYPE_CHECKING:
-    from secureml.localrun import RunResult
+    from secureml.localrun.runner import RunResult
 
 SCHEMA = "secureml.dev/run/v1"
 
@@ -86,14 +86,14 @@ def run(
     Exit 0: every step passed. 1: the pipeline does not comply, or a step failed. 2: unusable input (pipeline file, profile, --arg) or a missing machine requirement.
     """
     from secureml.components.audit_report import render_text
-    from secureml.localrun import RunLayout, default_output_dir, run_pipeline_file
+    from secureml.localrun.runner import RunLayout, default_output_dir, run_pipeline_file
 
     if not local:
         raise InputError(
             "only local runs are supported: add --local",
             why="to run in a cluster, compile with `secureml compile` and submit the YAML to KFP",
         )
-    from secureml.compiler import CompileError
+    from secureml.compile.compiler import CompileError
 
     layout = RunLayout(output_dir or default_output_dir(file))
     try:
@@ -129,7 +129,7 @@ def run(
     )
     if not result.succeeded:
         if not verbose:
-            from secureml.runlog import tail
+            from secureml.localrun.runlog import tail
 
             typer.echo(f"last lines of {layout.log}:", err=True)
             for line in tail(layout.log, 15):

@@ -22,7 +22,7 @@ from secureml.cli.options import (
     TufUrlOption,
 )
 from secureml.cli.output import emit_json, run_cli
-from secureml.errors import InputError, SecuremlError
+from secureml.core.errors import InputError, SecuremlError
 
 if TYPE_CHECKING:
     from secureml.supplychain.identity import TrustedIdentity
@@ -137,7 +137,7 @@ def verify_image(
 
     Exit 0: verified. 1: no bundle, none that verifies, or an untrusted signer. 2: unusable flags or files, or a registry or trust root that cannot be reached.
     """
-    from secureml.images import ImageRef
+    from secureml.core.image_ref import ImageRef
     from secureml.supplychain.identity import identities_from_profile
     from secureml.supplychain.image_bundles import read_bundle_file, verify_with_bundles
     from secureml.supplychain.verifier import SignatureVerifier
@@ -155,7 +155,7 @@ def verify_image(
                 why="the trusted signers come from one place",
                 fix="use either the profile's identities or the flags",
             )
-        from secureml.profile import load_profile
+        from secureml.profile.model import load_profile
 
         loaded = load_profile(profile)
         identities = identities_from_profile(loaded)

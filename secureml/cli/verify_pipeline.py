@@ -20,11 +20,11 @@ from secureml.cli.options import (
     TrustedRootOption,
 )
 from secureml.cli.output import emit_json, run_cli
-from secureml.errors import InputError
+from secureml.core.errors import InputError
 
 if TYPE_CHECKING:
+    from secureml.compile.attestation import VerifiedPipeline
     from secureml.supplychain.identity import TrustedIdentity
-    from secureml.supplychain.pipeline_attestation import VerifiedPipeline
 
 SCHEMA = "secureml.dev/verify-pipeline/v1"
 
@@ -81,7 +81,7 @@ def verify_pipeline(
 
     Exit 0: verified. 1: not verified (the reason names what failed: signature, signer, subject digest, predicate type, profile, rules). 2: unusable flags or files, or a TUF repository that does not answer (--online).
     """
-    from secureml.supplychain.pipeline_attestation import verify_pipeline as verify
+    from secureml.compile.attestation import verify_pipeline as verify
 
     identities: list[TrustedIdentity] = []
     if key is not None:

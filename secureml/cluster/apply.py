@@ -31,7 +31,7 @@ from typing import Any
 from secureml.cluster.connection import APPLY_PATCH, Cluster, ServerRefusedError, connect
 from secureml.cluster.refusal import object_ref, refusal_error
 from secureml.cluster.requirements import missing_kinds, requirement_error
-from secureml.errors import SecuremlError
+from secureml.core.errors import SecuremlError
 
 FIELD_MANAGER = "secureml"
 TYPECHECK_TIMEOUT_S = 10.0

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from secureml.errors import ClusterError
+from secureml.core.errors import ClusterError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

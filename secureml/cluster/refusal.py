@@ -14,7 +14,7 @@ from typing import Any
 
 from secureml.cluster.connection import ServerRefusedError
 from secureml.cluster.requirements import COMPONENTS, api_group
-from secureml.errors import SecuremlError
+from secureml.core.errors import SecuremlError
 
 _FIXES = {
     "Conflict": "another field manager owns these fields; change them back, or take them over "

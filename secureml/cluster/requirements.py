@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from secureml.cluster.connection import Resource
-from secureml.errors import ClusterError
+from secureml.core.errors import ClusterError
 
 MAP_GROUP = "admissionregistration.k8s.io"
 MAP_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")

@@ -17,19 +17,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from secureml import contract
 from secureml.bundle.common import BundleOptions
 from secureml.cluster.requirements import server_minor
+from secureml.core import contract
+from secureml.core.errors import InputError
+from secureml.core.k8s_versions import DEFAULT_K8S_VERSION, K8S_VERSIONS, K8sVersion
 from secureml.doctor.check import Check, Report
 from secureml.doctor.cluster_components import Needs, component_checks
 from secureml.doctor.cluster_read import Reader
 from secureml.doctor.cluster_tenant import read_tenant, tenant_checks
-from secureml.errors import InputError
-from secureml.k8s_versions import DEFAULT_K8S_VERSION, K8S_VERSIONS, K8sVersion
 
 if TYPE_CHECKING:
     from secureml.cluster.connection import Cluster
-    from secureml.profile import TenantProfile
+    from secureml.profile.model import TenantProfile
 
 SCHEMA = "secureml.dev/doctor-cluster/v1"
 PROFILE_SUFFIXES = (".yaml", ".yml")
@@ -136,20 +136,19 @@ def cluster_report(
     return report
 
 
-def run_cluster(
+def diagnose_cluster(
     kubeconfig: Path | None,
     context: str | None,
     profiles: Sequence[Path],
     options: BundleOptions,
     k8s_version: K8sVersion | None,
-    output: str,
-) -> int:
-    """`secureml doctor cluster`: print the report (text or JSON); return the exit code."""
+) -> tuple[Report, dict[str, Any], str]:
+    """`secureml doctor cluster`: the report, its JSON document and its text."""
     from dataclasses import replace
 
     from secureml.cluster import connect
-    from secureml.profile import load_profile
-    from secureml.profile_set import refuse_shared_namespaces
+    from secureml.profile.cross_checks import refuse_shared_namespaces
+    from secureml.profile.model import load_profile
 
     files = profile_files(profiles)
     loaded = [(path, load_profile(path)) for path in files]
@@ -158,15 +157,8 @@ def run_cluster(
     git_version = cluster.version()
     options = replace(options, k8s_version=render_version(git_version, k8s_version))
     report = cluster_report(cluster, loaded, options, git_version)
-    if output == "json":
-        from secureml.cli.output import emit_json
-
-        emit_json(to_json(report, cluster, git_version, options))
-    else:
-        import typer
-
-        typer.echo(report_text(report, f"{cluster.server} ({git_version}, {cluster.source})"))
-    return report.exit_code()
+    text = report_text(report, f"{cluster.server} ({git_version}, {cluster.source})")
+    return report, to_json(report, cluster, git_version, options), text
 
 
 def to_json(

@@ -20,7 +20,7 @@ from secureml.bundle.dra import DRIVER as DRA_DRIVER
 from secureml.bundle.dra import GPU_DEVICE_CLASS, MIG_DEVICE_CLASS
 from secureml.doctor.check import Check, Status
 from secureml.doctor.cluster_read import Reader
-from secureml.profile import TenantProfile
+from secureml.profile.model import TenantProfile
 
 SPIFFE_CSI_DRIVER = "csi.spiffe.io"
 DEVICE_PLUGIN_NAMES = (
@@ -55,7 +55,7 @@ class Needs:
     alerts: list[str] = field(default_factory=list)
 
     def add(self, profile: TenantProfile, device_classes: list[str]) -> None:
-        from secureml.gpu import allowed_accelerators
+        from secureml.gpu.placement import allowed_accelerators
 
         name = profile.metadata.name
         if profile.spec.identity.required:
@@ -320,7 +320,7 @@ def device_plugin_check(daemonsets: list[dict[str, Any]], needs: Needs) -> Check
 
 
 def _resource_fix(resource: str) -> str:
-    from secureml.gpu_catalogue import MIG_RESOURCE_PREFIX, RESOURCE_GPU
+    from secureml.nvidia.catalogue import MIG_RESOURCE_PREFIX, RESOURCE_GPU
 
     if resource.startswith(MIG_RESOURCE_PREFIX):
         profile = resource.removeprefix(MIG_RESOURCE_PREFIX)

@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from secureml.bundle.render import dump_documents
-from secureml.quantity import parse_bytes
+from secureml.core.quantity import parse_bytes
 
 # Field managers that write what a cluster derives, not what a person or a tool chose.
 _SYSTEM_MANAGERS = ("kube-apiserver", "kube-controller-manager")

@@ -22,11 +22,11 @@ from secureml.bundle.render import file_name
 from secureml.cluster.apply import FIELD_MANAGER, type_warning
 from secureml.cluster.refusal import object_ref
 from secureml.cluster.requirements import Missing, requirement_error
+from secureml.core.k8s_versions import DEFAULT_K8S_VERSION
 from secureml.doctor.check import Check, Status
 from secureml.doctor.cluster_drift import editors, object_drift
 from secureml.doctor.cluster_read import Found, Reader
-from secureml.k8s_versions import DEFAULT_K8S_VERSION
-from secureml.profile import TenantProfile
+from secureml.profile.model import TenantProfile
 
 PSA_PREFIX = "pod-security.kubernetes.io/"
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")

@@ -4,7 +4,7 @@ It reads what `dmesg`, `journalctl -k` or a step's log hold (any prefix before `
 formats with and without `pid=`/`name=`) and finds four kinds of event:
 
 - `xid`: `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, ...`, classified by
-  `secureml.xid` (application, memory, device, NVLink) with its action;
+  `secureml.nvidia.xid` (application, memory, device, NVLink) with its action;
 - `fallen-off-bus`: `NVRM: GPU at PCI:0000:3b:00 has fallen off the bus` (Xid 79's row);
 - `driver-mismatch`: `NVRM: API mismatch` or `Failed to initialize NVML: Driver/library version
   mismatch` (the kernel module and the user-space libraries differ);
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from secureml.core.errors import SecuremlError
 from secureml.doctor.check import Check, Report, Status
-from secureml.errors import SecuremlError
-from secureml.xid import ACTION_TEXT, CATALOG_URL, XidRow, classify
+from secureml.nvidia.xid import ACTION_TEXT, CATALOG_URL, XidRow, classify
 
 LOGS_SCHEMA = "secureml.dev/doctor-logs/v1"
 Kind = Literal["xid", "fallen-off-bus", "driver-mismatch", "cuda-error"]
@@ -322,11 +322,8 @@ def read_source(source: str) -> tuple[str, str]:
     return data.decode("utf-8", errors="replace"), source
 
 
-def run_logs(source: str, audit_dir: Path | None, output: str) -> int:
-    """`secureml doctor logs`: print the report (text or JSON); return the exit code."""
-    import typer
-
-    from secureml.cli.output import emit_json, print_table
+def diagnose_logs(source: str, audit_dir: Path | None) -> tuple[Report, dict[str, Any], str]:
+    """`secureml doctor logs`: the report, its JSON document and the title of its table."""
     from secureml.enforcement.audit import load_audit_records, records_from_log
 
     text, subject = read_source(source)
@@ -340,16 +337,4 @@ def run_logs(source: str, audit_dir: Path | None, output: str) -> int:
             )
         records += [dict(r) for r in load_audit_records(audit_dir)]
     report, findings, lines = diagnose(text, subject, records)
-    if output == "json":
-        emit_json(to_json(report, findings, lines))
-    else:
-        print_table(
-            ("status", "check", "seen", "fix"),
-            ((c.status, c.title, c.seen, c.fix) for c in report.checks),
-            title=f"doctor logs: {subject} ({lines} lines)",
-        )
-        counts = report.counts()
-        typer.echo(
-            f"{counts['fail']} need action, {counts['warn']} warning(s), {counts['pass']} pass"
-        )
-    return report.exit_code()
+    return report, to_json(report, findings, lines), f"doctor logs: {subject} ({lines} lines)"

@@ -11,12 +11,12 @@ device plugin's time-slicing. What the node must offer comes from the tenant pro
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from secureml.core.errors import InputError
 from secureml.doctor.check import Check, Report
 from secureml.doctor.node_host import (
     TOOLKIT_CONFIG,
@@ -28,8 +28,7 @@ from secureml.doctor.node_host import (
     toolkit_check,
 )
 from secureml.doctor.node_pools import Expectations, expectations
-from secureml.errors import InputError
-from secureml.profile import TenantProfile
+from secureml.profile.model import TenantProfile
 
 SCHEMA = "secureml.dev/doctor-node/v1"
 
@@ -182,32 +181,3 @@ def to_json(report: Report, inputs: NodeInputs) -> dict[str, Any]:
         "nodeLabels": dict(inputs.labels) if inputs.labels is not None else None,
         **report.to_json(),
     }
-
-
-def _print(report: Report, inputs: NodeInputs, output: str) -> None:
-    import typer
-
-    from secureml.cli.output import emit_json, print_table
-
-    if output == "json":
-        emit_json(to_json(report, inputs))
-        return
-    print_table(
-        ("status", "check", "seen", "fix"),
-        ((c.status, c.name, c.seen, c.fix) for c in report.checks),
-        title=f"doctor node: {inputs.root}",
-    )
-    counts = report.counts()
-    typer.echo(f"{counts['fail']} failed, {counts['warn']} warning(s), {counts['pass']} passed")
-
-
-def run_node(inputs: NodeInputs, output: str, interval: float | None = None) -> int:
-    """`secureml doctor node`: print the report; return its exit code. With `interval`, check
-    again every `interval` seconds and never return (the DaemonSet: one report per period in
-    its log)."""
-    while True:
-        report = node_report(inputs)
-        _print(report, inputs, output)
-        if interval is None:
-            return report.exit_code()
-        time.sleep(interval)

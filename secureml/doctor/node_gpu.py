@@ -288,7 +288,7 @@ def _mig_profiles_check(present: Counter[str], expected: Expectations, any_on: b
 def confidential_check(nvml: Any, expected: Expectations, labels: dict[str, str] | None) -> Check:
     """The system's CC state; a fail where a profile on this node requires CC and it is not in
     force, or where the node's CC label claims a state NVML does not confirm."""
-    from secureml.gpu_catalogue import CC_READY, LABEL_CC_READY
+    from secureml.nvidia.catalogue import CC_READY, LABEL_CC_READY
 
     name, title = "cc.state", "confidential computing state"
     state = read_cc_state(nvml)

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from secureml.core.errors import InputError
 from secureml.doctor.check import Check, Status
 from secureml.doctor.node_pools import Expectations
-from secureml.errors import InputError
 
 MODULE_VERSION_FILE = "proc/driver/nvidia/version"
 MODULE_DIR = "sys/module/nvidia"

@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from secureml.gpu_catalogue import (
+from secureml.nvidia.catalogue import (
     LABEL_GPU_PRODUCT,
     LABEL_SHARING_STRATEGY,
     MIG_CATALOGUE,
     SHARING_TIME_SLICING,
     mig_product_names,
 )
-from secureml.profile import TenantProfile
+from secureml.profile.model import TenantProfile
 
 
 @dataclass(frozen=True)

@@ -35,14 +35,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from secureml.k8s_versions import DEFAULT_K8S_VERSION
+from secureml.core.k8s_versions import DEFAULT_K8S_VERSION
+from secureml.core.violation import Violation
 from secureml.rules.engine import evaluate, in_scope
 from secureml.rules.model import LEVELS, Rule
 from secureml.rules.pss import rules_for_level
-from secureml.violation import Violation
 
 if TYPE_CHECKING:
-    from secureml.profile import TenantProfile
+    from secureml.profile.model import TenantProfile
 
 __all__ = [
     "LEVELS",

@@ -6,8 +6,8 @@ immutable), so each of them holds one concern and none repeats the binding.
 
 from __future__ import annotations
 
-from secureml.profile import TenantProfile
-from secureml.rules._cel import spec_bound, spec_bound_message
+from secureml.profile.model import TenantProfile
+from secureml.rules.cel.reference import spec_bound, spec_bound_message
 from secureml.rules.model import Rule
 from secureml.rules.scope import STEP_POD
 

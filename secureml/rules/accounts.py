@@ -17,11 +17,17 @@ Both hold for every pod: KFP's driver pods run as the same account as the steps.
 
 from __future__ import annotations
 
-from secureml.bundle.rbac import RUNNER_NAME
-from secureml.cel_text import quote
-from secureml.profile import TenantProfile
-from secureml.rules._cel import SPEC, every_container, has_path, name_first, offending_containers
+from secureml.core.contract import RUNNER_NAME
+from secureml.profile.model import TenantProfile
 from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.cel.reference import (
+    SPEC,
+    every_container,
+    has_path,
+    name_first,
+    offending_containers,
+)
+from secureml.rules.cel.text import quote
 from secureml.rules.model import Rule
 from secureml.rules.scope import EVERY_POD, system_image
 

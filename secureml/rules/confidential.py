@@ -12,13 +12,14 @@ launcher's `SECUREML_CONFIDENTIAL_COMPUTING` must equal it (`secureml.launcherEn
 
 from __future__ import annotations
 
-from secureml import contract, gpu
-from secureml.cel_text import quote
-from secureml.gpu_catalogue import NVIDIA_RESOURCE_PREFIX
-from secureml.podspec import CONTAINER_LISTS
-from secureml.profile import TenantProfile
-from secureml.rules._cel import SPEC
+from secureml.core import contract
+from secureml.gpu import placement as gpu
+from secureml.nvidia.catalogue import NVIDIA_RESOURCE_PREFIX
+from secureml.pods.podspec import CONTAINER_LISTS
+from secureml.profile.model import TenantProfile
 from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.cel.reference import SPEC
+from secureml.rules.cel.text import quote
 from secureml.rules.model import Rule
 
 RULE_ID = "secureml.confidentialComputing"

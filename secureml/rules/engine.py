@@ -8,7 +8,7 @@ the pod is not in force and is skipped; each distinct scope is evaluated once pe
 
 Two engines, one verdict:
 
-- the fast path (`secureml.rules.cel_cpp`, Google's C++ CEL) reads the pod's dicts in place and
+- the fast path (`secureml.rules.cel.cpp`, Google's C++ CEL) reads the pod's dicts in place and
   judges every rule it compiles. Whenever it gives anything but a boolean (an error, another type),
   and for a rule it cannot compile, the rule is judged again by
 - the plain path (`common-expression-language`, the Rust engine; `evaluate_plain`), whose result
@@ -34,9 +34,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from secureml.rules import cel_cpp, verdict_memo
+from secureml.core.violation import Violation
+from secureml.rules import verdict_memo
+from secureml.rules.cel import cpp as cel_cpp
 from secureml.rules.model import Rule
-from secureml.violation import Violation
 
 if TYPE_CHECKING:
     import cel

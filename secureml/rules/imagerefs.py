@@ -7,8 +7,8 @@ digest when it ends in `@sha256:<64 hex>`.
 
 from __future__ import annotations
 
-from secureml.cel_text import quote
-from secureml.profile import TenantProfile
+from secureml.profile.model import TenantProfile
+from secureml.rules.cel.text import quote
 
 DIGEST_PATTERN = "@sha256:[0-9a-f]{64}$"
 

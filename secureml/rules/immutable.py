@@ -14,10 +14,10 @@ exercised through `secureml.rules.evaluate(pod, rules, old_obj=...)`.
 
 from __future__ import annotations
 
-from secureml import contract
-from secureml.cel_text import quote
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.profile.model import TenantProfile
 from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.cel.text import quote
 from secureml.rules.model import Rule
 from secureml.rules.scope import EVERY_POD
 

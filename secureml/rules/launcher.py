@@ -27,13 +27,14 @@ shape the compiler and KFP give it:
 
 from __future__ import annotations
 
-from secureml import contract
-from secureml.bundle.spiffe import spiffe_id_template
-from secureml.cel_text import label_is, quote, string_list
-from secureml.preview import KFP_LAUNCHER_FLAGS
-from secureml.profile import TenantProfile
-from secureml.rules._cel import SPEC, name_first
+from secureml.core import contract
+from secureml.pods.preview import KFP_LAUNCHER_FLAGS
+from secureml.profile.model import TenantProfile
+from secureml.profile.runtime_image import injected, launcher_prefix
+from secureml.profile.spiffe import spiffe_id_template
 from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.cel.reference import SPEC, name_first
+from secureml.rules.cel.text import label_is, quote, string_list
 from secureml.rules.model import Rule
 from secureml.rules.runtime import runtime_container, runtime_rules
 from secureml.rules.scope import (
@@ -43,7 +44,6 @@ from secureml.rules.scope import (
     system_container,
     system_image,
 )
-from secureml.runtime_image import injected, launcher_prefix
 from secureml.supplychain.model_trust import profile_trust_json
 
 # Flags KFP's driver may repeat (`--publish_logs` is there twice): room for each one twice.
@@ -302,7 +302,7 @@ def _launcher_env(profile: TenantProfile) -> Rule:
     # One disjunct per pinned name rather than a chain of ternaries: for a pinned name exactly one
     # `e.name == N` holds, and `false && x` is false even where x errs, so it is the same
     # predicate; it also stays within the C++ CEL parser's nesting limit (32 levels), which the
-    # 16-deep chain passed (the offline fast path, secureml.rules.cel_cpp).
+    # 16-deep chain passed (the offline fast path, secureml.rules.cel.cpp).
     chain = " || ".join(f"(e.name == {quote(n)} && ({c}))" for n, c in pinned.items())
     entry_ok = (
         f"(e.name in {names} ? (has(e.value) && !has(e.valueFrom) && ({chain})) : "

@@ -1,4 +1,4 @@
-"""The small value of the rule catalogue: a `Rule` (what it reports is `secureml.violation.Violation`)."""
+"""The small value of the rule catalogue: a `Rule` (what it reports is `secureml.core.violation.Violation`)."""
 
 from __future__ import annotations
 

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from secureml import contract
-from secureml.bundle.mutation.catalogue import mutations_for_profile
-from secureml.cel_text import quote, string_list
-from secureml.preview import BACKEND_SCRATCH, KFP_LAUNCHER_VOLUME
-from secureml.profile import TenantProfile
-from secureml.rules._cel import SPEC, container_rule_message, every_container
+from secureml.core import contract
+from secureml.pods.mutation.catalogue import mutations_for_profile
+from secureml.pods.preview import BACKEND_SCRATCH, KFP_LAUNCHER_VOLUME
+from secureml.profile.model import TenantProfile
 from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.cel.reference import SPEC, container_rule_message, every_container
+from secureml.rules.cel.text import quote, string_list
 from secureml.rules.model import Rule
 from secureml.rules.runtime import runtime_container
 from secureml.rules.scope import system_image

@@ -29,12 +29,13 @@ making gets no GPU, but could still sit on another tenant's dedicated node or pr
 
 from __future__ import annotations
 
-from secureml import gpu, gpu_catalogue
-from secureml.cel_text import quote, string_list
-from secureml.podspec import CONTAINER_LISTS
-from secureml.profile import TenantProfile
-from secureml.rules._cel import SPEC, has_path
+from secureml.gpu import placement as gpu
+from secureml.nvidia import catalogue as gpu_catalogue
+from secureml.pods.podspec import CONTAINER_LISTS
+from secureml.profile.model import TenantProfile
 from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.cel.reference import SPEC, has_path
+from secureml.rules.cel.text import quote, string_list
 from secureml.rules.model import Rule
 from secureml.rules.resources import granted_resources
 from secureml.rules.scope import EVERY_POD, STEP_POD

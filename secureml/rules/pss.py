@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import functools
 
-from secureml.cel_text import quote, string_list
-from secureml.k8s_versions import DEFAULT_K8S_VERSION, at_least
-from secureml.rules._cel import (
+from secureml.core.k8s_versions import DEFAULT_K8S_VERSION, at_least
+from secureml.rules.cel.reference import (
     SPEC,
     container_rule_message,
     every_container,
@@ -26,6 +25,7 @@ from secureml.rules._cel import (
     spec_bound,
     spec_bound_message,
 )
+from secureml.rules.cel.text import quote, string_list
 from secureml.rules.model import LEVEL_BASELINE, LEVEL_RESTRICTED, Rule
 
 # --- allowed values (the upstream sets, as of 1.36; 1.37 changes below) -------------------------

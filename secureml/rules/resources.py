@@ -25,12 +25,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from secureml import contract, gpu_catalogue
-from secureml.cel_text import label_is, quote, string_list
-from secureml.podspec import CONTAINER_LISTS
-from secureml.profile import TenantProfile
-from secureml.rules._cel import SPEC, container_rule_message, every_container
+from secureml.core import contract
+from secureml.nvidia import catalogue as gpu_catalogue
+from secureml.pods.podspec import CONTAINER_LISTS
+from secureml.profile.model import TenantProfile
 from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.cel.reference import SPEC, container_rule_message, every_container
+from secureml.rules.cel.text import label_is, quote, string_list
 from secureml.rules.model import Rule
 from secureml.rules.scope import EVERY_POD, STEP_POD
 

@@ -1,6 +1,6 @@
 """The launcher and the shim come from the platform's runtime image (issue 10, class 9).
 
-Where the profile names `runtime.image` (`secureml.runtime_image`), the mutating policy adds to
+Where the profile names `runtime.image` (`secureml.profile.runtime_image`), the mutating policy adds to
 every step pod the init container `contract.RUNTIME_INIT_CONTAINER` of exactly that image, running
 `contract.RUNTIME_INSTALL_COMMAND` into the emptyDir `contract.RUNTIME_VOLUME`, and mounts that
 volume read-only at `contract.RUNTIME_DIR` in `main`. `secureml.runtimeInjected` (step pods)
@@ -22,15 +22,15 @@ requires the result, so that a pod which lost or replaced any part of it is refu
 
 from __future__ import annotations
 
-from secureml import contract
-from secureml.cel_text import label_is, quote, string_list
-from secureml.profile import TenantProfile
-from secureml.rules._cel import SPEC, every_container
+from secureml.core import contract
+from secureml.profile.model import TenantProfile
+from secureml.profile.runtime_image import injected
 from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.cel.reference import SPEC, every_container
+from secureml.rules.cel.text import label_is, quote, string_list
 from secureml.rules.model import Rule
 from secureml.rules.scope import NATIVE_RESOURCES, system_image
 from secureml.rules.token_mount import SERVICE_ACCOUNT_TOKEN_MOUNT
-from secureml.runtime_image import injected
 
 VOLUME = quote(contract.RUNTIME_VOLUME)
 

@@ -11,10 +11,10 @@ tolerations and overhead to the pod: the placement rules judge the result.
 
 from __future__ import annotations
 
-from secureml.cel_text import quote, string_list
-from secureml.profile import TenantProfile
-from secureml.rules._cel import SPEC
+from secureml.profile.model import TenantProfile
 from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.cel.reference import SPEC
+from secureml.rules.cel.text import quote, string_list
 from secureml.rules.model import Rule
 from secureml.rules.scope import EVERY_POD
 

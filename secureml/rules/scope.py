@@ -33,10 +33,10 @@ ValidatingAdmissionPolicy renderer puts the step rules in a policy of their own 
 
 from __future__ import annotations
 
-from secureml import contract
-from secureml.cel_text import image_of_repository, quote, string_list
-from secureml.podspec import CONTAINER_LISTS
-from secureml.rules._cel import SPEC, every_container, spec_bound
+from secureml.core import contract
+from secureml.pods.podspec import CONTAINER_LISTS
+from secureml.rules.cel.reference import SPEC, every_container, spec_bound
+from secureml.rules.cel.text import image_of_repository, quote, string_list
 
 EVERY_POD = ""
 

@@ -8,18 +8,19 @@ docs/admission-rules.md together with the control that covers it instead.
 
 from __future__ import annotations
 
-from secureml import contract
-from secureml.cel_text import LABELS, label_in, label_is, quote, string_list
-from secureml.gpu_catalogue import (
+from secureml.core import contract
+from secureml.core.contract import ISOLATION_TIMESLICE_SHIM
+from secureml.gpu.request import wire_pattern
+from secureml.nvidia.catalogue import (
     LABEL_GPU_PRODUCT,
     MIG_RESOURCE_PREFIX,
     NVIDIA_RESOURCE_PREFIX,
     RESOURCE_GPU,
 )
-from secureml.gpu_request import ISOLATION_TIMESLICE_SHIM, wire_pattern
-from secureml.podspec import CONTAINER_LISTS
-from secureml.profile import TenantProfile
-from secureml.rules._cel import (
+from secureml.pods.podspec import CONTAINER_LISTS
+from secureml.profile.model import TenantProfile
+from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.cel.reference import (
     SPEC,
     container_rule_message,
     every_container,
@@ -27,7 +28,7 @@ from secureml.rules._cel import (
     inherited_setting,
     int_range_regex,
 )
-from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.cel.text import LABELS, label_in, label_is, quote, string_list
 from secureml.rules.model import Rule
 from secureml.rules.runtime import runtime_image_container
 from secureml.rules.scope import EVERY_POD, STEP_POD, system_container
@@ -294,7 +295,7 @@ class _Catalogue:
         are ANDed, so other keys only narrow it). Without a product constraint nvidia.com/gpu would
         get a whole GPU or any MIG instance.
         """
-        from secureml.gpu_catalogue import mig_product_names
+        from secureml.nvidia.catalogue import mig_product_names
 
         models = list(self.gpu.models)
         products = sorted({name for p in allowed_profiles for name in mig_product_names(p, models)})
@@ -371,8 +372,8 @@ class _Catalogue:
 
     def _claim_kinds(self, template: str) -> list[str]:
         """CEL conditions, one per GPU kind the profile allows: template name and isolation label."""
-        from secureml.gpu import claim_template_name
-        from secureml.gpu_request import MIG, TimeSlice
+        from secureml.gpu.placement import claim_template_name
+        from secureml.gpu.request import MIG, TimeSlice
 
         gpu = self.gpu
         kinds: list[str] = []

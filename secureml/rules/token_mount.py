@@ -9,8 +9,8 @@ and Argo's executor read the API with it. Shared by `secureml.rules.mounts` and
 
 from __future__ import annotations
 
-from secureml.cel_text import quote
-from secureml.rules._cel import SPEC
+from secureml.rules.cel.reference import SPEC
+from secureml.rules.cel.text import quote
 
 # Checked on kube-apiserver 1.36.3 (tests/cluster): without this
 # allowance every step pod is refused on a real cluster. Only that shape passes: read-only, no

@@ -9,10 +9,10 @@ index (label, and the annotation Trainer's `PET_NODE_RANK` reads) is one number 
 
 from __future__ import annotations
 
-from secureml import contract
-from secureml.cel_text import label_is, label_present, quote
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.profile.model import TenantProfile
 from secureml.rules._tenant_rule import tenant_rule
+from secureml.rules.cel.text import label_is, label_present, quote
 from secureml.rules.model import Rule
 
 

@@ -4,7 +4,7 @@ A KFP pipeline's step pods differ in a few fields (the step's name in labels, an
 few environment values; the component's source in `args`), and most rules read none of them: the
 1,000 step pods of benchmarks/check_pod.py show 1 to 6 distinct values of what each of 50 of
 team-a's 57 rules reads. So a `Kept` extracts from a pod (`Pod.key`) exactly the parts of
-`object` and `oldObject` that `secureml.rules.reads` found its expressions can read, and the
+`object` and `oldObject` that `secureml.rules.cel.reads` found its expressions can read, and the
 engine keeps the outcome (a rule's verdict, its violation, a scope's value, a mask program's
 value: see `Memo`) under that key.
 
@@ -40,10 +40,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from secureml.rules import cel_ast, cel_cache, cel_cpp
-from secureml.rules import reads as reads_module
+from secureml.rules.cel import cache as cel_cache
+from secureml.rules.cel import cpp as cel_cpp
+from secureml.rules.cel import reads as reads_module
+from secureml.rules.cel import syntax as cel_ast
+from secureml.rules.cel.reads import ROOTS, Read, reads
 from secureml.rules.model import Rule
-from secureml.rules.reads import ROOTS, Read, reads
 
 LIMIT = 1024  # outcomes kept per rule: a few per component, unless the rule stops being keyed
 WORTH = 2500  # characters of CEL text

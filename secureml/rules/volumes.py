@@ -18,10 +18,10 @@ Both hold for every pod: volumes are not part of what makes a pod a KFP system p
 
 from __future__ import annotations
 
-from secureml.bundle.mutation.catalogue import SPIFFE_CSI_DRIVER, SPIFFE_VOLUME
-from secureml.cel_text import quote
-from secureml.profile import TenantProfile
-from secureml.rules._cel import SPEC, spec_bound, spec_bound_message
+from secureml.pods.mutation.catalogue import SPIFFE_CSI_DRIVER, SPIFFE_VOLUME
+from secureml.profile.model import TenantProfile
+from secureml.rules.cel.reference import SPEC, spec_bound, spec_bound_message
+from secureml.rules.cel.text import quote
 from secureml.rules.imagerefs import pinned, registry_prefixes, tenant_registry
 from secureml.rules.model import Rule
 from secureml.rules.scope import EVERY_POD

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from secureml.images import ImageRef
-from secureml.supplychain import predicates
+from secureml.core.image_ref import ImageRef
+from secureml.profile import predicates
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.image_bundles import Candidate, read_bundle_file
 from secureml.supplychain.verifier import COSIGN_SIGN_PREDICATE, SignatureError, SignatureVerifier
 
 if TYPE_CHECKING:
-    from secureml.profile import AttestationRequirement
+    from secureml.profile.model import AttestationRequirement
 
 RULES = {
     "missing": "image.attestation-missing",

@@ -26,14 +26,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from secureml.errors import SecuremlError
-from secureml.images import ImageRef
+from secureml.core.errors import SecuremlError
+from secureml.core.image_ref import ImageRef
 from secureml.supplychain.identity import TrustedIdentity, identities_from_profile
 from secureml.supplychain.image_bundles import candidate_bundles, verify_with_bundles
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier, VerifiedSignature
 
 if TYPE_CHECKING:
-    from secureml.profile import TenantProfile
+    from secureml.profile.model import TenantProfile
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
-from secureml.errors import InputError
+from secureml.core.errors import InputError
 from secureml.supplychain.managed_key import _hint_hex, fingerprint, load_public_key
 from secureml.supplychain.verifier import IN_TOTO_PAYLOAD_TYPE, SignatureError, _first_line
 

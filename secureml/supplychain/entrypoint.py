@@ -20,8 +20,8 @@ from typing import Any
 
 import requests
 
-from secureml.errors import InputError
-from secureml.images import ImageRef
+from secureml.core.errors import InputError
+from secureml.core.image_ref import ImageRef
 from secureml.supplychain.registry import (
     OCI_INDEX,
     OCI_MANIFEST,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sigstore.errors import VerificationError
 
-from secureml.errors import InputError
+from secureml.core.errors import InputError
 
 if TYPE_CHECKING:
     from cryptography.x509 import Certificate

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from secureml.errors import InputError
-from secureml.images import ImageRef
+from secureml.core.errors import InputError
+from secureml.core.image_ref import ImageRef
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier, VerifiedSignature
 

@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
-from secureml.errors import InputError
+from secureml.core.errors import InputError
 from secureml.supplychain.trust import load_trusted_root, resolve_trusted_root
 from secureml.supplychain.verifier import (
     FailureKind,

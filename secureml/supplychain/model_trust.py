@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from secureml.errors import InputError
+from secureml.core.errors import InputError
 
 if TYPE_CHECKING:
-    from secureml.profile import TenantProfile
+    from secureml.profile.model import TenantProfile
 
 PUBLIC_ROOTS = ("production", "staging")
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from secureml.errors import InputError, SecuremlError
+from secureml.core.errors import InputError, SecuremlError
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.model_trust import PUBLIC_ROOTS
 from secureml.supplychain.verifier import (
@@ -45,7 +45,7 @@ from secureml.supplychain.verifier import (
     _parse_bundle_json,
     verify_keyless_dsse,
 )
-from secureml.verify_inputs import DEFAULT_SIGNATURE
+from secureml.supplychain.verify_inputs import DEFAULT_SIGNATURE
 
 MODEL_SIGNING_PREDICATE = "https://model_signing/signature/v1.0"
 IN_TOTO_STATEMENT_V1 = "https://in-toto.io/Statement/v1"

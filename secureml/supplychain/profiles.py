@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from secureml.profile import read_profile_bytes
+from secureml.profile.model import read_profile_bytes
 
 if TYPE_CHECKING:  # imported by the check itself: `compile` needs only the bundle's default path
     from secureml.supplychain.identity import TrustedIdentity

@@ -22,8 +22,8 @@ from typing import Any
 import oras.provider
 import requests
 
-from secureml.errors import NetworkError
-from secureml.images import DOCKER_HUB, ImageRef
+from secureml.core.errors import NetworkError
+from secureml.core.image_ref import DOCKER_HUB, ImageRef
 from secureml.supplychain.verifier import SignatureError
 
 SIGSTORE_BUNDLE_TYPES = (

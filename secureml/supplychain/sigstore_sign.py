@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from secureml.errors import InputError, NetworkError
+from secureml.core.errors import InputError, NetworkError
 from secureml.supplychain.verifier import _first_line
 
 if TYPE_CHECKING:

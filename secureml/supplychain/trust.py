@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from secureml.errors import InputError
+from secureml.core.errors import InputError
 
 if TYPE_CHECKING:
     from sigstore.models import TrustedRoot

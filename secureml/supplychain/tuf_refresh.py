@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from urllib import parse
 
-from secureml.errors import InputError, NetworkError, SecuremlError
+from secureml.core.errors import InputError, NetworkError, SecuremlError
 
 TRUSTED_ROOT_TARGET = "trusted_root.json"
 PUBLIC_TUF_URLS = {

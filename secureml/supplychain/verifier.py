@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from secureml.errors import SecuremlError
-from secureml.images import ImageRef
+from secureml.core.errors import SecuremlError
+from secureml.core.image_ref import ImageRef
 from secureml.supplychain.identity import IdentityPolicy, TrustedIdentity, UntrustedSignerError
 from secureml.supplychain.intoto_entry import INTOTO_KIND, log_entry_kind, verify_intoto_dsse
 from secureml.supplychain.root_windows import check_root_windows

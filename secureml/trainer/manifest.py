@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from secureml import contract
-from secureml.bundle.rbac import RUNNER_NAME
-from secureml.gpu import Placement
-from secureml.gpu_request import GPURequest, WholeGPU
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.core.contract import RUNNER_NAME
+from secureml.gpu.placement import Placement
+from secureml.gpu.request import GPURequest, WholeGPU
+from secureml.profile.model import TenantProfile
 
 Manifest = dict[str, Any]
 

@@ -1,7 +1,7 @@
 """The node pods Trainer v2 and JobSet create from a TrainJob, for the compile-time admission check,
 `check-pod` style tests and the real API server's verdict.
 
-A model, like `secureml.preview` is one of KFP and Argo: Trainer (v2.3) merges the TrainJob into
+A model, like `secureml.pods.preview` is one of KFP and Argo: Trainer (v2.3) merges the TrainJob into
 its runtime's JobSet template (the trainer container takes `spec.trainer`'s image, command, args,
 env and resources; the runtime patch adds its labels, annotations and pod fields; the torch plugin
 adds the `PET_*` rendezvous variables and port 29400), JobSet names the pods of replicated job
@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from secureml import contract
+from secureml.core import contract
 from secureml.trainer.manifest import pod_patch_of
 
 Manifest = dict[str, Any]

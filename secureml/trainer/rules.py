@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from secureml import contract
-from secureml.bundle.rbac import RUNNER_NAME
-from secureml.cel_text import quote, string_list
-from secureml.gpu_catalogue import LABEL_GPU_PRODUCT, RESOURCE_GPU
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.core.contract import RUNNER_NAME
+from secureml.nvidia.catalogue import LABEL_GPU_PRODUCT, RESOURCE_GPU
+from secureml.profile.model import TenantProfile
+from secureml.profile.runtime_image import launcher_prefix
+from secureml.rules.cel.text import quote, string_list
 from secureml.rules.imagerefs import pinned, tenant_registry
-from secureml.runtime_image import launcher_prefix
 from secureml.trainer.manifest import RUNTIME_KIND
 
 TRAINJOB_CONTROLLER = "trainer.kubeflow.org/trainjob-controller"

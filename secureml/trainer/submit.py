@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
-from secureml import contract
+from secureml.core import contract
 from secureml.trainer.manifest import with_run
 
 Manifest = dict[str, Any]
@@ -131,7 +131,7 @@ def run_cluster(
 
     cancelled: list[int] = []
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         cancelled.append(signum)
 
     previous = {}
@@ -256,7 +256,7 @@ def run_local(job: Manifest, *, environ: dict[str, str] | None = None) -> int:
         children.append(subprocess.Popen(command, env=env))
     _say(f"started {nodes} local node(s), rendezvous 127.0.0.1:{port}")
 
-    def stop(signum: int, frame: FrameType | None) -> None:
+    def stop(signum: int, _frame: FrameType | None) -> None:
         for child in children:
             child.terminate()
 

@@ -21,11 +21,11 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from typer.testing import CliRunner
 
 from secureml.cli import app
-from secureml.compile_rules import RULES
-from secureml.images import ImageRef
+from secureml.compile.attestation import PREDICATE_TYPE, statement_bytes
+from secureml.compile.rules import RULES
+from secureml.core.image_ref import ImageRef
 from secureml.supplychain.dsse_key import load_signing_key, sign_statement, verify_envelope
 from secureml.supplychain.image_bundles import bundle_filename
-from secureml.supplychain.pipeline_attestation import PREDICATE_TYPE, statement_bytes
 from secureml.supplychain.verifier import SignatureError
 from tests.cli.schemas import check
 from tests.supplychain.testpki import PrivateSigstore
@@ -373,7 +373,7 @@ def test_an_encrypted_key_needs_its_password(tmp_path, monkeypatch):
         serialization.PrivateFormat.PKCS8,
         serialization.BestAvailableEncryption(b"s3cret"),
     )
-    from secureml.errors import InputError
+    from secureml.core.errors import InputError
 
     with pytest.raises(InputError, match="SECUREML_ATTEST_KEY_PASSWORD"):
         load_signing_key(pem, "k.pem")
@@ -509,8 +509,8 @@ def test_compile_json_names_the_attestation(unsigned_profile, compiled, tmp_path
 
 
 def test_required_attestations_are_recorded_rules():
-    from secureml.profile import TenantProfile
-    from secureml.supplychain.pipeline_attestation import checked_rules
+    from secureml.compile.attestation import checked_rules
+    from secureml.profile.model import TenantProfile
 
     data = yaml.safe_load((REPO / "profiles" / "team-a.yaml").read_text())
     data["spec"]["images"]["attestations"] = [

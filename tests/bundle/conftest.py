@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from secureml.bundle import BundleOptions, render_objects
-from secureml.profile import TenantProfile, load_profile
+from secureml.profile.model import TenantProfile, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))

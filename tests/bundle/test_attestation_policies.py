@@ -14,8 +14,8 @@ from cel_expr_python import cel
 
 from secureml.bundle import BundleOptions, render_objects
 from secureml.bundle.attestation_policies import payload_condition, rego_policy
-from secureml.profile import AttestationRequirement, TenantProfile
-from secureml.supplychain import predicates
+from secureml.profile import predicates
+from secureml.profile.model import AttestationRequirement, TenantProfile
 from tests.bundle.test_validation import crd_schema
 from tests.cel_literals import type_errors
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from secureml.bundle import BundleOptions
-from secureml.k8s_versions import K8S_VERSIONS
+from secureml.core.k8s_versions import K8S_VERSIONS
 from tests.bundle.conftest import PROFILES, rendered
 from tests.cel_literals import type_errors
 

@@ -10,8 +10,8 @@ import yaml
 
 from secureml.bundle import BundleOptions
 from secureml.bundle.doctor import HOST_PATHS, node_terms
-from secureml.errors import ProfileError
-from secureml.profile import TenantProfile
+from secureml.core.errors import ProfileError
+from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, rules_for_level
 from tests.bundle.conftest import load, rendered
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import csv
 
-from secureml import contract
 from secureml.bundle import BundleOptions, render_objects
 from secureml.bundle.dra import render
-from secureml.gpu import claim_template_name, placement
-from secureml.gpu_request import MIG, TimeSlice
+from secureml.core import contract
+from secureml.gpu.placement import claim_template_name, placement
+from secureml.gpu.request import MIG, TimeSlice
 from tests.bundle.conftest import fixtures_dir, load
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import cel
 import pytest
 
-from secureml import contract
 from secureml.bundle.common import BundleOptions
 from secureml.bundle.render import render_objects
-from secureml.profile import load_profile
+from secureml.core import contract
+from secureml.profile.model import load_profile
 from secureml.rules.engine import compiled
 from tests.rules.conftest import REPO
 

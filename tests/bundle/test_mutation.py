@@ -21,11 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from secureml import contract
-from secureml.bundle import BundleOptions, apply_mutations
-from secureml.bundle.mutation.catalogue import CLAIM_NAME, PODINFO_VOLUME, SPIFFE_VOLUME
+from secureml.bundle import BundleOptions
 from secureml.bundle.mutation.policy import render_policy
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.pods.mutation.apply import apply_mutations
+from secureml.pods.mutation.catalogue import CLAIM_NAME, PODINFO_VOLUME, SPIFFE_VOLUME
+from secureml.profile.model import TenantProfile
 from secureml.rules.engine import admission_view
 from tests.bundle.conftest import load
 

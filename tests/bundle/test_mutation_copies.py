@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from secureml.bundle import apply_mutations
-from secureml.bundle.mutation import apply
-from secureml.bundle.mutation.model import FromLabel
-from secureml.profile import load_profile
+from secureml.pods.mutation import apply
+from secureml.pods.mutation.apply import apply_mutations
+from secureml.pods.mutation.model import FromLabel
+from secureml.profile.model import load_profile
 from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR
 
 ALLOWED = ATTACKS_DIR.parent / "allowed"

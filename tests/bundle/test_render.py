@@ -8,10 +8,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from secureml import contract
 from secureml.bundle import BundleOptions, bundle_diff, render_bundle, write_bundle
 from secureml.cli import app
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.profile.model import TenantProfile
 from secureml.rules import rules_for_level, rules_for_profile
 from secureml.rules.scope import EVERY_POD, STEP_POD
 from tests.bundle.conftest import ROOT, load, rendered

@@ -8,10 +8,10 @@ from typing import Any
 
 import kubernetes_validate
 
-from secureml import contract
-from secureml.bundle import apply_mutations
-from secureml.bundle.mutation.catalogue import runtime_init_container
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.pods.mutation.apply import apply_mutations
+from secureml.pods.mutation.catalogue import runtime_init_container
+from secureml.profile.model import TenantProfile
 from tests.bundle.conftest import load
 from tests.bundle.test_mutation import _step_pod, cluster_admits
 

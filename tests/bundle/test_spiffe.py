@@ -6,11 +6,12 @@ import re
 
 import pytest
 
-from secureml import contract
 from secureml.bundle import BundleOptions
-from secureml.bundle.spiffe import render, spiffe_id_template
-from secureml.errors import SecuremlError
-from secureml.profile import TenantProfile
+from secureml.bundle.spiffe import render
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
+from secureml.profile.model import TenantProfile
+from secureml.profile.spiffe import spiffe_id_template
 from tests.bundle.conftest import load
 
 # The only Go-template action the bundle writes: {{ index .PodMeta.Labels "<key>" }}.

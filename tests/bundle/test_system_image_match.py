@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from secureml import contract
 from secureml.bundle.imagepolicy import system_image_globs
+from secureml.core import contract
 from secureml.rules import in_scope
 from secureml.rules.scope import system_image
 

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from secureml.bundle import BundleOptions, render_bundle
+from secureml.pods.workloads import pods_in_text
 from secureml.rules import evaluate, rules_for_profile
 from secureml.rules.engine import admission_view, compiled
-from secureml.workloads import pods_in_text
 from tests.bundle.conftest import ROOT, load
 
 CORPUS = sorted((ROOT / "tests" / "rules" / "attacks").glob("*.yaml")) + sorted(

@@ -20,7 +20,7 @@ import yaml
 
 from secureml.bundle import BundleOptions
 from secureml.bundle.common import K8S_VERSIONS
-from secureml.profile import TenantProfile
+from secureml.profile.model import TenantProfile
 from tests.bundle.conftest import fixtures_dir, rendered
 
 BUILT_IN_GROUPS = {

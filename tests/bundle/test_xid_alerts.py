@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from secureml.bundle.monitoring import alert_rules
-from secureml.xid import ROWS
+from secureml.nvidia.xid import ROWS
 from tests.bundle.conftest import load
 
 CLASS_ALERTS = {

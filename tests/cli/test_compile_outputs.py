@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from secureml.cli import app
-from secureml.errors import InputError
-from secureml.output_paths import check_output
+from secureml.core.errors import InputError
+from secureml.core.output_paths import check_output
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -94,7 +94,7 @@ def test_an_output_is_written_whole_in_slices(tmp_path: Path) -> None:
     """`save_text` encodes a slice at a time (no second copy of a long YAML in memory) and writes
     what `Path.write_text` writes: multi-byte characters across the slices' edges, a shorter text
     over a longer file."""
-    from secureml.output_paths import _SLICE, save_text
+    from secureml.core.output_paths import _SLICE, save_text
 
     text = ("é" * (_SLICE - 1) + "\U0001f512x") * 3 + "\n"
     path = tmp_path / "out.yaml"

@@ -1,4 +1,4 @@
-"""`secureml compile` imports kfp without its API client (`secureml.kfp_lazy_client`): the same
+"""`secureml compile` imports kfp without its API client (`secureml._kfp.lazy_client`): the same
 YAML as with kfp imported whole, `kfp.Client` still there for a pipeline file that names it, and
 kfp's runtime switch left as it was."""
 
@@ -54,7 +54,7 @@ def test_import_kfp_puts_kfps_runtime_switch_back() -> None:
     check = """
 import os, sys
 {preset}
-from secureml.kfp_lazy_client import import_kfp
+from secureml._kfp.lazy_client import import_kfp
 import_kfp()
 import kfp
 print(os.environ.get("_KFP_RUNTIME"), "kfp.client" in sys.modules,

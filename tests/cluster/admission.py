@@ -25,13 +25,14 @@ import yaml
 from harness.controlplane import ControlPlane
 from kubernetes.utils import parse_quantity
 
-from secureml import contract
-from secureml.bundle import BundleOptions, apply_mutations, render_objects
+from secureml.admission.server import findings_of
+from secureml.bundle import BundleOptions, render_objects
 from secureml.cluster import Cluster, apply_bundle
 from secureml.cluster.connection import ServerRefusedError
-from secureml.cluster.pods import findings_of
-from secureml.profile import TenantProfile
-from secureml.violation import Violation
+from secureml.core import contract
+from secureml.core.violation import Violation
+from secureml.pods.mutation.apply import apply_mutations
+from secureml.profile.model import TenantProfile
 from tests.cluster.bundles import admin
 
 _INSTALLED: dict[tuple[str, str], Cluster] = {}

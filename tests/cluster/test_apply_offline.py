@@ -11,14 +11,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from secureml.admission.server import findings_of, psa_findings
 from secureml.bundle import BundleOptions, render_objects
 from secureml.cli import app
 from secureml.cluster.apply import apply_order
 from secureml.cluster.connection import Resource, ServerRefusedError
-from secureml.cluster.pods import findings_of, psa_findings
 from secureml.cluster.refusal import refusal_error
 from secureml.cluster.requirements import missing_kinds, requirement_error
-from secureml.profile import load_profile
+from secureml.profile.model import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 TEAM_A = REPO / "profiles" / "team-a.yaml"

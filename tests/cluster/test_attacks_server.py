@@ -31,11 +31,11 @@ from typing import Any
 import pytest
 from harness.controlplane import ControlPlane
 
-from secureml.bundle import apply_mutations
 from secureml.cluster import Cluster
-from secureml.profile import TenantProfile
+from secureml.pods.mutation.apply import apply_mutations
+from secureml.pods.workloads import pods_in_text
+from secureml.profile.model import TenantProfile
 from secureml.rules import Rule, evaluate, rules_for_profile
-from secureml.workloads import pods_in_text
 from tests.cluster.admission import (
     ServerAnswer,
     create_pod,
@@ -108,8 +108,8 @@ def add_ephemeral_containers(
     cluster: Cluster, stored: dict[str, Any], containers: list[dict[str, Any]]
 ) -> ServerAnswer:
     """`kubectl debug`'s request: the pod with ephemeral containers, to the subresource (dry run)."""
+    from secureml.admission.server import findings_of
     from secureml.cluster.connection import ServerRefusedError
-    from secureml.cluster.pods import findings_of
 
     body = copy.deepcopy(stored)
     body["spec"]["ephemeralContainers"] = copy.deepcopy(containers)
@@ -156,7 +156,7 @@ def ensure_runtime_class(k8s_cluster: ControlPlane, name: str) -> None:
 def collides_with_the_platform(pod: dict[str, Any], profile: TenantProfile) -> bool:
     """The mutating policy's volumes, mounts or init container would repeat a name or path of the
     pod's: the mutated pod is invalid and the API refuses it (the designed fail-closed answer)."""
-    from secureml.admitted_pod import invalid_after_mutation
+    from secureml.pods.admitted import invalid_after_mutation
 
     return invalid_after_mutation(apply_mutations(pod, profile)) is not None
 

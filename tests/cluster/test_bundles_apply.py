@@ -31,8 +31,8 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from secureml.bundle import BundleOptions, render_objects
 from secureml.bundle.mutation.policy import policy_api_version
-from secureml.k8s_versions import K8sVersion
-from secureml.profile import load_profile
+from secureml.core.k8s_versions import K8sVersion
+from secureml.profile.model import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml")) + sorted(

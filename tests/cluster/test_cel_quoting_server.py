@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.controlplane import ControlPlane
 
-from secureml.cel_text import quote
+from secureml.rules.cel.text import quote
 from tests.test_cel_text import STRINGS
 
 BASE = "/apis/admissionregistration.k8s.io/v1"

@@ -17,15 +17,16 @@ import yaml
 from harness.controlplane import ControlPlane
 from typer.testing import CliRunner
 
+from secureml.admission.server import check_pods_on_server
 from secureml.bundle import BundleOptions, render_objects
-from secureml.bundle.mutation.catalogue import SPIFFE_VOLUME
 from secureml.cli import app
-from secureml.cluster import apply_bundle, check_pods_on_server
-from secureml.compiler import compile_pipeline
-from secureml.pipeline_loader import load_pipeline
-from secureml.preview import preview_driver_pods, preview_pods
-from secureml.profile import TenantProfile, load_profile
-from secureml.workloads import pods_in_text
+from secureml.cluster import apply_bundle
+from secureml.compile.compiler import compile_pipeline
+from secureml.compile.pipeline_loader import load_pipeline
+from secureml.pods.mutation.catalogue import SPIFFE_VOLUME
+from secureml.pods.preview import preview_driver_pods, preview_pods
+from secureml.pods.workloads import pods_in_text
+from secureml.profile.model import TenantProfile, load_profile
 from tests.cluster.admission import wait_in_force
 from tests.cluster.bundles import REPO, admin
 

@@ -21,10 +21,10 @@ from harness.controlplane import ControlPlane
 from harness.spire import Spire, SpireError
 from harness.spire_controller_manager import ControllerManager, build_controller_manager
 
-from secureml import contract
 from secureml.bundle import spiffe, trainer
 from secureml.bundle.common import BundleOptions
-from secureml.profile import TenantProfile, load_profile
+from secureml.core import contract
+from secureml.profile.model import TenantProfile, load_profile
 from tests.compiler.compilerhelp import merge, profile_data
 from tests.trainer.trainerhelp import TRAINER
 

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from secureml.bundle import BundleOptions, render_objects
 from secureml.cli import app
 from secureml.cluster import BundleRefusedError, apply_bundle
-from secureml.profile import load_profile
+from secureml.profile.model import load_profile
 from tests.cli.schemas import check
 from tests.cluster.bundles import admin, fresh_profile
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from harness.controlplane import ControlPlane
 
-from secureml import contract
-from secureml.profile import load_profile
+from secureml.core import contract
+from secureml.profile.model import load_profile
 from tests.cluster.admission import install_tenant, wait_for_policy
 from tests.rules.conftest import REPO
 

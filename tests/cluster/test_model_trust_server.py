@@ -12,10 +12,11 @@ import yaml
 from harness.controlplane import ControlPlane
 from kfp import dsl
 
-from secureml import contract, secure_component
-from secureml.compiler import compile_pipeline
-from secureml.preview import preview_pods
-from secureml.profile import TenantProfile
+from secureml import secure_component
+from secureml.compile.compiler import compile_pipeline
+from secureml.core import contract
+from secureml.pods.preview import preview_pods
+from secureml.profile.model import TenantProfile
 from tests.cluster.admission import create_pod, delete_pod, differences, install_tenant
 from tests.supplychain.testpki import PrivateSigstore
 

@@ -22,12 +22,13 @@ import pytest
 import yaml
 from harness.controlplane import ControlPlane
 
-from secureml import MIG, TimeSlice, contract, secure_component
-from secureml.bundle import apply_mutations
-from secureml.compiler import CompileError, compile_pipeline
-from secureml.pipeline_loader import load_pipeline
-from secureml.preview import preview_driver_pods, preview_pods
-from secureml.profile import TenantProfile, load_profile
+from secureml import MIG, TimeSlice, secure_component
+from secureml.compile.compiler import CompileError, compile_pipeline
+from secureml.compile.pipeline_loader import load_pipeline
+from secureml.core import contract
+from secureml.pods.mutation.apply import apply_mutations
+from secureml.pods.preview import preview_driver_pods, preview_pods
+from secureml.profile.model import TenantProfile, load_profile
 from secureml.rules import evaluate, rules_for_profile
 from tests.cluster.admission import create_pod, delete_pod, differences, install_tenant
 

@@ -21,8 +21,8 @@ from secureml.bundle import BundleOptions, render_objects
 from secureml.cli import app
 from secureml.cluster import BundleRefusedError, apply_bundle
 from secureml.cluster.apply import FIELD_MANAGER
-from secureml.errors import ClusterError
-from secureml.profile import load_profile
+from secureml.core.errors import ClusterError
+from secureml.profile.model import load_profile
 from tests.cluster.bundles import PROFILES, admin, fresh_profile, stored
 
 

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from harness.controlplane import ControlPlane
 
-from secureml import contract
-from secureml.bundle.mutation.apply import apply_mutations
 from secureml.bundle.trainer import runner_username
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.pods.mutation.apply import apply_mutations
+from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, rules_for_profile
 from secureml.trainer.manifest import pod_patch_of, with_run
 from secureml.trainer.pods import node_pods

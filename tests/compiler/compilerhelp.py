@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from secureml.profile import TenantProfile
+from secureml.profile.model import TenantProfile
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32

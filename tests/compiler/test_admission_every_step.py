@@ -6,8 +6,8 @@ from pathlib import Path
 
 from kfp import dsl
 
-from secureml.compiler import _check_admission, _Context, _documents, compile_pipeline
-from secureml.profile import load_profile
+from secureml.compile.compiler import _check_admission, _Context, _documents, compile_pipeline
+from secureml.profile.model import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))

@@ -9,9 +9,10 @@ from kfp import components, dsl
 from kfp.kubernetes import kubernetes_executor_config_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from secureml import MIG, TimeSlice, WholeGPU, contract, secure_component
-from secureml.compiler import compile_pipeline
-from secureml.pipeline_loader import load_pipeline
+from secureml import MIG, TimeSlice, WholeGPU, secure_component
+from secureml.compile.compiler import compile_pipeline
+from secureml.compile.pipeline_loader import load_pipeline
+from secureml.core import contract
 
 REFERENCE = ROOT / "pipelines" / "secure_finetune.py"
 LAUNCHER = list(contract.LAUNCHER_PREFIX)
@@ -310,7 +311,7 @@ def test_loaded_component_can_be_made_secure(tmp_path) -> None:
 def test_component_file_compiles_as_a_one_step_pipeline_with_the_image_spelled_out(
     tmp_path,
 ) -> None:
-    from secureml.profile import load_profile
+    from secureml.profile.model import load_profile
 
     file = tmp_path / "comp.py"
     file.write_text(

@@ -5,11 +5,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kfp import dsl
 
-from secureml import MIG, TimeSlice, WholeGPU, gpu_catalogue, secure_component
-from secureml.compile_rules import RULES
-from secureml.compiler import CompileError, compile_pipeline
-from secureml.errors import ProfileError
-from secureml.profile import TenantProfile
+from secureml import MIG, TimeSlice, WholeGPU, secure_component
+from secureml.compile.compiler import CompileError, compile_pipeline
+from secureml.compile.rules import RULES
+from secureml.core.errors import ProfileError
+from secureml.nvidia import catalogue as gpu_catalogue
+from secureml.profile.model import TenantProfile
 
 
 @secure_component(image=IMAGE)

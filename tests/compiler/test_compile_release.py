@@ -12,9 +12,9 @@ import pytest
 from compilerhelp import COMPONENTS_SOURCE, make_profile, profile_data
 from typer.testing import CliRunner
 
-from secureml import compiler
 from secureml.cli import app
-from secureml.pipeline_loader import load_pipeline
+from secureml.compile import compiler
+from secureml.compile.pipeline_loader import load_pipeline
 
 CHAIN = (
     COMPONENTS_SOURCE

@@ -7,8 +7,8 @@ from compilerhelp import DIGEST, IMAGE, ROOT, make_profile
 from kfp import dsl, kubernetes
 
 from secureml import MIG, TimeSlice, WholeGPU, secure_component
-from secureml.compile_rules import RULES
-from secureml.compiler import CompileError, compile_pipeline
+from secureml.compile.compiler import CompileError, compile_pipeline
+from secureml.compile.rules import RULES
 from secureml.supplychain.attestations import RULES as ATTESTATION_RULES
 
 
@@ -293,7 +293,7 @@ def test_missing_signatures_come_from_the_supply_chain_verifier(tmp_path) -> Non
 
 
 def test_docs_list_every_rule_id() -> None:
-    from secureml.trainer.checks import RULES as TRAINER_RULES
+    from secureml.compile.trainer_rules import RULES as TRAINER_RULES
 
     text = (ROOT / "docs" / "rules.md").read_text()
     documented = set(re.findall(r"^\| `([a-z]+\.[a-z-]+)` \|", text, flags=re.M))
@@ -301,7 +301,7 @@ def test_docs_list_every_rule_id() -> None:
         "image.signature-missing",
         "image.signature-invalid",
         "image.signer-untrusted",
-        "image.no-launcher",  # compile --check-images (secureml.stepimage.compilecheck)
+        "image.no-launcher",  # compile --check-images (secureml.images.compilecheck)
         *ATTESTATION_RULES.values(),  # images.attestations (secureml.supplychain.attestations)
-        *TRAINER_RULES,  # multi-node steps (secureml.trainer.checks, tests/trainer)
+        *TRAINER_RULES,  # multi-node steps (secureml.compile.trainer_rules, tests/trainer)
     }

@@ -6,7 +6,7 @@ from compilerhelp import IMAGE, env_of, executor, make_profile
 from kfp import dsl
 
 from secureml import WholeGPU, secure_component
-from secureml.compiler import compile_pipeline
+from secureml.compile.compiler import compile_pipeline
 
 REGISTRY = {"allowedRegistries": ["ghcr.io/acme/"], "signatures": {"required": True}}
 

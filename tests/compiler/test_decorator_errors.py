@@ -9,9 +9,9 @@ from compilerhelp import make_profile
 from kfp import dsl
 
 from secureml import secure_component
-from secureml.compiler import CompileError, compile_pipeline
-from secureml.errors import InputError, SecuremlError
-from secureml.pipeline_loader import load_pipeline
+from secureml.compile.compiler import CompileError, compile_pipeline
+from secureml.compile.pipeline_loader import load_pipeline
+from secureml.core.errors import InputError, SecuremlError
 
 IMAGE = "ghcr.io/acme/ml-images/prep@sha256:" + "1" * 64
 

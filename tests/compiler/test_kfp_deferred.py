@@ -1,4 +1,4 @@
-"""`secureml compile` loads the pipeline file with kfp's builds deferred (`secureml.kfp_deferred`):
+"""`secureml compile` loads the pipeline file with kfp's builds deferred (`secureml._kfp.deferred`):
 the compiled YAML and report are those of the file loaded as kfp builds it, a deferred pipeline
 read by anything else is kfp's own build, and an error the pipeline function raises is reported
 as the import reported it (the same message and line)."""
@@ -12,11 +12,11 @@ from compilerhelp import COMPONENTS_SOURCE, make_profile, profile_data
 from google.protobuf import json_format
 from typer.testing import CliRunner
 
+from secureml._kfp.deferred import DeferredGraph
 from secureml.cli import app
-from secureml.compiler import compile_pipeline
-from secureml.errors import InputError
-from secureml.kfp_deferred import DeferredGraph
-from secureml.pipeline_loader import build_now, load_pipeline
+from secureml.compile.compiler import compile_pipeline
+from secureml.compile.pipeline_loader import build_now, load_pipeline
+from secureml.core.errors import InputError
 
 NESTED = (
     COMPONENTS_SOURCE

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from compilerhelp import COMPONENTS_SOURCE, make_profile
 
-from secureml import compiler
-from secureml.pipeline_loader import load_pipeline
+from secureml.compile import compiler
+from secureml.compile.pipeline_loader import load_pipeline
 
 PIPELINES = (
     COMPONENTS_SOURCE

@@ -9,7 +9,7 @@ from google.protobuf import json_format
 from kfp import dsl, kubernetes
 from kfp.kubernetes import common
 
-from secureml.kfp_k8s_config import one_message
+from secureml._kfp.k8s_config import one_message
 
 
 @dsl.component(base_image="python:3.11")

@@ -7,7 +7,7 @@ import pytest
 from kfp import dsl
 from kfp.dsl import utils
 
-from secureml.kfp_names import remembered_names
+from secureml._kfp.names import remembered_names
 
 
 @dsl.component(base_image="python:3.11")
@@ -50,7 +50,7 @@ def test_kfp_gets_its_function_back() -> None:
     ],
 )
 def test_unique_name_answers_as_kfp(name: str, collection: list[str]) -> None:
-    from secureml.kfp_names import unique_name
+    from secureml._kfp.names import unique_name
 
     expected = utils.make_name_unique_by_adding_index(name, collection, "-")
     assert unique_name(name, collection, "-") == expected

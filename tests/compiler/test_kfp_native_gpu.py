@@ -8,8 +8,8 @@ import pytest
 from compilerhelp import IMAGE, executor, make_profile
 from kfp import dsl
 
-from secureml import contract
-from secureml.compiler import CompileError, compile_pipeline
+from secureml.compile.compiler import CompileError, compile_pipeline
+from secureml.core import contract
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)

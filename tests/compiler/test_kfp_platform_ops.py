@@ -9,8 +9,8 @@ import requests
 from compilerhelp import docs, make_profile
 from kfp import dsl, kubernetes
 
-from secureml import contract
-from secureml.compiler import CompileError, compile_pipeline
+from secureml.compile.compiler import CompileError, compile_pipeline
+from secureml.core import contract
 from secureml.supplychain.entrypoint import image_process
 from tests.registry import INDEX, MANIFEST, digest_of, push_blob
 

@@ -11,11 +11,11 @@ import kubernetes_validate
 import pytest
 from compilerhelp import ROOT, docs, make_profile
 
-from secureml import contract
-from secureml.argo_pod import ARGO_LOG_FLAGS, ARGOEXEC_IMAGE, fnv32a
-from secureml.compiler import compile_pipeline
-from secureml.pipeline_loader import load_pipeline
-from secureml.preview import (
+from secureml.compile.compiler import compile_pipeline
+from secureml.compile.pipeline_loader import load_pipeline
+from secureml.core import contract
+from secureml.pods.argo import ARGO_LOG_FLAGS, ARGOEXEC_IMAGE, fnv32a
+from secureml.pods.preview import (
     KFP_DRIVER_IMAGE,
     KFP_LAUNCHER_FLAGS,
     KFP_LAUNCHER_IMAGE,
@@ -226,7 +226,7 @@ def test_every_previewed_pod_is_a_valid_pod(
 
 
 def test_patch_lists_merge_by_key_into_the_first_match_and_append_the_rest() -> None:
-    from secureml.argo_pod import _merge_list
+    from secureml.pods.argo import _merge_list
 
     target = [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}, {"name": "A", "value": "3"}]
     items = [

@@ -1,4 +1,4 @@
-"""secureml.kfp_yaml: PyYAML loads back exactly what was written, for awkward strings and numbers,
+"""secureml.compile.yaml_writer: PyYAML loads back exactly what was written, for awkward strings and numbers,
 for generated JSON data, and for whole compiled pipelines (against kfp's own writer)."""
 
 import math
@@ -7,8 +7,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from secureml import kfp_yaml
-from secureml.kfp_yaml import dump_documents
+from secureml.compile import yaml_writer as kfp_yaml
+from secureml.compile.yaml_writer import dump_documents
 
 AWKWARD = [
     "",

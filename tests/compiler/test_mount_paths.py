@@ -6,7 +6,7 @@ from compilerhelp import IMAGE, make_profile
 from kfp import dsl, kubernetes
 
 from secureml import secure_component
-from secureml.compiler import CompileError, compile_pipeline
+from secureml.compile.compiler import CompileError, compile_pipeline
 
 
 @secure_component(image=IMAGE)

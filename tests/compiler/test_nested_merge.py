@@ -5,8 +5,9 @@ with protobuf map order, so with two such components one was always wrong)."""
 from compilerhelp import IMAGE, docs, make_profile
 from kfp import dsl
 
-from secureml import contract, secure_component
-from secureml.compiler import compile_pipeline
+from secureml import secure_component
+from secureml.compile.compiler import compile_pipeline
+from secureml.core import contract
 
 
 @secure_component(image=IMAGE)

@@ -13,11 +13,11 @@ import yaml
 from compilerhelp import ROOT, docs, make_profile
 from typer.testing import CliRunner
 
-from secureml import contract
 from secureml.cli import app
-from secureml.compiler import compile_pipeline
-from secureml.pipeline_loader import load_pipeline
-from secureml.preview import preview_pods
+from secureml.compile.compiler import compile_pipeline
+from secureml.compile.pipeline_loader import load_pipeline
+from secureml.core import contract
+from secureml.pods.preview import preview_pods
 from secureml.rules import evaluate, rules_for_profile
 
 REFERENCE = ROOT / "pipelines" / "secure_finetune.py"
@@ -282,8 +282,8 @@ EXPECTED_BY_PROFILE = {
 
 @pytest.mark.parametrize("path", sorted((ROOT / "profiles").glob("*.yaml")), ids=lambda p: p.stem)
 def test_reference_pipeline_against_every_example_profile(path: Path) -> None:
-    from secureml.compiler import CompileError
-    from secureml.profile import load_profile
+    from secureml.compile.compiler import CompileError
+    from secureml.profile.model import load_profile
 
     profile = load_profile(path)  # signatures are not looked at without an image verifier
     try:

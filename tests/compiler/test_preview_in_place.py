@@ -3,8 +3,8 @@ with KFP's templates or another pod), so the pods are the same as mutating copie
 
 from __future__ import annotations
 
-from secureml.bundle.mutation.apply import apply_mutations
-from secureml.preview import preview_pods
+from secureml.pods.mutation.apply import apply_mutations
+from secureml.pods.preview import preview_pods
 from tests.rules.conftest import EXAMPLE_PROFILES, example_profile, reference_documents
 
 

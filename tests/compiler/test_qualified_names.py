@@ -6,8 +6,8 @@ from compilerhelp import IMAGE, make_profile
 from kfp import dsl
 
 from secureml import secure_component
-from secureml.compiler import CompileError, compile_pipeline
-from secureml.report import render_text
+from secureml.compile.compiler import CompileError, compile_pipeline
+from secureml.compile.report import render_text
 
 FOREIGN = "docker.io/library/python@sha256:" + "2" * 64
 

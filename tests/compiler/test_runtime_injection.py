@@ -9,11 +9,11 @@ from typing import Any
 
 import yaml
 
-from secureml import contract
-from secureml.compiler import compile_pipeline
-from secureml.pipeline_loader import load_pipeline
-from secureml.preview import preview_driver_pods, preview_pods
-from secureml.profile import TenantProfile
+from secureml.compile.compiler import compile_pipeline
+from secureml.compile.pipeline_loader import load_pipeline
+from secureml.core import contract
+from secureml.pods.preview import preview_driver_pods, preview_pods
+from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, rules_for_level, rules_for_profile
 from tests.rules.conftest import REPO, example_profile
 

@@ -9,9 +9,9 @@ from compilerhelp import IMAGE, make_profile
 from kfp import dsl
 
 from secureml import TimeSlice, secure_component
-from secureml.compiler import compile_pipeline
-from secureml.errors import SecuremlError
-from secureml.report import render_text
+from secureml.compile.compiler import compile_pipeline
+from secureml.compile.report import render_text
+from secureml.core.errors import SecuremlError
 
 
 def _decorate(memory: Any) -> None:

@@ -10,10 +10,11 @@ from compilerhelp import docs, env_of, executor, make_profile
 from kfp import dsl
 from kfp.dsl import Input, Model, Output
 
-from secureml import ModelSignature, contract, secure_component
-from secureml.compiler import CompileError, compile_pipeline
-from secureml.errors import SecuremlError
-from secureml.preview import preview_pods
+from secureml import ModelSignature, secure_component
+from secureml.compile.compiler import CompileError, compile_pipeline
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
+from secureml.pods.preview import preview_pods
 from secureml.rules import evaluate, profile_rules
 from secureml.supplychain.model_trust import profile_trust_json
 

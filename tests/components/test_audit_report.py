@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from secureml import contract
 from secureml.components import audit_report_op
 from secureml.components.audit_report import render_text, summarize
+from secureml.core import contract
 from secureml.enforcement.audit import load_audit_records
 
 

@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 from secureml.bundle import BundleOptions, render_objects
 from secureml.cli import app
 from secureml.cluster.connection import Cluster, Resource, Response, ServerRefusedError
+from secureml.core.errors import ClusterError
 from secureml.doctor.cluster import cluster_report, profile_files
 from secureml.doctor.cluster_drift import object_drift, project, same_value
-from secureml.errors import ClusterError
-from secureml.profile import load_profile
+from secureml.profile.model import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 TEAM_A = REPO / "profiles" / "team-a.yaml"

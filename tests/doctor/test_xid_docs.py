@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from secureml.xid import ROWS, SOURCES
+from secureml.nvidia.xid import ROWS, SOURCES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "xid.md"
 

@@ -1,8 +1,8 @@
-"""The Xid table (secureml.xid): the classes the issue names, sources on every row."""
+"""The Xid table (secureml.nvidia.xid): the classes the issue names, sources on every row."""
 
 from __future__ import annotations
 
-from secureml.xid import ROWS, SOURCES, TABLE, UNTRUSTED_CLASSES, classify
+from secureml.nvidia.xid import ROWS, SOURCES, TABLE, UNTRUSTED_CLASSES, classify
 
 
 def test_the_classes_and_their_xids() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from secureml import contract
+from secureml.core import contract
 from secureml.enforcement.audit import load_audit_records, records_from_log
 
 

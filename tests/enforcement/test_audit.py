@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from secureml import contract
+from secureml.core import contract
 from secureml.enforcement.audit import (
     AUDIT_SCHEMA,
     AuditError,

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from secureml import contract
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
 from secureml.enforcement.config import ConfigError, load_config
-from secureml.errors import SecuremlError
-from secureml.gpu_request import MIG, TimeSlice, WholeGPU, decode_gpu_request
+from secureml.gpu.request import MIG, TimeSlice, WholeGPU, decode_gpu_request
 
 
 @pytest.mark.parametrize(

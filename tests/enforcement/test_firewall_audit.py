@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fakegpu import SHIM_DIR, FakeDevice, FakeGPU, MiB, build_native, build_shim
 
-from secureml import contract
+from secureml.core import contract
 
 from .conftest import Launch
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from secureml import contract
+from secureml.core import contract
 from secureml.enforcement.launch import ExitCode
 
 from .conftest import Launch, launcher_env

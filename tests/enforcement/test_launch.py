@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from secureml import contract
+from secureml.core import contract
 from secureml.enforcement.audit import AUDIT_SCHEMA
 from secureml.enforcement.launch import ExitCode
 
@@ -247,7 +247,7 @@ HEAVY = ("kfp", "grpc", "sigstore", "spiffe", "pynvml", "pydantic", "yaml", "cel
 
 def test_reading_a_gpu_request_imports_nothing_heavy() -> None:
     """The launcher decodes each kind of GPU request with the SDK's own value type
-    (secureml.gpu_request) without pulling in kfp, pydantic or grpc, nor the MIG catalogue."""
+    (secureml.gpu.request) without pulling in kfp, pydantic or grpc, nor the MIG catalogue."""
     code = (
         "import sys\n"
         "from secureml.enforcement import launch\n"
@@ -263,6 +263,11 @@ def test_reading_a_gpu_request_imports_nothing_heavy() -> None:
     )
     proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(proc.stdout.split())
-    assert "secureml.gpu_request" in loaded
+    assert "secureml.gpu.request" in loaded
     assert not {name.split(".")[0] for name in loaded} & set(HEAVY)
-    assert not loaded & {"secureml.gpu_catalogue", "secureml.profile", "secureml.gpu", "tempfile"}
+    assert not loaded & {
+        "secureml.nvidia.catalogue",
+        "secureml.profile.model",
+        "secureml.gpu.placement",
+        "tempfile",
+    }

@@ -1,4 +1,4 @@
-"""The launcher's identity stage against a real Workload API (secureml.devidentity) on a unix socket."""
+"""The launcher's identity stage against a real Workload API (secureml.localrun.dev_identity) on a unix socket."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 from devworkload import HangingWorkloadAPI
 
-from secureml import contract
-from secureml.devidentity import DevWorkloadAPI
+from secureml.core import contract
 from secureml.enforcement.launch import ExitCode
+from secureml.localrun.dev_identity import DevWorkloadAPI
 
 from .conftest import Launch
 

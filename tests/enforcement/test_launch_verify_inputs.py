@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from secureml import contract
+from secureml.core import contract
 from secureml.enforcement.launch import ExitCode
 from secureml.supplychain.model_trust import profile_trust_json
 from tests.compiler.compilerhelp import make_profile

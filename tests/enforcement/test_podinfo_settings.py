@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from secureml import contract
+from secureml.core import contract
 from secureml.enforcement.config import ConfigError, load_config
 from secureml.enforcement.podinfo import PodInfoError, parse_downward_api, read_podinfo
-from secureml.gpu_request import TimeSlice
+from secureml.gpu.request import TimeSlice
 
 REQUEST = '{"kind":"timeslice","memory":1073741824,"compute":25}'
 SPIFFE_ID = "spiffe://acme.example/ns/team-a/pipeline/p/step/train"

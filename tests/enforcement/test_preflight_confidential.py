@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fakegpu import FakeConfidential, FakeDevice, FakeGPU
 
-from secureml import contract
+from secureml.core import contract
 from secureml.enforcement.config import ConfigError, load_config
 from secureml.enforcement.launch import ExitCode
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fakegpu import FakeDevice, FakeGPU, MiB, build_shim
 
-from secureml import contract
+from secureml.core import contract
 from secureml.enforcement.launch import ExitCode
 
 from .conftest import Launch, launcher_env

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fakegpu import FakeDevice, FakeGPU, FakeProcess, MiB
 
-from secureml import contract
+from secureml.core import contract
 from secureml.enforcement.launch import ExitCode
 from secureml.enforcement.watchdog import Watchdog
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fakegpu import FakeDevice, FakeGPU, FakeMig, MiB
 
-from secureml import contract
+from secureml.core import contract
 from secureml.enforcement.launch import ExitCode
 
 from .conftest import Launch, LaunchResult

@@ -76,7 +76,6 @@ class Spire:
         self.agent_socket = root / "workload" / "api.sock"
         self.bundle_path = root / "agent" / "bootstrap.pem"
         self.agent_id = ""
-        self.seconds_to_ready = 0.0
         self._server: subprocess.Popen[bytes] | None = None
         self._agent: subprocess.Popen[bytes] | None = None
         self._port = 0
@@ -89,7 +88,6 @@ class Spire:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> Spire:
-        started = time.monotonic()
         self._port = _free_port()
         self._server = self._spawn("spire-server", "server", self._server_config())
         self._wait_healthy("spire-server", self._server, "-socketPath", self.server_socket)
@@ -99,7 +97,6 @@ class Spire:
         self.bundle_path.parent.mkdir(parents=True, exist_ok=True)
         self.bundle_path.write_text(self.server(["bundle", "show"]))
         self._start_agent(["-joinToken", token])
-        self.seconds_to_ready = time.monotonic() - started
         return self
 
     def stop_agent(self, *, crash: bool = False) -> None:

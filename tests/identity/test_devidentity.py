@@ -13,8 +13,8 @@ import pytest
 from spiffe import WorkloadApiClient
 from spiffe._proto import workload_pb2, workload_pb2_grpc
 
-from secureml import contract
-from secureml.devidentity import DevWorkloadAPI, Workload
+from secureml.core import contract
+from secureml.localrun.dev_identity import DevWorkloadAPI, Workload
 
 SPIFFE_ID = "spiffe://acme.example/ns/team-a/pipeline/p/step/s"
 

@@ -1,7 +1,7 @@
 """The launcher's identity stage against a real Workload API served over a unix socket.
 
 The `spiffe` client, gRPC and the certificates are real; only the SPIRE agent is replaced by
-`secureml.devidentity.DevWorkloadAPI` (the API's own protobuf messages, a throwaway CA).
+`secureml.localrun.dev_identity.DevWorkloadAPI` (the API's own protobuf messages, a throwaway CA).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from devworkload import SILENT, ExpiredSvidWorkloadAPI
 
-from secureml import contract
-from secureml.devidentity import DevCA, DevWorkloadAPI
+from secureml.core import contract
 from secureml.enforcement.identity import (
     IdentityError,
     _check_chain,
     fetch_and_check_identity,
     socket_path_of,
 )
+from secureml.localrun.dev_identity import DevCA, DevWorkloadAPI
 
 EXPECTED = "spiffe://acme.example/ns/team-a/pipeline/fine-tune/step/train"
 

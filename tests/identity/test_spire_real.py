@@ -2,7 +2,7 @@
 
 The SVID comes from the real agent, issued by the real server's CA for a real registration entry
 and attested by the real unix workload attestor; `tests/identity/test_identity_stage.py` keeps the
-fast Workload API double (`secureml.devidentity`) for everything else.
+fast Workload API double (`secureml.localrun.dev_identity`) for everything else.
 
 Which selector: the tests run as root and the launcher cannot run under another uid here (the
 interpreter lives under /root, mode 0700), so `unix:uid:0` alone would also hand the identity to
@@ -28,10 +28,10 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from harness.spire import Entry, Spire
 
-from secureml import contract
+from secureml.core import contract
 from secureml.enforcement.audit import load_audit_records
 from secureml.enforcement.launch import ExitCode
-from secureml.profile import load_profile
+from secureml.profile.model import load_profile
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0,

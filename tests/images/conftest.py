@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from secureml.images import ImageRef
-from secureml.stepimage import builders, debian, platform
-from secureml.stepimage.context import cache_dir
+from secureml.core.image_ref import ImageRef
+from secureml.images import builders, debian, platform
+from secureml.images.context import cache_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

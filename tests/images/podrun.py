@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from secureml import contract
+from secureml.core import contract
 
 BWRAP = shutil.which("bwrap")
 BUILDAH = shutil.which("buildah")

@@ -73,7 +73,7 @@ def test_sbom_signed_keylessly_meets_the_profiles_sbom_requirement(tmp_path, mon
 
     import yaml
 
-    from secureml.profile import TenantProfile
+    from secureml.profile.model import TenantProfile
     from secureml.supplychain.compile import verify_attestations_for_compile
     from tests.attest.sigstore_services import GITHUB_ISSUER, SigstoreServices
     from tests.supplychain.ociserver import OciServer

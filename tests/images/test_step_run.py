@@ -24,9 +24,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from secureml import contract
 from secureml.cli import app
-from secureml.images import ImageRef
+from secureml.core import contract
+from secureml.core.image_ref import ImageRef
 from tests.cli.schemas import check
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "supplychain"))
@@ -107,8 +107,8 @@ def compiled(built_images, profile, tmp_path_factory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def pod(compiled, profile) -> dict[str, Any]:
-    from secureml.preview import preview_pods
-    from secureml.profile import load_profile
+    from secureml.pods.preview import preview_pods
+    from secureml.profile.model import load_profile
 
     return preview_pods(compiled["yaml"], load_profile(profile))[STEP]
 
@@ -116,9 +116,9 @@ def pod(compiled, profile) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def sandbox(built_images, pod, rootfs_cache, tmp_path_factory) -> Iterator[podrun.Sandbox]:
     """The node's side of the pod: the init container's copy, the fake GPU, the Workload API."""
-    from secureml.devidentity import DevWorkloadAPI
-    from secureml.gpu_request import TimeSlice
-    from secureml.localrun import fake_machine_for
+    from secureml.gpu.request import TimeSlice
+    from secureml.localrun.dev_identity import DevWorkloadAPI
+    from secureml.localrun.runner import fake_machine_for
 
     work = tmp_path_factory.mktemp("pod")
     runtime_dir = work / "runtime-volume"
@@ -200,7 +200,7 @@ def test_images_pass_secureml_image_check(built_images, profile):
 
 
 def test_a_bare_debian_image_is_refused(built_images):
-    from secureml.stepimage import builders, debian
+    from secureml.images import builders, debian
 
     target = ImageRef.parse(f"{built_images.registry}/acme/bare:test")
     digest = builders.find_builder("buildah").push(debian.base_tag(), target)
@@ -344,7 +344,7 @@ def test_the_pod_confines_the_step(sandbox, pod):
 def test_the_cuda_image(built_images, rootfs_cache):
     """`cuda` FROM the runtime image: it passes the check, sets no GPU selection, and the CUDA
     runtime library resolves through the loader's cache for any process (not only PyTorch)."""
-    from secureml.stepimage import builders, debian, platform
+    from secureml.images import builders, debian, platform
 
     builder = builders.find_builder("buildah")
     target = ImageRef.parse(f"{built_images.registry}/acme/ml-images/cuda:test")

@@ -1,4 +1,4 @@
-"""secureml.stepimage without a builder: the build context, the generated Containerfile, the
+"""secureml.images without a builder: the build context, the generated Containerfile, the
 builder search, and `image check` / rule `image.no-launcher` over images written here (an OCI
 layout, and the same image pushed to the session's docker-registry)."""
 
@@ -16,12 +16,12 @@ from registry import push_blob
 from typer.testing import CliRunner
 
 import secureml
-from secureml import contract
 from secureml.cli import app
-from secureml.errors import SecuremlError
-from secureml.stepimage import builders, context, userimage
-from secureml.stepimage.check import check
-from secureml.stepimage.compilecheck import RULE, chain, image_checks
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
+from secureml.images import builders, context, userimage
+from secureml.images.check import check
+from secureml.images.compilecheck import RULE, chain, image_checks
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 SITE = "/usr/local/lib/python3.11/dist-packages"
@@ -217,9 +217,10 @@ def test_cli_check_over_the_registry_and_the_compile_rule(docker_registry):
 
 
 def test_runtime_modules_follow_the_launchers_imports():
-    names = {path.name for path in context.runtime_modules()}
-    assert {"contract.py", "errors.py", "gpu_request.py"} <= names
-    assert "profile.py" not in names and "compiler.py" not in names  # TYPE_CHECKING only / unused
+    names = {str(path.relative_to(context.PACKAGE_DIR)) for path in context.runtime_modules()}
+    assert {"core/contract.py", "core/errors.py", "gpu/request.py", "gpu/__init__.py"} <= names
+    # TYPE_CHECKING only / unused
+    assert "profile/model.py" not in names and "compile/compiler.py" not in names
 
 
 def test_generated_containerfile(tmp_path):

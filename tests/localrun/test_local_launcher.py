@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from secureml import contract
-from secureml.localrun import LocalStep
+from secureml.core import contract
+from secureml.localrun.runner import LocalStep
 
 STEP = ["sh", "-c", "python3 -m kfp.dsl.executor_main"]
 

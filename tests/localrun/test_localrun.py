@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from secureml import contract
-from secureml.errors import SecuremlError
-from secureml.localrun import RunLayout, run_pipeline
-from secureml.profile import load_profile
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
+from secureml.localrun.runner import RunLayout, run_pipeline
+from secureml.profile.model import load_profile
 
 from .pipelines import breaks, needs_gpu, numbers
 
@@ -77,7 +77,7 @@ def test_identity_required_without_dev_identity_fails_before_running(team_a, tmp
 
 
 def test_gpu_step_on_a_machine_without_gpu_asks_for_simulation(team_a, tmp_path) -> None:
-    from secureml.localrun import machine_has_gpu
+    from secureml.localrun.runner import machine_has_gpu
 
     if machine_has_gpu():
         pytest.skip("this machine has a GPU: the refusal only applies without one")
@@ -98,7 +98,7 @@ def test_a_failing_step_fails_the_run_and_is_recorded(team_a, tmp_path) -> None:
 
 
 def test_an_output_folder_is_not_reused(numbers_run, team_a) -> None:
-    from secureml.errors import InputError
+    from secureml.core.errors import InputError
 
     with pytest.raises(InputError, match="already holds the files of a run"):
         run_pipeline(numbers, team_a, numbers_run.layout, dev_identity=True)

@@ -1,5 +1,5 @@
 """`dsl.ParallelFor` under `run --local --simulate-gpu`: every run of a GPU task gets its own
-simulated device, and the summary names the iteration (secureml.localtasks is kfp.local's seam)."""
+simulated device, and the summary names the iteration (secureml._kfp.local_tasks is kfp.local's seam)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from secureml._kfp.local_tasks import task_folder
 from secureml.cli import app
 from secureml.enforcement import simulator
-from secureml.localtasks import task_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINES = Path(__file__).with_name("pipelines.py")

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from secureml.cli import app
-from secureml.errors import InputError, SecuremlError
-from secureml.pipeline_args import bind_arguments
+from secureml.compile.pipeline_args import bind_arguments
+from secureml.core.errors import InputError, SecuremlError
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINES = Path(__file__).with_name("pipelines.py")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from secureml.localrun import RunLayout, run_pipeline
+from secureml.localrun.runner import RunLayout, run_pipeline
 from tests.compiler.compilerhelp import make_profile
 from tests.models.modelsign import new_key
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from secureml.enforcement import simulator
-from secureml.gpu_request import MIG, gpu_request_from_dict
-from secureml.localrun import RunLayout, fake_machine_for, run_pipeline
-from secureml.profile import load_profile
+from secureml.gpu.request import MIG, gpu_request_from_dict
+from secureml.localrun.runner import RunLayout, fake_machine_for, run_pipeline
+from secureml.profile.model import load_profile
 
 from .pipelines import whole_gpu
 
@@ -29,7 +29,7 @@ def _preflight_in(
 ) -> subprocess.CompletedProcess:
     code = (
         "import json, sys\n"
-        "from secureml.gpu_request import decode_gpu_request\n"
+        "from secureml.gpu.request import decode_gpu_request\n"
         "from secureml.enforcement.preflight import run_preflight\n"
         "print(json.dumps(run_preflight(decode_gpu_request(sys.argv[1], where='test'), isolation=sys.argv[2])))\n"
     )

@@ -11,13 +11,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from secureml import contract
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
 from secureml.enforcement.config import ConfigError, load_config
 from secureml.enforcement.verify_inputs import local_path
-from secureml.errors import SecuremlError
 from secureml.supplychain.model_trust import profile_trust_json
 from secureml.supplychain.models import trust_from_json
-from secureml.verify_inputs import VerifiedInput
+from secureml.supplychain.verify_inputs import VerifiedInput
 from tests.compiler.compilerhelp import make_profile
 from tests.supplychain.testpki import PrivateSigstore
 

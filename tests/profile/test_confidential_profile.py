@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from secureml.errors import ProfileError
-from secureml.gpu_catalogue import MIG_CATALOGUE
-from secureml.profile import load_profile
-from secureml.profile_confidential import cc_models
+from secureml.core.errors import ProfileError
+from secureml.nvidia.catalogue import MIG_CATALOGUE
+from secureml.profile.confidential import cc_models
+from secureml.profile.model import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ import yaml
 from typer.testing import CliRunner
 
 from secureml.cli import app
-from secureml.errors import ProfileError
-from secureml.profile import load_profile
+from secureml.core.errors import ProfileError
+from secureml.profile.model import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,8 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 from secureml.cli import app
-from secureml.errors import InputError, ProfileError
-from secureml.profile import TenantProfile, load_profile, profile_json_schema
+from secureml.core.errors import InputError, ProfileError
+from secureml.profile.model import TenantProfile, load_profile, profile_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from secureml.errors import ProfileError
-from secureml.profile import load_profile
+from secureml.core.errors import ProfileError
+from secureml.profile.model import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 VULN = "https://cosign.sigstore.dev/attestation/vuln/v1"

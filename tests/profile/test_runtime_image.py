@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from secureml import contract, runtime_image
-from secureml.errors import ProfileError
-from secureml.profile import TenantProfile, load_profile
+from secureml.core import contract
+from secureml.core.errors import ProfileError
+from secureml.profile import runtime_image
+from secureml.profile.model import TenantProfile, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from secureml.profile import TenantProfile, load_profile
+from secureml.profile.model import TenantProfile, load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO.parent / "shared" / "fixtures"
@@ -33,8 +33,8 @@ def example_profile(name: str) -> TenantProfile:
 def reference_documents(profile: TenantProfile) -> Iterator[list[dict[str, Any]]]:
     """The pipelineSpec and platformSpec documents of each reference pipeline (pipelines/*.py)
     that compiles for `profile`, admission preview off."""
-    from secureml.compiler import CompileError, _documents, compile_pipeline
-    from secureml.pipeline_loader import load_pipeline
+    from secureml.compile.compiler import CompileError, _documents, compile_pipeline
+    from secureml.compile.pipeline_loader import load_pipeline
 
     for path in REFERENCE_PIPELINES:
         try:

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from secureml.admitted_pod import api_defaults, as_created, invalid_after_mutation
-from secureml.podcheck import OfflinePolicy, check_offline
+from secureml.admission.check_pod import OfflinePolicy, check_offline
+from secureml.pods.admitted import api_defaults, as_created, invalid_after_mutation
 from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, example_profile
 
 ALLOWED = ATTACKS_DIR.parent / "allowed"

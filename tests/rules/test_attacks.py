@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from secureml import contract
+from secureml.core import contract
+from secureml.pods.workloads import pods_in_text
 from secureml.rules import evaluate, rules_for_level, rules_for_profile
-from secureml.workloads import pods_in_text
 from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, example_profile
 
 EXPECT = "test.secureml.dev/expect"

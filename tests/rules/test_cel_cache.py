@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from secureml.rules import cel_cache, cel_cpp
+from secureml.rules.cel import cache as cel_cache
+from secureml.rules.cel import cpp as cel_cpp
 
 EXPRESSION = "object.spec.containers.all(c, c.name.startsWith('a'))"
 POD = {"spec": {"containers": [{"name": "a1"}, {"name": "b"}]}}

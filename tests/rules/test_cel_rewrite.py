@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from secureml.rules import cel_cpp
-from secureml.rules.cel_rewrite import MATCHES, VARIABLE, rewritten
+from secureml.rules.cel import cpp as cel_cpp
+from secureml.rules.cel.rewrite import MATCHES, VARIABLE, rewritten
 
 NAMES = "['LD_PRELOAD', 'LD_AUDIT', 'CUDA_DISABLE_CONTROL', 'NVIDIA_VISIBLE_DEVICES']"
 POD: dict[str, Any] = {

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from secureml.rules import cel_cpp
+from secureml.rules.cel import cpp as cel_cpp
 from secureml.rules.engine import evaluate
 from secureml.rules.model import Rule
 
@@ -51,7 +51,7 @@ def test_they_run_on_the_fast_path() -> None:
 def test_a_process_whose_rules_never_call_it_does_not_load_it() -> None:
     script = (
         "import sys\n"
-        "from secureml.profile import load_profile\n"
+        "from secureml.profile.model import load_profile\n"
         "from secureml.rules import evaluate, rules_for_profile\n"
         "rules = rules_for_profile(load_profile('profiles/team-a.yaml'))\n"
         "pod = {'metadata': {'name': 'p'}, 'spec': {'containers': [{'name': 'c', 'image': 'i'}]}}\n"

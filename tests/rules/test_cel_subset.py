@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from secureml.cel_text import quote
 from secureml.rules import Rule, rules_for_level, rules_for_profile
-from secureml.rules._cel import int_range_regex
+from secureml.rules.cel.reference import int_range_regex
+from secureml.rules.cel.text import quote
 from secureml.rules.engine import compiled
 from tests.cel_literals import type_errors
 from tests.rules.conftest import EXAMPLE_PROFILES, REPO, example_profile
@@ -140,7 +140,7 @@ def test_every_rule_id_is_documented() -> None:
 def profile_with_single_strategy():
     import yaml
 
-    from secureml.profile import TenantProfile
+    from secureml.profile.model import TenantProfile
 
     data = yaml.safe_load((REPO / "profiles" / "team-conf.yaml").read_text())
     data["spec"]["gpu"]["migStrategy"] = "single"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import cel
 
+from secureml.pods.workloads import pods_in_text
 from secureml.rules import Rule, evaluate, rules_for_level, rules_for_profile
 from secureml.rules.engine import admission_view, compiled
-from secureml.workloads import pods_in_text
 from tests.rules.conftest import (
     ATTACKS_DIR,
     EXAMPLE_PROFILES,

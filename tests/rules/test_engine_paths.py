@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from secureml.rules import cel_cpp, rules_for_level, rules_for_profile
+from secureml.rules import rules_for_level, rules_for_profile
+from secureml.rules.cel import cpp as cel_cpp
 from secureml.rules.engine import evaluate, evaluate_plain
 from tests.rules.conftest import (
     EXAMPLE_PROFILES,
@@ -43,7 +44,7 @@ def test_profile_paths_agree_on_every_corpus_pod(name: str) -> None:
 def test_paths_agree_on_previewed_pods() -> None:
     """The compiler's previewed executor and driver pods, for every example profile that compiles
     the reference pipelines, judged by each profile's rules (allowed or not)."""
-    from secureml.preview import preview_driver_pods, preview_pods
+    from secureml.pods.preview import preview_driver_pods, preview_pods
 
     profiles = [example_profile(name) for name in EXAMPLE_PROFILES]
     judged = 0
@@ -79,7 +80,7 @@ def test_the_fast_paths_cut_to_the_named_fields_changes_no_verdict(
 
 
 def _previewed_pods() -> list[dict[str, object]]:
-    from secureml.preview import preview_pods
+    from secureml.pods.preview import preview_pods
 
     pods: list[dict[str, object]] = []
     for name in EXAMPLE_PROFILES:

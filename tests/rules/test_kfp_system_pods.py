@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from secureml import contract
-from secureml.argo_pod import ARGOEXEC_IMAGE
-from secureml.compiler import CompileError, compile_pipeline
-from secureml.pipeline_loader import load_pipeline
-from secureml.preview import KFP_LAUNCHER_IMAGE, preview_driver_pods, preview_pods
+from secureml.compile.compiler import CompileError, compile_pipeline
+from secureml.compile.pipeline_loader import load_pipeline
+from secureml.core import contract
+from secureml.pods.argo import ARGOEXEC_IMAGE
+from secureml.pods.preview import KFP_LAUNCHER_IMAGE, preview_driver_pods, preview_pods
 from secureml.rules import evaluate, in_scope, rules_for_level, rules_for_profile
 from secureml.rules.scope import KFP_SYSTEM_POD, STEP_POD, system_container
 from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, REPO, example_profile

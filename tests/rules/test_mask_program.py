@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from secureml.rules import cel_cpp
+from secureml.rules.cel import cpp as cel_cpp
 
 RULES = ("object.a == 1", "object.b == 2", "object.c")
 

@@ -1,6 +1,6 @@
 """MIG on the device plugin's `single` strategy: the pod asks for nvidia.com/gpu, is labelled
 `mig`, and is pinned to the MIG-suffixed GFD products of its allowed profiles, by a nodeSelector
-(one product) or a required node affinity `In` (several), exactly as `secureml.gpu.placement`
+(one product) or a required node affinity `In` (several), exactly as `secureml.gpu.placement.placement`
 writes them. Exact verdicts under the whole catalogue, through the real engine."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from secureml.gpu import placement
-from secureml.gpu_catalogue import mig_product_names
-from secureml.gpu_request import MIG
-from secureml.profile import TenantProfile
+from secureml.gpu.placement import placement
+from secureml.gpu.request import MIG
+from secureml.nvidia.catalogue import mig_product_names
+from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, rules_for_profile
 from secureml.rules.placement import placement_rules
 from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR

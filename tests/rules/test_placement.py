@@ -69,7 +69,7 @@ def test_priority_class_and_scheduler_from_the_profile() -> None:
         "priorityClassNames": ["batch-low"],
         "schedulerName": "volcano",
     }
-    from secureml.profile import TenantProfile
+    from secureml.profile.model import TenantProfile
 
     rules = rules_for_profile(TenantProfile.from_dict(data, source="team-a"))
     pod = allowed()

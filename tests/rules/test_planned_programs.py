@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from secureml.preview import preview_pods
-from secureml.rules import cel_ast, cel_cpp, rules_for_level, rules_for_profile
-from secureml.rules.cel_cache import ENVIRONMENTS
+from secureml.pods.preview import preview_pods
+from secureml.rules import rules_for_level, rules_for_profile
+from secureml.rules.cel import cpp as cel_cpp
+from secureml.rules.cel import syntax as cel_ast
+from secureml.rules.cel.cache import ENVIRONMENTS
 from secureml.rules.engine import _as_admitted
 from tests.rules.conftest import (
     EXAMPLE_PROFILES,

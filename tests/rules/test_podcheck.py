@@ -1,4 +1,4 @@
-"""`secureml.podcheck`, the library behind `check-pod`: rule selection, verdicts, the report."""
+"""`secureml.admission.check_pod`, the library behind `check-pod`: rule selection, verdicts, the report."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from secureml.errors import InputError, ProfileError
-from secureml.podcheck import OfflinePolicy, check_offline, offline_rules
+from secureml.admission.check_pod import OfflinePolicy, check_offline, offline_rules
+from secureml.core.errors import InputError, ProfileError
 from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR
 
 ALLOWED = ATTACKS_DIR.parent / "allowed"

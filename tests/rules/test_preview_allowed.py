@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from secureml.compiler import CompileError, compile_pipeline
-from secureml.pipeline_loader import load_pipeline
-from secureml.preview import preview_driver_pods, preview_pods
+from secureml.compile.compiler import CompileError, compile_pipeline
+from secureml.compile.pipeline_loader import load_pipeline
+from secureml.pods.preview import preview_driver_pods, preview_pods
 from secureml.rules import evaluate, rules_for_level, rules_for_profile
 from tests.rules.conftest import EXAMPLE_PROFILES, REFERENCE_PIPELINES, example_profile
 

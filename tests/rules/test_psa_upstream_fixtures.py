@@ -27,7 +27,7 @@ import yaml
 from typer.testing import CliRunner
 
 from secureml.cli.app import app
-from secureml.k8s_versions import K8S_VERSIONS
+from secureml.core.k8s_versions import K8S_VERSIONS
 
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
 MODULE = "k8s.io/pod-security-admission"

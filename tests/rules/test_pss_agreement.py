@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from secureml.pods.workloads import PodObject, pods_in_text
 from secureml.rules import evaluate, rules_for_level
-from secureml.workloads import PodObject, pods_in_text
 from tests.rules.conftest import FIXTURES, fixture_dir
 
 KYVERNO = FIXTURES / "kyverno-pod-security"

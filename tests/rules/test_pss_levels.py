@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from secureml.k8s_versions import K8S_VERSIONS, at_least
+from secureml.core.k8s_versions import K8S_VERSIONS, at_least
 from secureml.rules import evaluate, rules_for_level
 
 

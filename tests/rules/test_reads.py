@@ -1,4 +1,4 @@
-"""What `secureml.rules.reads` finds an expression can read, on the C++ engine's own syntax tree.
+"""What `secureml.rules.cel.reads` finds an expression can read, on the C++ engine's own syntax tree.
 
 Each case names the parts of `object` a CEL expression reads; the analysis must find at least
 those (reading more is safe, reading less would let `verdict_memo` reuse an outcome wrongly),
@@ -12,8 +12,9 @@ import json
 
 import pytest
 
-from secureml.rules import cel_ast, cel_cpp
-from secureml.rules.reads import Read, reads
+from secureml.rules.cel import cpp as cel_cpp
+from secureml.rules.cel import syntax as cel_ast
+from secureml.rules.cel.reads import Read, reads
 
 
 def _tree(expression: str) -> cel_ast.Node:

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from secureml.profile import TenantProfile
+from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, rules_for_profile
 from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR
 

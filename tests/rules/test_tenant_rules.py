@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from secureml import contract
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, profile_rules, rules_for_profile
 from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, example_profile
 
@@ -103,7 +103,7 @@ def test_shim_limits_bounds_are_inclusive() -> None:
 
 def test_gpu_request_is_the_compilers_exact_form() -> None:
     """Only the compact JSON the compiler writes; nothing a JSON reader could read differently."""
-    from secureml.gpu_request import TimeSlice
+    from secureml.gpu.request import TimeSlice
 
     assert failed(_timeslice(1024, 50, TimeSlice(memory=1024, compute=50).to_json())) == set()
     for request in (

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from secureml.core.violation import Violation
 from secureml.rules import rules_for_profile, verdict_memo
 from secureml.rules.engine import evaluate, evaluate_plain
 from secureml.rules.model import Rule
-from secureml.violation import Violation
 from tests.rules.conftest import example_profile, reference_documents
 
 PROFILE = "team-a"
@@ -31,7 +31,7 @@ PROFILE = "team-a"
 @pytest.fixture(scope="module")
 def step_pod() -> dict[str, Any]:
     """A pod the compiler previews for a reference pipeline under team-a (allowed)."""
-    from secureml.preview import preview_pods
+    from secureml.pods.preview import preview_pods
 
     profile = example_profile(PROFILE)
     for documents in reference_documents(profile):

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from secureml.errors import InputError
-from secureml.workloads import TEMPLATE_PATHS, pods_in_text, read_pods
+from secureml.core.errors import InputError
+from secureml.pods.workloads import TEMPLATE_PATHS, pods_in_text, read_pods
 
 POD_SPEC = {"containers": [{"name": "app", "image": "x"}]}
 TEMPLATE = {"metadata": {"labels": {"app": "a"}, "annotations": {"k": "v"}}, "spec": POD_SPEC}

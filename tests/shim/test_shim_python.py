@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from fakegpu import REPO, MiB, compiler
 
-from secureml import contract
+from secureml.core import contract
+from secureml.core.errors import SecuremlError
 from secureml.enforcement import shim_control as shim
-from secureml.errors import SecuremlError
 
 
 def test_library_path_finds_the_build_or_says_how_to_make_one(monkeypatch, tmp_path) -> None:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from secureml.profile import TenantProfile
-from secureml.supplychain import predicates
+from secureml.profile import predicates
+from secureml.profile.model import TenantProfile
 from secureml.supplychain.compile import verify_attestations_for_compile
 from secureml.supplychain.verifier import SignatureVerifier
 

@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from secureml.cli import app
-from secureml.images import ImageRef
+from secureml.core.image_ref import ImageRef
 from secureml.supplychain.image_bundles import bundle_filename
 
 from .conftest import REPO

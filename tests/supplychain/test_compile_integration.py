@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from secureml.errors import NetworkError
-from secureml.profile import TenantProfile
+from secureml.core.errors import NetworkError
+from secureml.profile.model import TenantProfile
 from secureml.supplychain.compile import verify_images_for_compile
 from secureml.supplychain.image_bundles import bundle_filename
 

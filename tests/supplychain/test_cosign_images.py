@@ -237,7 +237,7 @@ def test_compile_integration_with_cosign_bundles(tmp_path, pki, root, image_bund
     (tmp_path / bundle_filename(OTHER)).write_bytes(
         pki.sign_image("ghcr.io/acme/eval", OTHER, subject=STRANGER, issuer=GH)
     )
-    from secureml.profile import load_profile
+    from secureml.profile.model import load_profile
 
     profile = load_profile(write_profile(tmp_path / "p.yaml", root))
     train, evaluate = verify_images_for_compile(

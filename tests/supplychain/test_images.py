@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from secureml.errors import SecuremlError
-from secureml.images import ImageRef, registry_allowed
+from secureml.core.errors import SecuremlError
+from secureml.core.image_ref import ImageRef, registry_allowed
 
 HEX = "0123456789abcdef" * 4
 
@@ -175,7 +175,7 @@ def test_registry_allowed_rejects_ambiguous_entries(entry):
 
 
 def test_allowed_registry_problem_for_profile_validation():
-    from secureml.images import allowed_registry_problem
+    from secureml.core.image_ref import allowed_registry_problem
 
     assert allowed_registry_problem("ghcr.io/acme/") is None
     assert allowed_registry_problem("localhost:5000") is None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 from typer.testing import CliRunner
 
 from secureml.cli import app
-from secureml.errors import InputError
+from secureml.core.errors import InputError
 from secureml.supplychain.managed_key import (
     _check_body,
     _check_signature,
@@ -251,9 +250,6 @@ def test_logged_body_must_record_this_signature_key_and_digest():
     ]:
         with pytest.raises(SignatureError, match=reason):
             _check_body(body, *args, _fail)
-
-
-SignFn = Callable[[bytes, bytes], bytes]
 
 
 def _ecdsa(curve: ec.EllipticCurve):

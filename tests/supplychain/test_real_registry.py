@@ -13,7 +13,7 @@ import hashlib
 import pytest
 from registry import attach_like_cosign
 
-from secureml.images import ImageRef
+from secureml.core.image_ref import ImageRef
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.registry import fetch_bundles
 from secureml.supplychain.verifier import SignatureVerifier

@@ -9,8 +9,8 @@ import sys
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from secureml.errors import SecuremlError
-from secureml.images import ImageRef, registry_allowed
+from secureml.core.errors import SecuremlError
+from secureml.core.image_ref import ImageRef, registry_allowed
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier
 

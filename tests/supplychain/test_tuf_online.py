@@ -17,7 +17,7 @@ from securesystemslib.signer import CryptoSigner
 from typer.testing import CliRunner
 
 from secureml.cli import app
-from secureml.errors import InputError, NetworkError
+from secureml.core.errors import InputError, NetworkError
 from secureml.supplychain import trust, tuf_refresh
 from secureml.supplychain.tuf_refresh import (
     TufRefusedError,

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from secureml.errors import SecuremlError
-from secureml.images import ImageRef
+from secureml.core.errors import SecuremlError
+from secureml.core.image_ref import ImageRef
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier
 

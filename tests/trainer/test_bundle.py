@@ -7,9 +7,9 @@ from typing import Any
 import jsonschema
 import yaml
 
-from secureml import contract
 from secureml.bundle import BundleOptions, render_objects
 from secureml.bundle.trainer import node_spiffe_id_template
+from secureml.core import contract
 from secureml.trainer.rules import VOLUME_SOURCES
 from tests.bundle.test_validation import _strict
 from tests.compiler.compilerhelp import make_profile

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from secureml import MIG, WholeGPU
-from secureml.compiler import CompileError
-from secureml.errors import SecuremlError
-from secureml.trainer.checks import RULES
+from secureml.compile.compiler import CompileError
+from secureml.compile.trainer_rules import RULES
+from secureml.core.errors import SecuremlError
 from secureml.trainer.manifest import pod_patch_of
 from secureml.trainer.submit import MODULE
 from tests.compiler.compilerhelp import executor, make_profile
@@ -128,7 +128,7 @@ def test_outputs_are_refused() -> None:
     from kfp import dsl
 
     from secureml import secure_component
-    from secureml.compiler import compile_pipeline
+    from secureml.compile.compiler import compile_pipeline
     from tests.compiler.compilerhelp import IMAGE
 
     @secure_component(image=IMAGE, nodes=2, trainer_runtime="torch-distributed")

@@ -8,8 +8,8 @@ import pytest
 from kfp import dsl
 
 from secureml import secure_component
-from secureml.errors import SecuremlError
-from secureml.localrun import RunLayout, run_pipeline
+from secureml.core.errors import SecuremlError
+from secureml.localrun.runner import RunLayout, run_pipeline
 from tests.compiler.compilerhelp import IMAGE
 from tests.trainer.trainerhelp import trainer_pipeline, trainer_profile
 
@@ -50,7 +50,7 @@ def test_two_nodes_meet_on_loopback_each_under_its_launcher(tmp_path: Path) -> N
 
 
 def test_gpu_nodes_need_a_gpu_locally(tmp_path: Path) -> None:
-    from secureml.localrun import machine_has_gpu
+    from secureml.localrun.runner import machine_has_gpu
 
     if machine_has_gpu():
         pytest.skip("this machine has a GPU: the refusal is for machines without one")

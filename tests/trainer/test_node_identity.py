@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from secureml import contract
+from secureml.core import contract
 from secureml.enforcement.config import ConfigError, load_config
 
 STEP_ID = "spiffe://acme.example/ns/team-a/pipeline/fine-tune/step/train"

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from secureml import contract
+from secureml.core import contract
 from secureml.trainer.submit import (
     EXIT_UNUSABLE,
     job_name,

@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 import yaml
 
-from secureml.compiler import CompiledPipeline, compile_pipeline
-from secureml.profile import TenantProfile
+from secureml.compile.compiler import CompiledPipeline, compile_pipeline
+from secureml.profile.model import TenantProfile
 from tests.compiler.compilerhelp import IMAGE, make_profile
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from secureml import contract
-from secureml.bundle.mutation.catalogue import mutations_for_profile
-from secureml.bundle.mutation.groups import Group, group_operations
-from secureml.bundle.mutation.model import FromLabel, LabelIs
-from secureml.cel_text import LABELS, label_in, label_present, quote
-from secureml.podspec import CREATED_CONTAINER_LISTS
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.pods.mutation.catalogue import mutations_for_profile
+from secureml.pods.mutation.groups import Group, group_operations
+from secureml.pods.mutation.model import FromLabel, LabelIs
+from secureml.pods.podspec import CREATED_CONTAINER_LISTS
+from secureml.profile.model import TenantProfile
+from secureml.rules.cel.text import LABELS, label_in, label_present, quote
 
 # Every pod has these; operations below them never need to create them.
 ALWAYS_PRESENT = ("metadata", "spec")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from secureml import contract
 from secureml.bundle.common import (
     BundleOptions,
     Manifest,
@@ -11,9 +10,10 @@ from secureml.bundle.common import (
     tenant_labels,
 )
 from secureml.bundle.mutation.jsonpatch_cel import jsonpatch_expression, label_test
-from secureml.bundle.mutation.model import LabelIs
-from secureml.k8s_versions import at_least
-from secureml.profile import TenantProfile
+from secureml.core import contract
+from secureml.core.k8s_versions import at_least
+from secureml.pods.mutation.model import LabelIs
+from secureml.profile.model import TenantProfile
 
 
 def tenant_match_condition(profile: TenantProfile) -> str:

@@ -1,0 +1,1 @@
+"""`secureml compile`: the decorator, the compile-time rules, the compiler and its report."""

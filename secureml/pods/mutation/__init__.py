@@ -1,0 +1,1 @@
+"""What the platform adds to a secure step at admission, as data, and the same data applied offline."""

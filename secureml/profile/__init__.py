@@ -1,0 +1,1 @@
+"""The TenantProfile: the model, how it is read from YAML, and the checks on one or several."""

@@ -1,0 +1,1 @@
+"""CEL for the admission rules: the reference engine, the fast engine, and the source text both read."""

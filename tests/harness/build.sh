@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Build the test harness's Go programs from the Go module proxy, once per machine.
 #
-#   tests/harness/build.sh [controlplane|controlplane-1.34|spire|spire-controller-manager|all]
+#   tests/harness/build.sh [controlplane|controlplane-1.34|node|spire|spire-controller-manager|all]
 #
 # Each Go module under tests/harness/ (controlplane: kube-apiserver + etcd of v1.36, the version
 # that must work; controlplane-1.34: the same of v1.34, where MutatingAdmissionPolicy is beta behind
-# its feature gate; spire: spire-server + spire-agent) is built into $SECUREML_HARNESS_CACHE/<module>-<hash of its go.mod and go.sum>/,
+# its feature gate; node: kubelet + kube-scheduler of v1.36, every shared module at the control
+# plane's version; spire: spire-server + spire-agent) is built into $SECUREML_HARNESS_CACHE/<module>-<hash of its go.mod and go.sum>/,
 # default ~/.cache/secureml/harness. A build whose folder exists is skipped, so `make test` and
 # .ci/run pay for it only on a new machine or when a go.mod changes. Go's own caches (GOMODCACHE,
 # GOCACHE) are kept too. No prebuilt binary is downloaded: everything is compiled here.
@@ -70,6 +71,14 @@ build_controlplane() {  # $1: the module folder, controlplane or controlplane-1.
         etcd go.etcd.io/etcd/server/v3 ""
 }
 
+build_node() {  # the kubelet and kube-scheduler of the control plane's version (tests/harness/node.py)
+    local ldflags
+    ldflags="$(k8s_ldflags node)"
+    build node \
+        kubelet k8s.io/kubernetes/cmd/kubelet "$ldflags" \
+        kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$ldflags"
+}
+
 build_spire() {
     build spire \
         spire-server github.com/spiffe/spire/cmd/spire-server "" \
@@ -87,8 +96,9 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 case "${1:-all}" in
     controlplane | controlplane-1.34) build_controlplane "$1" ;;
+    node) build_node ;;
     spire) build_spire ;;
     spire-controller-manager) build_spire_controller_manager ;;
-    all) build_controlplane controlplane; build_controlplane controlplane-1.34; build_spire; build_spire_controller_manager ;;
-    *) echo "usage: $0 [controlplane|controlplane-1.34|spire|spire-controller-manager|all]" >&2; exit 2 ;;
+    all) build_controlplane controlplane; build_node; build_controlplane controlplane-1.34; build_spire; build_spire_controller_manager ;;
+    *) echo "usage: $0 [controlplane|controlplane-1.34|node|spire|spire-controller-manager|all]" >&2; exit 2 ;;
 esac

@@ -61,6 +61,7 @@ ROOT = HERE.parents[1]
 CRDS = Path(os.environ.get("SECUREML_HARNESS_CRDS", ROOT.parent / "shared" / "fixtures" / "crds"))
 ADMISSION_PLUGINS = (
     "NamespaceLifecycle",
+    "NodeRestriction",  # a kubelet writes only its own Node and the pods bound to it
     "PodSecurity",
     "LimitRanger",
     "ServiceAccount",
@@ -75,7 +76,14 @@ CONTROLLERS = (
     "resourcequota-controller",  # quota usage: ResourceQuota admission refuses pods until it is there
     "namespace-controller",  # deleting a namespace deletes its objects
     "validatingadmissionpolicy-status-controller",  # status.typeChecking of every VAP
+    # For the node (tests/harness/node.py): a kubelet's Node loses its not-ready taint once Ready,
+    # and every namespace gets `kube-root-ca.crt`, which a pod's service-account token volume needs.
+    "node-lifecycle-controller",
+    "root-ca-cert-publisher",
 )
+# The Node authorizer first, as a platform runs it: a kubelet's `system:node:<name>` certificate
+# reads only what its own pods use.
+AUTHORIZATION_MODES = ("Node", "RBAC")
 STATE_FILE = "controlplane.json"
 _CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
@@ -136,9 +144,9 @@ def binaries(version: str = "1.36") -> Path:
     return folder
 
 
-def _free_port() -> int:
+def _free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((address, 0))
         return int(sock.getsockname()[1])
 
 
@@ -178,8 +186,12 @@ def _certificate(
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-def _write_pki(folder: Path) -> None:
-    """CA, serving and admin client certificates, and the service-account signing key."""
+def _write_pki(folder: Path, address: str = "127.0.0.1") -> None:
+    """CA, serving and client certificates, and the service-account signing key.
+
+    The CA's key is kept (`ca.key`) for the node harness, which signs its kubelet's certificates
+    with it, as a cluster's CA signs a joining node's. `kubelet-client` is the API server's own
+    certificate towards kubelets (logs, exec)."""
     folder.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "secureml-test-ca")])
@@ -193,7 +205,10 @@ def _write_pki(folder: Path) -> None:
         names=[
             x509.DNSName("localhost"),
             x509.DNSName("kubernetes.default.svc"),
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            *(
+                x509.IPAddress(ipaddress.ip_address(ip))
+                for ip in dict.fromkeys(("127.0.0.1", address))
+            ),
         ],
     )
     admin_key = ec.generate_private_key(ec.SECP256R1())
@@ -208,14 +223,29 @@ def _write_pki(folder: Path) -> None:
         (ca_name, ca_key),
         usage=ExtendedKeyUsageOID.CLIENT_AUTH,
     )
+    kubelet_client_key = ec.generate_private_key(ec.SECP256R1())
+    kubelet_client = _certificate(
+        x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client"),
+            ]
+        ),
+        kubelet_client_key,
+        (ca_name, ca_key),
+        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+    )
     sa_key = ec.generate_private_key(ec.SECP256R1())
     pem = serialization.Encoding.PEM
     files = {
         "ca.crt": ca.public_bytes(pem),
+        "ca.key": _pem_key(ca_key),
         "serving.crt": serving.public_bytes(pem),
         "serving.key": _pem_key(serving_key),
         "admin.crt": admin.public_bytes(pem),
         "admin.key": _pem_key(admin_key),
+        "kubelet-client.crt": kubelet_client.public_bytes(pem),
+        "kubelet-client.key": _pem_key(kubelet_client_key),
         "sa.key": _pem_key(sa_key),
         "sa.pub": sa_key.public_key().public_bytes(
             pem, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -230,11 +260,18 @@ class ControlPlane:
     """etcd + kube-apiserver on loopback; `with ControlPlane() as cluster: ...`.
 
     `directory` holds the PKI, the kubeconfig, etcd's data and both logs; a temporary folder (on
-    /dev/shm where there is one) is made and removed when none is given.
+    /dev/shm where there is one) is made and removed when none is given. `address` is where
+    kube-apiserver listens: loopback unless pods must reach it (tests/harness/node.py gives an
+    address of its node network, which must exist on this machine before `start`).
     """
 
     def __init__(
-        self, directory: Path | None = None, *, install_crds: bool = True, version: str = "1.36"
+        self,
+        directory: Path | None = None,
+        *,
+        install_crds: bool = True,
+        version: str = "1.36",
+        address: str = "127.0.0.1",
     ) -> None:
         if version not in VERSIONS:
             raise HarnessError(f"no test control plane of Kubernetes {version}: {sorted(VERSIONS)}")
@@ -242,6 +279,7 @@ class ControlPlane:
         self._owns_directory = directory is None
         self.directory = Path(directory) if directory else self._temporary_directory()
         self.install_crds = install_crds
+        self.address = address
         self.port = 0
         self.etcd_port = 0
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -257,7 +295,7 @@ class ControlPlane:
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.address}:{self.port}"
 
     @property
     def kubeconfig(self) -> Path:
@@ -292,7 +330,7 @@ class ControlPlane:
             str(self.directory / "pki" / "admin.crt"), str(self.directory / "pki" / "admin.key")
         )
         connection = http.client.HTTPSConnection(
-            "127.0.0.1", self.port, context=context, timeout=30
+            self.address, self.port, context=context, timeout=30
         )
         try:
             data = None if body is None else json.dumps(body).encode()
@@ -373,7 +411,7 @@ class ControlPlane:
             reading = threading.Thread(target=_read_crds, daemon=True)
             reading.start()
         try:
-            _write_pki(self.directory / "pki")
+            _write_pki(self.directory / "pki", self.address)
             self._start_etcd(folder, detach)
             self._start_apiserver(folder, detach)
             self._write_kubeconfig()
@@ -416,15 +454,15 @@ class ControlPlane:
         )
 
     def _start_apiserver(self, folder: Path, detach: bool) -> None:
-        self.port = _free_port()
+        self.port = _free_port(self.address)
         pki = self.directory / "pki"
         self._spawn(
             "kube-apiserver",
             [
                 str(folder / "kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={self.address}",
+                f"--advertise-address={self.address}",
                 f"--secure-port={self.port}",
                 f"--cert-dir={self.directory / 'serving'}",
                 f"--tls-cert-file={pki / 'serving.crt'}",
@@ -434,8 +472,14 @@ class ControlPlane:
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 "--service-cluster-ip-range=10.96.0.0/16",
-                "--authorization-mode=RBAC",
+                f"--authorization-mode={','.join(AUTHORIZATION_MODES)}",
                 f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
+                # towards kubelets (pod logs, exec): the API server's own client certificate, and
+                # the kubelet's serving certificate checked against the cluster CA, at its node IP
+                f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+                f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                "--kubelet-preferred-address-types=InternalIP",
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 *VERSIONS[self.version][1],
@@ -451,6 +495,7 @@ class ControlPlane:
                 str(folder / "kube-controller-manager"),
                 f"--kubeconfig={self.kubeconfig}",
                 f"--controllers={','.join(CONTROLLERS)}",
+                f"--root-ca-file={self.directory / 'pki' / 'ca.crt'}",  # root-ca-cert-publisher
                 "--leader-elect=false",
                 "--secure-port=0",
                 "--use-service-account-credentials=false",

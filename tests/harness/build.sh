@@ -32,10 +32,12 @@ k8s_ldflags() {
         "-X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean"
 }
 
-module_dir() {  # the cache folder of one module: changes whenever its go.mod or go.sum does
+module_dir() {  # the cache folder of one module: changes whenever its go.mod, go.sum or own Go source does
     local name="$1"
     local sum
-    sum="$(cat "$here/$name/go.mod" "$here/$name/go.sum" | sha256sum | cut -c1-16)"
+    # shellcheck disable=SC2046  # the module's own .go files (node's apiprobe), none for the others
+    sum="$(cat "$here/$name/go.mod" "$here/$name/go.sum" $(find "$here/$name" -name '*.go' | LC_ALL=C sort) \
+        | sha256sum | cut -c1-16)"
     echo "$cache/$name-$sum"
 }
 
@@ -54,7 +56,11 @@ build() {
         cd "$here/$name"
         while [[ $# -gt 0 ]]; do
             local binary="$1" package="$2" ldflags="$3"; shift 3
-            go build -trimpath -ldflags "$ldflags" -o "$out/bin.tmp/$binary" "$package"
+            if [[ "$package" == static:* ]]; then  # no cgo: a static binary for a scratch image
+                CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/bin.tmp/$binary" "${package#static:}"
+            else
+                go build -trimpath -ldflags "$ldflags" -o "$out/bin.tmp/$binary" "$package"
+            fi
         done
     ) >&2
     rm -rf "$out/bin" && mv "$out/bin.tmp" "$out/bin" && touch "$out/.built"
@@ -72,11 +78,12 @@ build_controlplane() {  # $1: the module folder, controlplane or controlplane-1.
 }
 
 build_node() {  # the kubelet and kube-scheduler of the control plane's version (tests/harness/node.py)
-    local ldflags
+    local ldflags  # and apiprobe, the in-cluster client of the node's busybox image
     ldflags="$(k8s_ldflags node)"
     build node \
         kubelet k8s.io/kubernetes/cmd/kubelet "$ldflags" \
-        kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$ldflags"
+        kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$ldflags" \
+        apiprobe static:secureml.dev/tests/harness/node/apiprobe "-s -w"
 }
 
 build_spire() {

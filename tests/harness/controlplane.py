@@ -4,18 +4,22 @@ The binaries come from `tests/harness/build.sh controlplane` (built once per mac
 module proxy) or from the folder named by SECUREML_HARNESS_BIN; `ControlPlane(version="1.34")` runs
 `controlplane-1.34`'s, with MutatingAdmissionPolicy's feature gate and v1beta1 API group on (beta
 there, off by default). `ControlPlane` generates its own
-PKI (a CA, a serving certificate for 127.0.0.1/localhost, an admin client certificate in
-`system:masters`, a service-account signing key), starts etcd without fsync on free loopback ports,
-starts kube-apiserver with RBAC and the admission plugins a platform runs (PodSecurity, LimitRanger,
-ResourceQuota, ServiceAccount, ValidatingAdmissionPolicy, MutatingAdmissionPolicy: all GA and on by
-default in 1.36, named explicitly so a default change cannot silently drop one), waits for /readyz,
+PKI (a CA, a serving certificate for 127.0.0.1/localhost and the bind address, an admin client
+certificate in `system:masters`, the API server's client certificate towards kubelets, a
+service-account signing key; the CA's key is kept for tests/harness/node.py), starts etcd without
+fsync on free loopback ports, starts kube-apiserver (on 127.0.0.1, or `address`) with the Node
+authorizer and RBAC and the admission plugins a platform runs (NodeRestriction, PodSecurity,
+LimitRanger, ResourceQuota, ServiceAccount, ValidatingAdmissionPolicy, MutatingAdmissionPolicy: all
+GA and on by default in 1.36, named explicitly so a default change cannot silently drop one), waits
+for /readyz,
 installs the real CRDs of ../shared/fixtures/crds and waits until they are Established (a CRD that
 converts through a webhook, which nothing runs here, gets strategy None when its versions share one
 schema).
 
 kube-controller-manager runs only the controllers the tests need (CONTROLLERS: default service
-accounts, ResourceQuota usage, namespace deletion, VAP type checking); no scheduler and no nodes, so
-pods stay Pending. Its service-account controller creates a namespace's `default` service account
+accounts, ResourceQuota usage, namespace deletion, VAP type checking, and for a node: node
+lifecycle, `kube-root-ca.crt` publishing); no scheduler and no nodes, so pods stay Pending, unless
+tests/harness/node.py runs a node beside it. Its service-account controller creates a namespace's `default` service account
 (which the ServiceAccount admission plugin needs before it admits a pod) a moment after the
 namespace: `create_namespace` creates it at once, so a test can create pods straight away; after
 applying a ResourceQuota, `wait_for_quotas` waits for its usage (pods are refused until then).

@@ -17,7 +17,8 @@ whatever the bridge would forward elsewhere: pods reach this machine only.
 
 - docker-registry (Debian's, plain HTTP on 127.0.0.1) holding the node's two images, built with
   buildah (`--isolation chroot`, FROM scratch) from tests/harness/node/images: `pause` (the
-  sandbox image, our static pause.c) and `busybox` (Debian's busybox-static); containerd pulls
+  sandbox image, our static pause.c) and `busybox` (Debian's busybox-static, and `apiprobe`, our
+  static in-cluster client: busybox's own TLS cannot talk to the API server); containerd pulls
   both by digest, as a production node pulls from its registry (`image(name)` gives the pinned
   reference);
 - containerd with a config of ours: private root, state and socket, overlayfs, runc with the
@@ -87,7 +88,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 IMAGES = HERE / "node" / "images"
 PROGRAMS = ("kube-scheduler", "kubelet", "containerd", "docker-registry")  # stopped in this order
-BUILT = ("kubelet", "kube-scheduler")  # by build.sh; the others are Debian's
+BUILT = ("kubelet", "kube-scheduler", "apiprobe")  # by build.sh; the others are Debian's
 SYSTEM = {  # program -> Debian package (`make deps` installs them)
     "containerd": "containerd",
     "runc": "runc",
@@ -475,7 +476,7 @@ class Node:
             self._write_pki()
             self._start_registry(detach)
             self._mark("registry", began)
-            self._build_images()
+            self._build_images(folder)
             self._mark("images", began)
             self._make_cgroups()
             self._start_containerd(detach)
@@ -572,7 +573,7 @@ class Node:
                 time.sleep(0.05)
         raise HarnessError(f"docker-registry did not listen on {self.registry}")
 
-    def _build_images(self) -> None:
+    def _build_images(self, folder: Path) -> None:
         """Build `pause` and `busybox` with buildah and push them; record their digests."""
         cache = Path(
             os.environ.get("SECUREML_HARNESS_CACHE", Path.home() / ".cache/secureml/harness")
@@ -581,9 +582,9 @@ class Node:
         with (cache / ".node-images.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # buildah's tags: one build at a time per machine
             for name in ("pause", "busybox"):
-                self.images[name] = self._build_image(name)
+                self.images[name] = self._build_image(name, folder)
 
-    def _build_image(self, name: str) -> str:
+    def _build_image(self, name: str, folder: Path) -> str:
         context = self.directory / "images" / name
         shutil.rmtree(context, ignore_errors=True)
         shutil.copytree(IMAGES / name, context)
@@ -602,6 +603,7 @@ class Node:
             )
         else:
             shutil.copy(BUSYBOX, context / "busybox")
+            shutil.copy(folder / "apiprobe", context / "apiprobe")
         tag = f"localhost/secureml-test/{name}:latest"
         _run(
             [
@@ -1043,6 +1045,10 @@ def _main(argv: Iterator[str] | None = None) -> int:
         return 0
     down(directory)
     shutil.rmtree(directory / "etcd", ignore_errors=True)
+    _remove_tree(directory / "node")  # the last run's containers and pod volumes: a fresh node
+    if (directory / "node").exists():
+        print(f"error: {directory / 'node'} still has mounts; unmount them first", file=sys.stderr)
+        return 1
     directory.mkdir(parents=True, exist_ok=True)
     network = NodeNetwork(keep=True)
     try:

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 from harness import controlplane
-from harness.node import HarnessError, binaries, missing_requirements, running_cluster_with_node
+from harness.controlplane import HarnessError
+from harness.node import binaries, missing_requirements, running_cluster_with_node
 
 from node.pods import NodeCluster
 

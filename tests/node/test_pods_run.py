@@ -4,11 +4,16 @@ each control checked from inside the running container, not read back from the p
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import time
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from node import pods
 from node.pods import NodeCluster
@@ -110,21 +115,14 @@ def test_a_memory_limit_really_oom_kills(k8s_node: NodeCluster) -> None:
 
 
 def test_a_pod_reaches_the_api_server_with_its_own_token(k8s_node: NodeCluster) -> None:
-    """From the pod's network namespace, over the node's bridge, to the API server's address:
-    a SelfSubjectReview with the pod's projected service-account token names the pod's account
-    and the pod itself; the CA the pod was given is the cluster's (kube-root-ca.crt, published by
-    kube-controller-manager). busybox's TLS does not check the server's certificate: the token's
-    acceptance is what shows the server is the cluster's."""
+    """From the pod's network namespace, over the node's bridge, to the API server's address, as an
+    in-cluster client: apiprobe checks the server's certificate against the CA the pod was given
+    (kube-root-ca.crt, published by kube-controller-manager) and creates a SelfSubjectReview with
+    the pod's projected service-account token, which names the pod's account, the pod and node."""
     cluster, node = k8s_node.cluster, k8s_node.node
     namespace = k8s_node.namespace()
-    review = json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
     secrets = "/var/run/secrets/kubernetes.io/serviceaccount"
-    script = (
-        f'wget -q -O - --no-check-certificate --header "Authorization: Bearer $(cat {secrets}/token)"'
-        f" --header 'Content-Type: application/json' --post-data '{review}'"
-        ' "$API_SERVER/apis/authentication.k8s.io/v1/selfsubjectreviews"; echo; echo ---; '
-        f"cat {secrets}/ca.crt"
-    )
+    script = f"apiprobe && echo && echo --- && cat {secrets}/ca.crt"
     manifest = pods.pod("caller", node.image("busybox"), script, env={"API_SERVER": cluster.url})
     done = pods.run(cluster, namespace, manifest)
     text = pods.log(cluster, namespace, "caller")
@@ -137,3 +135,48 @@ def test_a_pod_reaches_the_api_server_with_its_own_token(k8s_node: NodeCluster) 
     assert ca.strip() == (cluster.directory / "pki" / "ca.crt").read_text().strip()
     pod_ip = done["status"]["podIP"]
     assert re.fullmatch(rf"10\.234\.{node.network.slot}\.\d+", pod_ip), pod_ip
+
+
+def test_the_pods_client_refuses_a_server_its_ca_did_not_sign(k8s_node: NodeCluster) -> None:
+    """The control for the test above: the same probe, given another CA (a ConfigMap), refuses the
+    server: the certificate is checked, not only the token accepted."""
+    cluster, node = k8s_node.cluster, k8s_node.node
+    namespace = k8s_node.namespace()
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "another-ca")])
+    now = datetime.datetime.now(datetime.UTC)
+    other = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "another-ca"},
+        "data": {"ca.crt": other.public_bytes(serialization.Encoding.PEM).decode()},
+    }
+    status, answer = cluster.request(
+        "POST", f"/api/v1/namespaces/{namespace}/configmaps", config_map
+    )
+    assert status == 201, answer
+    manifest = pods.pod(
+        "distrustful",
+        node.image("busybox"),
+        "apiprobe",
+        env={"API_SERVER": cluster.url, "CA_FILE": "/another-ca/ca.crt"},
+    )
+    manifest["spec"]["volumes"] = [{"name": "ca", "configMap": {"name": "another-ca"}}]
+    manifest["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "ca", "mountPath": "/another-ca", "readOnly": True}
+    ]
+    done = pods.run(cluster, namespace, manifest)
+    text = pods.log(cluster, namespace, "distrustful")
+    assert done["status"]["phase"] == "Failed", (done["status"], text)
+    assert "certificate signed by unknown authority" in text, text

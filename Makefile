@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup demo test test-fast bench clean harness cluster-up cluster-down lint fmt
+.PHONY: help setup deps demo test test-fast bench clean harness cluster-up cluster-down lint fmt
 
 help: ## every target, one line each
 	@awk -F':.*## ' '/^[a-z][a-z-]*:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,17 +40,41 @@ demo: $(STAMP) $(SHIM_LIB) ## validate profiles, compile, render a bundle, run t
 	$(VENV)/bin/secureml run pipelines/secure_finetune.py --profile examples/profiles/team-a-dev.yaml \
 		--local --dev-identity --simulate-gpu --output-dir out/demo-run
 
-# The test control plane (kube-apiserver + etcd) and SPIRE, compiled from the Go module proxy once per
-# machine into ~/.cache/secureml/harness (a no-op when cached); see docs/testing.md.
-harness: ## build the Go test harness (control plane, SPIRE) once per machine
+# The system packages the suite runs: a registry (docker-registry), image builds (buildah,
+# debootstrap, bubblewrap), the test node (containerd, runc, the CNI plugins, nftables, iproute2,
+# busybox-static for its image) and the C compiler of the fake GPU and the node's pause. apt-get
+# on Debian, only what is missing (a no-op once installed); elsewhere it says what to install and
+# lets `make test` go on (those tests skip, or fail under CI=true).
+DEB_PACKAGES := docker-registry buildah bubblewrap debootstrap containerd runc \
+	containernetworking-plugins nftables iproute2 busybox-static gcc libc6-dev
+deps: ## the system packages the suite needs (apt-get on Debian)
+	@missing=""; for package in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${db:Status-Abbrev}' $$package 2>/dev/null | grep -q '^ii' \
+			|| missing="$$missing $$package"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+		echo "make deps: warning: not Debian (no apt-get): install the equivalents of" $$missing \
+			"yourself; until then the tests that need them skip (and fail under CI=true)" >&2; \
+		exit 0; \
+	fi; \
+	sudo=""; [ "$$(id -u)" = 0 ] || sudo="sudo"; \
+	echo "make deps: apt-get install" $$missing; \
+	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing >/dev/null
+
+# The test control plane (kube-apiserver + etcd), the test node (kubelet + kube-scheduler) and SPIRE,
+# compiled from the Go module proxy once per machine into ~/.cache/secureml/harness (a no-op when
+# cached); see docs/testing.md.
+harness: ## build the Go test harness (control plane, node, SPIRE) once per machine
 	tests/harness/build.sh all >/dev/null
 
-# A control plane left running for trying secureml by hand; it writes .cluster/kubeconfig.
-cluster-up: $(STAMP) harness ## start a control plane to try secureml by hand (.cluster/)
-	$(PY) -m tests.harness.controlplane up --dir .cluster
+# A control plane and a node left running for trying secureml by hand (root: the node makes
+# cgroups, mounts and a bridge); it writes .cluster/kubeconfig.
+cluster-up: $(STAMP) deps harness ## start a control plane and a node to try secureml by hand
+	$(PY) -m tests.harness.node up --dir .cluster
 
-cluster-down: ## stop it
-	$(PY) -m tests.harness.controlplane down --dir .cluster
+cluster-down: ## stop them
+	$(PY) -m tests.harness.node down --dir .cluster
 
 # The gates: ruff lint, ruff format (check only) and mypy (strict, pydantic plugin; settings in
 # pyproject.toml). scripts/typecheck.py gives mypy components/ and enforcement/ under the names
@@ -67,14 +91,14 @@ fmt: $(STAMP) ## format and autofix what lint would refuse
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test: $(STAMP) $(SHIM_LIB) harness ## the whole suite, as CI runs it
+test: deps $(STAMP) $(SHIM_LIB) harness ## the whole suite, as CI runs it
 	$(PY) -m pytest -n 2 -m "not timing" -rs  # -rs: every skip says why
 	sync  # flush the parallel run's writes first: writeback stalls would show up as GPU idle time
 	$(PY) -m pytest -m timing
 
-# Everything but the tests of the Go harness (control plane, SPIRE) and the wall-clock ones.
+# Everything but the tests of the Go harness (control plane, node, SPIRE) and the wall-clock ones.
 test-fast: $(STAMP) $(SHIM_LIB) ## the suite without the Go harness: minutes, no Go needed
-	$(PY) -m pytest -n 2 -m "not timing and not cluster and not spire" -rs
+	$(PY) -m pytest -n 2 -m "not timing and not cluster and not spire and not node" -rs
 
 bench: $(STAMP) ## the benchmarks: ratios against a baseline measured in the same run
 	@$(PY) -m compileall -q secureml  # as installed: the CLI's start-up is measured with bytecode

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Build the test harness's Go programs from the Go module proxy, once per machine.
 #
-#   tests/harness/build.sh [controlplane|controlplane-1.34|spire|spire-controller-manager|all]
+#   tests/harness/build.sh [controlplane|controlplane-1.34|node|spire|spire-controller-manager|all]
 #
 # Each Go module under tests/harness/ (controlplane: kube-apiserver + etcd of v1.36, the version
 # that must work; controlplane-1.34: the same of v1.34, where MutatingAdmissionPolicy is beta behind
-# its feature gate; spire: spire-server + spire-agent) is built into $SECUREML_HARNESS_CACHE/<module>-<hash of its go.mod and go.sum>/,
+# its feature gate; node: kubelet + kube-scheduler of v1.36, every shared module at the control
+# plane's version; spire: spire-server + spire-agent) is built into $SECUREML_HARNESS_CACHE/<module>-<hash of its go.mod and go.sum>/,
 # default ~/.cache/secureml/harness. A build whose folder exists is skipped, so `make test` and
 # .ci/run pay for it only on a new machine or when a go.mod changes. Go's own caches (GOMODCACHE,
 # GOCACHE) are kept too. No prebuilt binary is downloaded: everything is compiled here.
@@ -31,10 +32,12 @@ k8s_ldflags() {
         "-X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/component-base/version.gitTreeState=clean"
 }
 
-module_dir() {  # the cache folder of one module: changes whenever its go.mod or go.sum does
+module_dir() {  # the cache folder of one module: changes whenever its go.mod, go.sum or own Go source does
     local name="$1"
     local sum
-    sum="$(cat "$here/$name/go.mod" "$here/$name/go.sum" | sha256sum | cut -c1-16)"
+    # shellcheck disable=SC2046  # the module's own .go files (node's apiprobe), none for the others
+    sum="$(cat "$here/$name/go.mod" "$here/$name/go.sum" $(find "$here/$name" -name '*.go' | LC_ALL=C sort) \
+        | sha256sum | cut -c1-16)"
     echo "$cache/$name-$sum"
 }
 
@@ -53,7 +56,11 @@ build() {
         cd "$here/$name"
         while [[ $# -gt 0 ]]; do
             local binary="$1" package="$2" ldflags="$3"; shift 3
-            go build -trimpath -ldflags "$ldflags" -o "$out/bin.tmp/$binary" "$package"
+            if [[ "$package" == static:* ]]; then  # no cgo: a static binary for a scratch image
+                CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/bin.tmp/$binary" "${package#static:}"
+            else
+                go build -trimpath -ldflags "$ldflags" -o "$out/bin.tmp/$binary" "$package"
+            fi
         done
     ) >&2
     rm -rf "$out/bin" && mv "$out/bin.tmp" "$out/bin" && touch "$out/.built"
@@ -68,6 +75,15 @@ build_controlplane() {  # $1: the module folder, controlplane or controlplane-1.
         kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags" \
         kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags" \
         etcd go.etcd.io/etcd/server/v3 ""
+}
+
+build_node() {  # the kubelet and kube-scheduler of the control plane's version (tests/harness/node.py)
+    local ldflags  # and apiprobe, the in-cluster client of the node's busybox image
+    ldflags="$(k8s_ldflags node)"
+    build node \
+        kubelet k8s.io/kubernetes/cmd/kubelet "$ldflags" \
+        kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$ldflags" \
+        apiprobe static:secureml.dev/tests/harness/node/apiprobe "-s -w"
 }
 
 build_spire() {
@@ -87,8 +103,9 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 case "${1:-all}" in
     controlplane | controlplane-1.34) build_controlplane "$1" ;;
+    node) build_node ;;
     spire) build_spire ;;
     spire-controller-manager) build_spire_controller_manager ;;
-    all) build_controlplane controlplane; build_controlplane controlplane-1.34; build_spire; build_spire_controller_manager ;;
-    *) echo "usage: $0 [controlplane|controlplane-1.34|spire|spire-controller-manager|all]" >&2; exit 2 ;;
+    all) build_controlplane controlplane; build_node; build_controlplane controlplane-1.34; build_spire; build_spire_controller_manager ;;
+    *) echo "usage: $0 [controlplane|controlplane-1.34|node|spire|spire-controller-manager|all]" >&2; exit 2 ;;
 esac

@@ -4,18 +4,22 @@ The binaries come from `tests/harness/build.sh controlplane` (built once per mac
 module proxy) or from the folder named by SECUREML_HARNESS_BIN; `ControlPlane(version="1.34")` runs
 `controlplane-1.34`'s, with MutatingAdmissionPolicy's feature gate and v1beta1 API group on (beta
 there, off by default). `ControlPlane` generates its own
-PKI (a CA, a serving certificate for 127.0.0.1/localhost, an admin client certificate in
-`system:masters`, a service-account signing key), starts etcd without fsync on free loopback ports,
-starts kube-apiserver with RBAC and the admission plugins a platform runs (PodSecurity, LimitRanger,
-ResourceQuota, ServiceAccount, ValidatingAdmissionPolicy, MutatingAdmissionPolicy: all GA and on by
-default in 1.36, named explicitly so a default change cannot silently drop one), waits for /readyz,
+PKI (a CA, a serving certificate for 127.0.0.1/localhost and the bind address, an admin client
+certificate in `system:masters`, the API server's client certificate towards kubelets, a
+service-account signing key; the CA's key is kept for tests/harness/node.py), starts etcd without
+fsync on free loopback ports, starts kube-apiserver (on 127.0.0.1, or `address`) with the Node
+authorizer and RBAC and the admission plugins a platform runs (NodeRestriction, PodSecurity,
+LimitRanger, ResourceQuota, ServiceAccount, ValidatingAdmissionPolicy, MutatingAdmissionPolicy: all
+GA and on by default in 1.36, named explicitly so a default change cannot silently drop one), waits
+for /readyz,
 installs the real CRDs of ../shared/fixtures/crds and waits until they are Established (a CRD that
 converts through a webhook, which nothing runs here, gets strategy None when its versions share one
 schema).
 
 kube-controller-manager runs only the controllers the tests need (CONTROLLERS: default service
-accounts, ResourceQuota usage, namespace deletion, VAP type checking); no scheduler and no nodes, so
-pods stay Pending. Its service-account controller creates a namespace's `default` service account
+accounts, ResourceQuota usage, namespace deletion, VAP type checking, and for a node: node
+lifecycle, `kube-root-ca.crt` publishing); no scheduler and no nodes, so pods stay Pending, unless
+tests/harness/node.py runs a node beside it. Its service-account controller creates a namespace's `default` service account
 (which the ServiceAccount admission plugin needs before it admits a pod) a moment after the
 namespace: `create_namespace` creates it at once, so a test can create pods straight away; after
 applying a ResourceQuota, `wait_for_quotas` waits for its usage (pods are refused until then).
@@ -61,6 +65,7 @@ ROOT = HERE.parents[1]
 CRDS = Path(os.environ.get("SECUREML_HARNESS_CRDS", ROOT.parent / "shared" / "fixtures" / "crds"))
 ADMISSION_PLUGINS = (
     "NamespaceLifecycle",
+    "NodeRestriction",  # a kubelet writes only its own Node and the pods bound to it
     "PodSecurity",
     "LimitRanger",
     "ServiceAccount",
@@ -75,7 +80,14 @@ CONTROLLERS = (
     "resourcequota-controller",  # quota usage: ResourceQuota admission refuses pods until it is there
     "namespace-controller",  # deleting a namespace deletes its objects
     "validatingadmissionpolicy-status-controller",  # status.typeChecking of every VAP
+    # For the node (tests/harness/node.py): a kubelet's Node loses its not-ready taint once Ready,
+    # and every namespace gets `kube-root-ca.crt`, which a pod's service-account token volume needs.
+    "node-lifecycle-controller",
+    "root-ca-cert-publisher",
 )
+# The Node authorizer first, as a platform runs it: a kubelet's `system:node:<name>` certificate
+# reads only what its own pods use.
+AUTHORIZATION_MODES = ("Node", "RBAC")
 STATE_FILE = "controlplane.json"
 _CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
@@ -136,9 +148,9 @@ def binaries(version: str = "1.36") -> Path:
     return folder
 
 
-def _free_port() -> int:
+def _free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((address, 0))
         return int(sock.getsockname()[1])
 
 
@@ -178,8 +190,12 @@ def _certificate(
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-def _write_pki(folder: Path) -> None:
-    """CA, serving and admin client certificates, and the service-account signing key."""
+def _write_pki(folder: Path, address: str = "127.0.0.1") -> None:
+    """CA, serving and client certificates, and the service-account signing key.
+
+    The CA's key is kept (`ca.key`) for the node harness, which signs its kubelet's certificates
+    with it, as a cluster's CA signs a joining node's. `kubelet-client` is the API server's own
+    certificate towards kubelets (logs, exec)."""
     folder.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "secureml-test-ca")])
@@ -193,7 +209,10 @@ def _write_pki(folder: Path) -> None:
         names=[
             x509.DNSName("localhost"),
             x509.DNSName("kubernetes.default.svc"),
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            *(
+                x509.IPAddress(ipaddress.ip_address(ip))
+                for ip in dict.fromkeys(("127.0.0.1", address))
+            ),
         ],
     )
     admin_key = ec.generate_private_key(ec.SECP256R1())
@@ -208,14 +227,29 @@ def _write_pki(folder: Path) -> None:
         (ca_name, ca_key),
         usage=ExtendedKeyUsageOID.CLIENT_AUTH,
     )
+    kubelet_client_key = ec.generate_private_key(ec.SECP256R1())
+    kubelet_client = _certificate(
+        x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client"),
+            ]
+        ),
+        kubelet_client_key,
+        (ca_name, ca_key),
+        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+    )
     sa_key = ec.generate_private_key(ec.SECP256R1())
     pem = serialization.Encoding.PEM
     files = {
         "ca.crt": ca.public_bytes(pem),
+        "ca.key": _pem_key(ca_key),
         "serving.crt": serving.public_bytes(pem),
         "serving.key": _pem_key(serving_key),
         "admin.crt": admin.public_bytes(pem),
         "admin.key": _pem_key(admin_key),
+        "kubelet-client.crt": kubelet_client.public_bytes(pem),
+        "kubelet-client.key": _pem_key(kubelet_client_key),
         "sa.key": _pem_key(sa_key),
         "sa.pub": sa_key.public_key().public_bytes(
             pem, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -230,11 +264,18 @@ class ControlPlane:
     """etcd + kube-apiserver on loopback; `with ControlPlane() as cluster: ...`.
 
     `directory` holds the PKI, the kubeconfig, etcd's data and both logs; a temporary folder (on
-    /dev/shm where there is one) is made and removed when none is given.
+    /dev/shm where there is one) is made and removed when none is given. `address` is where
+    kube-apiserver listens: loopback unless pods must reach it (tests/harness/node.py gives an
+    address of its node network, which must exist on this machine before `start`).
     """
 
     def __init__(
-        self, directory: Path | None = None, *, install_crds: bool = True, version: str = "1.36"
+        self,
+        directory: Path | None = None,
+        *,
+        install_crds: bool = True,
+        version: str = "1.36",
+        address: str = "127.0.0.1",
     ) -> None:
         if version not in VERSIONS:
             raise HarnessError(f"no test control plane of Kubernetes {version}: {sorted(VERSIONS)}")
@@ -242,6 +283,7 @@ class ControlPlane:
         self._owns_directory = directory is None
         self.directory = Path(directory) if directory else self._temporary_directory()
         self.install_crds = install_crds
+        self.address = address
         self.port = 0
         self.etcd_port = 0
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -257,7 +299,7 @@ class ControlPlane:
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.address}:{self.port}"
 
     @property
     def kubeconfig(self) -> Path:
@@ -292,7 +334,7 @@ class ControlPlane:
             str(self.directory / "pki" / "admin.crt"), str(self.directory / "pki" / "admin.key")
         )
         connection = http.client.HTTPSConnection(
-            "127.0.0.1", self.port, context=context, timeout=30
+            self.address, self.port, context=context, timeout=30
         )
         try:
             data = None if body is None else json.dumps(body).encode()
@@ -373,7 +415,7 @@ class ControlPlane:
             reading = threading.Thread(target=_read_crds, daemon=True)
             reading.start()
         try:
-            _write_pki(self.directory / "pki")
+            _write_pki(self.directory / "pki", self.address)
             self._start_etcd(folder, detach)
             self._start_apiserver(folder, detach)
             self._write_kubeconfig()
@@ -416,15 +458,15 @@ class ControlPlane:
         )
 
     def _start_apiserver(self, folder: Path, detach: bool) -> None:
-        self.port = _free_port()
+        self.port = _free_port(self.address)
         pki = self.directory / "pki"
         self._spawn(
             "kube-apiserver",
             [
                 str(folder / "kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={self.address}",
+                f"--advertise-address={self.address}",
                 f"--secure-port={self.port}",
                 f"--cert-dir={self.directory / 'serving'}",
                 f"--tls-cert-file={pki / 'serving.crt'}",
@@ -434,8 +476,14 @@ class ControlPlane:
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 "--service-cluster-ip-range=10.96.0.0/16",
-                "--authorization-mode=RBAC",
+                f"--authorization-mode={','.join(AUTHORIZATION_MODES)}",
                 f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
+                # towards kubelets (pod logs, exec): the API server's own client certificate, and
+                # the kubelet's serving certificate checked against the cluster CA, at its node IP
+                f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+                f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                "--kubelet-preferred-address-types=InternalIP",
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 *VERSIONS[self.version][1],
@@ -451,6 +499,7 @@ class ControlPlane:
                 str(folder / "kube-controller-manager"),
                 f"--kubeconfig={self.kubeconfig}",
                 f"--controllers={','.join(CONTROLLERS)}",
+                f"--root-ca-file={self.directory / 'pki' / 'ca.crt'}",  # root-ca-cert-publisher
                 "--leader-elect=false",
                 "--secure-port=0",
                 "--use-service-account-credentials=false",

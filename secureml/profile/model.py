@@ -53,15 +53,35 @@ _TIER = "spec.tier"  # the path cross-field checks name when they read the tier
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
-# A memory size field: bytes, or a Kubernetes quantity (secureml.core.quantity) parsed on load.
+# The least GPU memory a profile may grant a step: a smaller value is a number missing its unit.
+MIN_GPU_MEMORY = 256 * 2**20
+
+
+def _gpu_memory(value: object) -> int:
+    """A GPU memory size of the profile: a Kubernetes quantity, at least 256Mi. A bare number
+    is bytes, as Kubernetes reads it, so `maxMemory: 16` would be 16 bytes: refused, naming the
+    unit that was surely meant (a fix that itself passes)."""
+    amount = parse_bytes(value)
+    if amount < MIN_GPU_MEMORY:
+        written = str(value).strip()
+        if written.isdigit():
+            raise ValueError(
+                f"{written} has no unit, so it means {written} bytes; write the unit, "
+                f"e.g. {written}Gi"
+            )
+        raise ValueError(f"{written} is less than 256Mi of GPU memory; write e.g. 8Gi")
+    return amount
+
+
+# A GPU memory size field: bytes, or a Kubernetes quantity (secureml.core.quantity) parsed on load.
 ByteSize = Annotated[
     int,
-    BeforeValidator(parse_bytes),
+    BeforeValidator(_gpu_memory),
     PlainSerializer(lambda v: v, return_type=int),
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "integer", "minimum": 1},
+                {"type": "integer", "minimum": MIN_GPU_MEMORY},
                 {"type": "string", "pattern": QUANTITY_PATTERN},
             ],
             "description": "bytes, or a Kubernetes quantity such as 16Gi",

@@ -224,3 +224,23 @@ def test_cuda_firewall_defaults_to_enforce_and_off_is_refused_for_strict_tiers()
         TenantProfile.from_dict(conf, source="team-conf")
     assert "spec.runtime.cudaFirewall" in caught.value.diagnostics()
     assert "requires the CUDA firewall" in caught.value.diagnostics()
+
+
+def test_gpu_memory_without_a_unit_is_refused_with_a_fix_that_passes() -> None:
+    data = team_a()
+    data["spec"]["gpu"]["timeSlice"]["maxMemory"] = 16
+    ((path, message),) = [p for p in problems_of(data) if p[0].endswith("maxMemory")]
+    assert path == "spec.gpu.timeSlice.maxMemory"
+    assert "16 has no unit, so it means 16 bytes" in message and "16Gi" in message
+    data["spec"]["gpu"]["timeSlice"]["maxMemory"] = "16Gi"  # the fix the message gives
+    fixed = TenantProfile.from_dict(data, source="p.yaml").spec.gpu.time_slice
+    assert fixed is not None and fixed.max_memory == 16 * 2**30
+
+
+def test_gpu_memory_below_256mi_is_refused_and_a_byte_count_is_read_as_bytes() -> None:
+    data = team_a()
+    data["spec"]["gpu"]["timeSlice"]["maxMemory"] = "100Mi"
+    assert any("less than 256Mi" in message for _, message in problems_of(data))
+    data["spec"]["gpu"]["timeSlice"]["maxMemory"] = 8 * 2**30  # a whole byte count, as dumped
+    read = TenantProfile.from_dict(data, source="p.yaml").spec.gpu.time_slice
+    assert read is not None and read.max_memory == 8 * 2**30

@@ -205,13 +205,40 @@ class SignerIdentity(_Model):
         if (self.subject is None) == (self.subject_reg_exp is None):
             raise ValueError("give exactly one of subject or subjectRegExp")
         if self.subject_reg_exp is not None:
-            try:
-                re.compile(self.subject_reg_exp)
-            except re.error as err:
-                raise ValueError(
-                    f"subjectRegExp is not a valid regular expression: {err}"
-                ) from None
+            problem = regexp_problem(self.subject_reg_exp)
+            if problem is not None:
+                raise ValueError(f"subjectRegExp {problem}")
         return self
+
+
+def regexp_problem(pattern: str) -> str | None:
+    """What is wrong with `pattern` as a signer's subject pattern, for a person; None if nothing.
+
+    The image policies match it with Go's RE2 (policy-controller, Kyverno) and the compiler with
+    Python's `re`: it must mean the same to both, so RE2's syntax is the one accepted.
+    """
+    import re2  # type: ignore[import-untyped]
+
+    try:
+        re.compile(pattern)
+    except re.error as err:
+        where = err.pos if err.pos is not None else len(pattern)
+        return (
+            f"{pattern!r} is not a regular expression: {err.msg} at character {where + 1} "
+            f"({pattern[:where]}<here>{pattern[where:]}); escape a literal character with a "
+            "backslash (\\. \\( \\[) or complete the construct"
+        )
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        re2.compile(pattern, options=options)
+    except re2.error as err:
+        reason = err.args[0].decode() if err.args and isinstance(err.args[0], bytes) else err
+        return (
+            f"{pattern!r} uses what the cluster's RE2 engine cannot match ({reason}); "
+            "write it without look-arounds or back-references"
+        )
+    return None
 
 
 class SignatureSettings(_Model):

@@ -244,3 +244,18 @@ def test_gpu_memory_below_256mi_is_refused_and_a_byte_count_is_read_as_bytes() -
     data["spec"]["gpu"]["timeSlice"]["maxMemory"] = 8 * 2**30  # a whole byte count, as dumped
     read = TenantProfile.from_dict(data, source="p.yaml").spec.gpu.time_slice
     assert read is not None and read.max_memory == 8 * 2**30
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        (r"^https://(github", "missing ), unterminated subpattern at character 10"),
+        (r"^https://github\.com/acme/(?=x)", "RE2 engine cannot match"),
+    ],
+)
+def test_a_bad_subject_regexp_says_where_and_what_to_do(pattern: str, expected: str) -> None:
+    data = team_a()
+    data["spec"]["images"]["signatures"]["identities"][0]["subjectRegExp"] = pattern
+    messages = [message for _, message in problems_of(data) if "subjectRegExp" in message]
+    assert len(messages) == 1 and expected in messages[0]
+    assert "re.error" not in messages[0] and "position" not in messages[0]

@@ -51,6 +51,16 @@ cluster-down:
 # The gates: ruff lint, ruff format (check only) and mypy (strict, pydantic plugin; settings in
 # pyproject.toml). scripts/typecheck.py gives mypy components/ and enforcement/ under the names
 # setup.py installs them with (secureml.components, secureml.enforcement).
+# The C sources (the quota shim, its fakes, the fuzz target, the test programs) in clang-format's
+# style (.clang-format; Debian's clang-format 14). Not part of `lint`: setup does not install
+# clang-format (`apt-get install clang-format`); tests/shim/test_shim_format.py checks it where present.
+C_SOURCES := $(wildcard enforcement/shim/*.[ch] enforcement/shim/fake/*.[ch] enforcement/shim/fuzz/*.c tests/shim/*.c)
+.PHONY: fmt-c fmt-c-check
+fmt-c:
+	clang-format -i $(C_SOURCES)
+fmt-c-check:
+	clang-format --dry-run --Werror $(C_SOURCES)
+
 .PHONY: lint
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

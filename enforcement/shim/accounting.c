@@ -25,7 +25,9 @@ int uuid_slot_locked(const unsigned char uuid[16]) {
 __attribute__((noinline)) int slot_of_new_ordinal(CUdevice dev) {
     if (dev < 0 || dev >= MAX_ORDINALS || !S.region) return -1;
     CUuuid u;
-    CUresult rc = r_cuDeviceGetUuid_v2 ? r_cuDeviceGetUuid_v2(&u, dev) : r_cuDeviceGetUuid ? r_cuDeviceGetUuid(&u, dev) : CUDA_ERROR_NOT_FOUND;
+    CUresult rc = r_cuDeviceGetUuid_v2 ? r_cuDeviceGetUuid_v2(&u, dev)
+                  : r_cuDeviceGetUuid  ? r_cuDeviceGetUuid(&u, dev)
+                                       : CUDA_ERROR_NOT_FOUND;
     if (rc != CUDA_SUCCESS) return -1;
     region_lock();
     int s = uuid_slot_locked((const unsigned char *)u.bytes);
@@ -83,15 +85,17 @@ static void driver_view_of(int slot, struct driver_view *v) {
     if (h) {
         nvmlProcessInfo_t infos[256];
         unsigned n = 256;
-        nvmlReturn_t rc = r_nvmlDeviceGetComputeRunningProcesses_v3 ? r_nvmlDeviceGetComputeRunningProcesses_v3(h, &n, infos)
-                          : r_nvmlDeviceGetComputeRunningProcesses_v2 ? r_nvmlDeviceGetComputeRunningProcesses_v2(h, &n, infos)
-                                                                      : NVML_ERROR_FUNCTION_NOT_FOUND;
+        nvmlReturn_t rc =
+            r_nvmlDeviceGetComputeRunningProcesses_v3   ? r_nvmlDeviceGetComputeRunningProcesses_v3(h, &n, infos)
+            : r_nvmlDeviceGetComputeRunningProcesses_v2 ? r_nvmlDeviceGetComputeRunningProcesses_v2(h, &n, infos)
+                                                        : NVML_ERROR_FUNCTION_NOT_FOUND;
         if (rc == NVML_SUCCESS && n <= 256) {
             v->have_pids = 1, v->npids = n;
             for (unsigned i = 0; i < n; i++) v->pids[i] = infos[i].pid;
         }
         nvmlMemory_t m;
-        if (r_nvmlDeviceGetMemoryInfo && r_nvmlDeviceGetMemoryInfo(h, &m) == NVML_SUCCESS) v->have_used = 1, v->used = m.used;
+        if (r_nvmlDeviceGetMemoryInfo && r_nvmlDeviceGetMemoryInfo(h, &m) == NVML_SUCCESS)
+            v->have_used = 1, v->used = m.used;
     }
     CUdevice dev;
     int current = r_cuCtxGetDevice && r_cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev >= 0 && dev < MAX_ORDINALS
@@ -154,13 +158,15 @@ void reconcile_locked(int slot, int urgent) {
         struct region_proc *pr = &r->procs[p];
         uint64_t c = r->charged[slot][p];
         if (!pr->pid || !pr->gone_ns || !c) continue;
-        uint64_t take = comparable ? (listed(&v, pr->pid) ? 0 : c) : dead > bound ? (dead - bound < c ? dead - bound : c) : 0;
+        uint64_t take = comparable     ? (listed(&v, pr->pid) ? 0 : c)
+                        : dead > bound ? (dead - bound < c ? dead - bound : c)
+                                       : 0;
         if (!take) continue;
         r->charged[slot][p] -= take;
         dv->reclaimed += take;
         dead -= take;
-        logf_(LOG_INFO, "released %llu bytes of gone process %d on device %d: the driver freed them", (unsigned long long)take,
-              pr->pid, slot);
+        logf_(LOG_INFO, "released %llu bytes of gone process %d on device %d: the driver freed them",
+              (unsigned long long)take, pr->pid, slot);
     }
     mark_gone(); /* frees the entries left without charges */
 }

@@ -12,8 +12,8 @@
 __thread unsigned t_calls __attribute__((tls_model("initial-exec")));
 
 void format_uuid(const unsigned char *u, char *out, size_t n, const char *prefix) {
-    snprintf(out, n, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix, u[0], u[1], u[2],
-             u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    snprintf(out, n, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix, u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
 /* Writes the step's counters (all processes) to the counters file: temp file, then rename. Called
@@ -25,8 +25,8 @@ void write_counters_locked(void) {
 #define OUT(...) n += (size_t)snprintf(buf + n, n < sizeof buf ? sizeof buf - n : 0, __VA_ARGS__)
     OUT("version=1\nlimits_ok=%d\n", S.ok);
     if (!S.ok) OUT("error=%s\n", S.error);
-    OUT("memory_limit=%llu\ncompute_limit=%u\nscrub_on_free=%u\n", (unsigned long long)S.limits.memory, S.limits.compute,
-        S.limits.scrub_on_free);
+    OUT("memory_limit=%llu\ncompute_limit=%u\nscrub_on_free=%u\n", (unsigned long long)S.limits.memory,
+        S.limits.compute, S.limits.scrub_on_free);
     uint64_t refused = 0, peak = 0, throttled = 0, scrub_failures = 0, claims_refused = 0, reclaimed = 0;
     int devices = 0, launcher = 0;
     if (S.region) {
@@ -40,8 +40,9 @@ void write_counters_locked(void) {
             char uuid[64];
             format_uuid(dv->uuid, uuid, sizeof uuid, "GPU");
             OUT("device.%d.uuid=%s\ndevice.%d.used=%llu\ndevice.%d.peak=%llu\ndevice.%d.refused=%llu\ndevice.%d.throttled=%llu\n",
-                devices, uuid, devices, (unsigned long long)device_used(d), devices, (unsigned long long)dv->peak, devices,
-                (unsigned long long)dv->refused, devices, (unsigned long long)__atomic_load_n(&dv->throttled, __ATOMIC_RELAXED));
+                devices, uuid, devices, (unsigned long long)device_used(d), devices, (unsigned long long)dv->peak,
+                devices, (unsigned long long)dv->refused, devices,
+                (unsigned long long)__atomic_load_n(&dv->throttled, __ATOMIC_RELAXED));
             refused += dv->refused;
             reclaimed += dv->reclaimed;
             throttled += __atomic_load_n(&dv->throttled, __ATOMIC_RELAXED);
@@ -49,8 +50,9 @@ void write_counters_locked(void) {
             devices++;
         }
     }
-    OUT("devices=%d\nrefused=%llu\npeak=%llu\nthrottled=%llu\nscrub_failures=%llu\n", devices, (unsigned long long)refused,
-        (unsigned long long)peak, (unsigned long long)throttled, (unsigned long long)scrub_failures);
+    OUT("devices=%d\nrefused=%llu\npeak=%llu\nthrottled=%llu\nscrub_failures=%llu\n", devices,
+        (unsigned long long)refused, (unsigned long long)peak, (unsigned long long)throttled,
+        (unsigned long long)scrub_failures);
     OUT("reclaimed=%llu\nfirewall=%u\nfirewall_refused=%llu\n", (unsigned long long)reclaimed, S.limits.firewall,
         (unsigned long long)(S.region ? S.region->firewall_refused : 0));
     OUT("launcher_pid=%d\nlauncher_claims_refused=%llu\n", launcher, (unsigned long long)claims_refused);

@@ -136,7 +136,8 @@ EXPORT CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, 
     init();
     if (!r_cuDeviceCanAccessPeer) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult rc = r_cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev);
-    if (rc == CUDA_SUCCESS && canAccessPeer && *canAccessPeer && firewall_on() && !device_of_step(peerDev)) *canAccessPeer = 0;
+    if (rc == CUDA_SUCCESS && canAccessPeer && *canAccessPeer && firewall_on() && !device_of_step(peerDev))
+        *canAccessPeer = 0;
     return rc;
 }
 
@@ -151,7 +152,8 @@ EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned in
             known = r_cuCtxGetDevice(&peer) == CUDA_SUCCESS;
             r_cuCtxPopCurrent_v2(&popped);
         }
-        if (!known || !device_of_step(peer)) return firewall_refuse("cuCtxEnablePeerAccess to a device outside the step");
+        if (!known || !device_of_step(peer))
+            return firewall_refuse("cuCtxEnablePeerAccess to a device outside the step");
     }
     return r_cuCtxEnablePeerAccess(peerContext, Flags);
 }

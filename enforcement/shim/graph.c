@@ -27,7 +27,8 @@ static void graph_record(uint64_t graph, int slot, uint64_t charge) {
         if (t) S.graphs = t, S.graphs_cap = cap;
     }
     if (i < S.ngraphs) S.graphs[i].charge += charge;
-    else if (S.ngraphs < S.graphs_cap) S.graphs[S.ngraphs++] = (struct graph_charge){graph, 0, charge, (uint8_t)slot, 0};
+    else if (S.ngraphs < S.graphs_cap)
+        S.graphs[S.ngraphs++] = (struct graph_charge){graph, 0, charge, (uint8_t)slot, 0};
     table_unlock();
 }
 
@@ -43,7 +44,8 @@ static void graph_retire_locked(size_t i) {
 static CUresult graph_alloc(CUgraph graph, const CUDA_MEM_ALLOC_NODE_PARAMS *p, CUresult (*call)(void *), void *ctx) {
     if (pass_through() || !p) return call(ctx); /* without parameters the driver adds nothing */
     int type = (int)p->poolProps.location.type;
-    if (type == MEM_LOCATION_HOST || type == MEM_LOCATION_HOST_NUMA || type == MEM_LOCATION_HOST_NUMA_CURRENT) return call(ctx);
+    if (type == MEM_LOCATION_HOST || type == MEM_LOCATION_HOST_NUMA || type == MEM_LOCATION_HOST_NUMA_CURRENT)
+        return call(ctx);
     if (type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED; /* a location this shim cannot charge */
     int slot = slot_of_ordinal(p->poolProps.location.id);
     uint64_t charged = charge_of(p->bytesize);
@@ -80,8 +82,9 @@ static CUresult call_add_node_v3(void *ctx) {
     return r_cuGraphAddNode_v3(a->node, a->graph, a->deps, a->edges, a->ndeps, a->params);
 }
 
-EXPORT CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                                               size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
+EXPORT CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                               const CUgraphNode *dependencies, size_t numDependencies,
+                                               CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
     init();
     if (!r_cuGraphAddMemAllocNode) return CUDA_ERROR_NOT_INITIALIZED;
     struct add_node a = {phGraphNode, hGraph, dependencies, NULL, numDependencies, nodeParams};
@@ -103,7 +106,8 @@ EXPORT CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph,
 }
 
 EXPORT CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                                          const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams) {
+                                          const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                          CUgraphNodeParams *nodeParams) {
     init();
     if (!r_cuGraphAddNode_v2) return CUDA_ERROR_NOT_INITIALIZED;
     struct add_node a = {phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams};
@@ -111,7 +115,8 @@ EXPORT CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGra
 }
 
 EXPORT CUresult CUDAAPI cuGraphAddNode_v3(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                                          const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams) {
+                                          const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                          CUgraphNodeParams *nodeParams) {
     init();
     if (!r_cuGraphAddNode_v3) return CUDA_ERROR_NOT_INITIALIZED;
     struct add_node a = {phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams};
@@ -133,13 +138,15 @@ static CUresult instantiated(CUresult rc, CUgraph graph, const CUgraphExec *exec
     return rc;
 }
 
-EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
+EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                    unsigned long long flags) {
     init();
     if (!r_cuGraphInstantiateWithFlags) return CUDA_ERROR_NOT_INITIALIZED;
     return instantiated(r_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags), hGraph, phGraphExec);
 }
 
-EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                     CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
     init();
     if (!r_cuGraphInstantiateWithParams) return CUDA_ERROR_NOT_INITIALIZED;
     return instantiated(r_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams), hGraph, phGraphExec);
@@ -149,21 +156,24 @@ EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphEx
                                                           CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
     init();
     if (!r_cuGraphInstantiateWithParams_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
-    return instantiated(r_cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams), hGraph, phGraphExec);
+    return instantiated(r_cuGraphInstantiateWithParams_ptsz(phGraphExec, hGraph, instantiateParams), hGraph,
+                        phGraphExec);
 }
 
-EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer,
-                                           size_t bufferSize) {
+EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+                                           char *logBuffer, size_t bufferSize) {
     init();
     if (!r_cuGraphInstantiate) return CUDA_ERROR_NOT_INITIALIZED;
-    return instantiated(r_cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize), hGraph, phGraphExec);
+    return instantiated(r_cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize), hGraph,
+                        phGraphExec);
 }
 
-EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer,
-                                              size_t bufferSize) {
+EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+                                              char *logBuffer, size_t bufferSize) {
     init();
     if (!r_cuGraphInstantiate_v2) return CUDA_ERROR_NOT_INITIALIZED;
-    return instantiated(r_cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize), hGraph, phGraphExec);
+    return instantiated(r_cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize), hGraph,
+                        phGraphExec);
 }
 
 EXPORT CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {

@@ -24,7 +24,8 @@ EXPORT int secureml_shim_claim_launcher(char *reason, size_t reason_len) {
         } else if (r->launcher_pid) {
             snprintf(why, sizeof why, "process %d already holds the launcher role of this step", (int)r->launcher_pid);
         } else if (r->nprocs || __atomic_load_n(&S.count, __ATOMIC_RELAXED)) {
-            snprintf(why, sizeof why, "processes of the step already use its account; the launcher claims before the step starts");
+            snprintf(why, sizeof why,
+                     "processes of the step already use its account; the launcher claims before the step starts");
         } else {
             r->launcher_pid = pid;
             r->launcher_start_time = start;

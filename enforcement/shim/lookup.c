@@ -97,7 +97,8 @@ EXPORT __typeof__(*r_cuMemImportFromShareableHandle) cuMemImportFromShareableHan
 EXPORT __typeof__(*r_cuDeviceCanAccessPeer) cuDeviceCanAccessPeer;
 EXPORT __typeof__(*r_cuCtxEnablePeerAccess) cuCtxEnablePeerAccess;
 EXPORT CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
-EXPORT CUresult CUDAAPI cuMemAllocPitch(unsigned int *dptr, unsigned int *pPitch, unsigned int w, unsigned int h, unsigned int e);
+EXPORT CUresult CUDAAPI cuMemAllocPitch(unsigned int *dptr, unsigned int *pPitch, unsigned int w, unsigned int h,
+                                        unsigned int e);
 EXPORT CUresult CUDAAPI cuMemGetInfo(unsigned int *free_bytes, unsigned int *total);
 EXPORT CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
 
@@ -118,7 +119,8 @@ static const struct hook {
     void **real;
     int ptsz;
 } HOOKS[] = {
-#define H(name, base, ptsz) {#name, base, (void *)name, (void **)&r_##name, ptsz}
+#define H(name, base, ptsz) \
+    { #name, base, (void *)name, (void **)&r_##name, ptsz }
     H(cuMemAlloc_v2, "cuMemAlloc", 0),
     H(cuMemAllocPitch_v2, "cuMemAllocPitch", 0),
     H(cuMemAllocManaged, "cuMemAllocManaged", 0),
@@ -224,8 +226,8 @@ EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cud
     CUresult rc = r_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
     void *found = rc == CUDA_SUCCESS && pfn ? *pfn : NULL;
     if (found && symbol) *pfn = substitute(symbol, found, flags);
-    logf_(LOG_DEBUG, "cuGetProcAddress(%s, %d, %llu) = %d%s", symbol ? symbol : "(null)", cudaVersion, (unsigned long long)flags,
-          (int)rc, found && *pfn != found ? " (hooked)" : "");
+    logf_(LOG_DEBUG, "cuGetProcAddress(%s, %d, %llu) = %d%s", symbol ? symbol : "(null)", cudaVersion,
+          (unsigned long long)flags, (int)rc, found && *pfn != found ? " (hooked)" : "");
     return rc;
 }
 
@@ -236,8 +238,8 @@ EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int 
     CUresult rc = r_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
     void *found = rc == CUDA_SUCCESS && pfn ? *pfn : NULL;
     if (found && symbol) *pfn = substitute(symbol, found, flags);
-    logf_(LOG_DEBUG, "cuGetProcAddress_v2(%s, %d, %llu) = %d%s", symbol ? symbol : "(null)", cudaVersion, (unsigned long long)flags,
-          (int)rc, found && *pfn != found ? " (hooked)" : "");
+    logf_(LOG_DEBUG, "cuGetProcAddress_v2(%s, %d, %llu) = %d%s", symbol ? symbol : "(null)", cudaVersion,
+          (unsigned long long)flags, (int)rc, found && *pfn != found ? " (hooked)" : "");
     return rc;
 }
 
@@ -280,7 +282,8 @@ static TAIL_CALL_FN void *shim_dlopen(const char *file, int mode) {
     if (!next) __atomic_store_n(&real, next = (dlopen_fn)libc_symbol("dlopen"), __ATOMIC_RELEASE);
     if ((mode & RTLD_DEEPBIND) && !pass_through()) {
         mode &= ~RTLD_DEEPBIND;
-        if (S.log_level >= LOG_INFO) logf_(LOG_INFO, "dlopen(%s): RTLD_DEEPBIND dropped (it would bind past the shim)", file ? file : "(null)");
+        if (S.log_level >= LOG_INFO)
+            logf_(LOG_INFO, "dlopen(%s): RTLD_DEEPBIND dropped (it would bind past the shim)", file ? file : "(null)");
     }
     TAIL_CALL return next(file, mode);
 }
@@ -306,7 +309,8 @@ static void *shim_dlmopen(Lmid_t lmid, const char *file, int mode) {
     if (!driver) return h;
     dlclose(h);
     init();
-    logf_(LOG_WARN, "refused dlmopen(%s) into another namespace: the GPU driver there would bypass the shim", file ? file : "(null)");
+    logf_(LOG_WARN, "refused dlmopen(%s) into another namespace: the GPU driver there would bypass the shim",
+          file ? file : "(null)");
     return NULL;
 }
 

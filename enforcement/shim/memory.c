@@ -10,7 +10,8 @@ static CUresult driver_release(uint64_t value, int klass) {
     case KEY_POINTER: return r_cuMemFree_v2 ? r_cuMemFree_v2((CUdeviceptr)value) : CUDA_ERROR_NOT_INITIALIZED;
     case KEY_ARRAY: return r_cuArrayDestroy ? r_cuArrayDestroy((CUarray)(uintptr_t)value) : CUDA_ERROR_NOT_INITIALIZED;
     case KEY_MIPMAP:
-        return r_cuMipmappedArrayDestroy ? r_cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)value) : CUDA_ERROR_NOT_INITIALIZED;
+        return r_cuMipmappedArrayDestroy ? r_cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)value)
+                                         : CUDA_ERROR_NOT_INITIALIZED;
     default: return r_cuMemRelease ? r_cuMemRelease((CUmemGenericAllocationHandle)value) : CUDA_ERROR_NOT_INITIALIZED;
     }
 }
@@ -25,33 +26,34 @@ static __attribute__((noinline)) CUresult give_back(const struct entry *e) {
 
 static inline CUresult remember_entry(const struct entry *e) { return table_put(e) == 0 ? CUDA_SUCCESS : give_back(e); }
 
-static inline CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, uint64_t charged, int scrub, unsigned levels) {
-    struct entry e = {table_key(value, klass), value, bytes, charged, (uint8_t)klass, (uint8_t)slot, (uint8_t)scrub, 0,
-                      (uint8_t)(levels > 255 ? 255 : levels)};
+static inline CUresult remember(uint64_t value, int klass, int slot, uint64_t bytes, uint64_t charged, int scrub,
+                                unsigned levels) {
+    uint8_t k = (uint8_t)klass, sl = (uint8_t)slot, z = (uint8_t)scrub, lv = (uint8_t)(levels > 255 ? 255 : levels);
+    struct entry e = {table_key(value, klass), value, bytes, charged, k, sl, z, 0, lv};
     return remember_entry(&e);
 }
 
 /* The common path of every allocation with an address or handle: charge, allocate, remember. */
-#define ALLOCATE(slot_expr, bytes_expr, klass, scrub, levels, call, out_value)                          \
-    do {                                                                                               \
-        init();                                                                                        \
-        if (pass_through()) return (call);                                                             \
-        int slot_ = (slot_expr);                                                                       \
-        uint64_t bytes_ = (bytes_expr), charged_ = charge_of(bytes_);                                  \
-        if (slot_ == NO_CONTEXT) return CUDA_ERROR_INVALID_CONTEXT;                                   \
-        if (charge(slot_, charged_)) return CUDA_ERROR_OUT_OF_MEMORY;                                  \
-        CUresult rc_ = (call);                                                                         \
-        charge_done(slot_, charged_, rc_ == CUDA_SUCCESS);                                             \
-        if (rc_ != CUDA_SUCCESS) return rc_;                                                           \
-        rc_ = remember((out_value), (klass), slot_, bytes_, charged_, (scrub), (levels));              \
-        maybe_write_counters(COUNTERS_EVERY_NS);                                                                       \
-        return rc_;                                                                                    \
+#define ALLOCATE(slot_expr, bytes_expr, klass, scrub, levels, call, out_value)            \
+    do {                                                                                  \
+        init();                                                                           \
+        if (pass_through()) return (call);                                                \
+        int slot_ = (slot_expr);                                                          \
+        uint64_t bytes_ = (bytes_expr), charged_ = charge_of(bytes_);                     \
+        if (slot_ == NO_CONTEXT) return CUDA_ERROR_INVALID_CONTEXT;                       \
+        if (charge(slot_, charged_)) return CUDA_ERROR_OUT_OF_MEMORY;                     \
+        CUresult rc_ = (call);                                                            \
+        charge_done(slot_, charged_, rc_ == CUDA_SUCCESS);                                \
+        if (rc_ != CUDA_SUCCESS) return rc_;                                              \
+        rc_ = remember((out_value), (klass), slot_, bytes_, charged_, (scrub), (levels)); \
+        maybe_write_counters(COUNTERS_EVERY_NS);                                          \
+        return rc_;                                                                       \
     } while (0)
-
 
 /* Whether a stream is being captured into a graph (an invalidated capture counts: it has not ended). */
 static int capturing(CUstream stream, int ptsz) {
-    CUresult (*is)(CUstream, CUstreamCaptureStatus *) = ptsz && r_cuStreamIsCapturing_ptsz ? r_cuStreamIsCapturing_ptsz : r_cuStreamIsCapturing;
+    CUresult (*is)(CUstream, CUstreamCaptureStatus *) =
+        ptsz && r_cuStreamIsCapturing_ptsz ? r_cuStreamIsCapturing_ptsz : r_cuStreamIsCapturing;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     return is && is(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
@@ -63,8 +65,8 @@ static void captured_add(int slot, uint64_t charge) {
 }
 
 /* The common path of every release: forget, scrub, release, uncharge (or restore on failure). */
-static inline __attribute__((always_inline)) CUresult release(uint64_t value, int klass, CUresult (*call)(void *), void *ctx,
-                                                               CUstream stream, int async, int ptsz) {
+static inline __attribute__((always_inline)) CUresult release(uint64_t value, int klass, CUresult (*call)(void *),
+                                                              void *ctx, CUstream stream, int async, int ptsz) {
     init();
     if (pass_through()) return call(ctx);
     struct entry e;
@@ -104,7 +106,8 @@ struct async_alloc {
     CUstream stream;
 };
 
-static inline CUresult allocate_async(const struct async_alloc *a, int ptsz, CUresult (*call)(const struct async_alloc *)) {
+static inline CUresult allocate_async(const struct async_alloc *a, int ptsz,
+                                      CUresult (*call)(const struct async_alloc *)) {
     init();
     if (pass_through()) return call(a);
     int slot = current_slot();
@@ -120,9 +123,15 @@ static inline CUresult allocate_async(const struct async_alloc *a, int ptsz, CUr
     return rc;
 }
 
-static CUresult call_alloc_async(const struct async_alloc *a) { return r_cuMemAllocAsync(a->dptr, a->bytes, a->stream); }
-static CUresult call_alloc_async_ptsz(const struct async_alloc *a) { return r_cuMemAllocAsync_ptsz(a->dptr, a->bytes, a->stream); }
-static CUresult call_alloc_pool(const struct async_alloc *a) { return r_cuMemAllocFromPoolAsync(a->dptr, a->bytes, a->pool, a->stream); }
+static CUresult call_alloc_async(const struct async_alloc *a) {
+    return r_cuMemAllocAsync(a->dptr, a->bytes, a->stream);
+}
+static CUresult call_alloc_async_ptsz(const struct async_alloc *a) {
+    return r_cuMemAllocAsync_ptsz(a->dptr, a->bytes, a->stream);
+}
+static CUresult call_alloc_pool(const struct async_alloc *a) {
+    return r_cuMemAllocFromPoolAsync(a->dptr, a->bytes, a->pool, a->stream);
+}
 static CUresult call_alloc_pool_ptsz(const struct async_alloc *a) {
     return r_cuMemAllocFromPoolAsync_ptsz(a->dptr, a->bytes, a->pool, a->stream);
 }
@@ -141,14 +150,16 @@ EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
     return allocate_async(&a, 1, call_alloc_async_ptsz);
 }
 
-EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                                CUstream hStream) {
     init();
     if (!r_cuMemAllocFromPoolAsync) return CUDA_ERROR_NOT_INITIALIZED;
     struct async_alloc a = {dptr, bytesize, pool, hStream};
     return allocate_async(&a, 0, call_alloc_pool);
 }
 
-EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                                     CUstream hStream) {
     init();
     if (!r_cuMemAllocFromPoolAsync_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
     struct async_alloc a = {dptr, bytesize, pool, hStream};
@@ -227,7 +238,8 @@ EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t
     if (pass_through()) return r_cuMemCreate(handle, size, prop, flags);
     if (!handle || !prop) return CUDA_ERROR_INVALID_VALUE;
     CUdevice ordinal = prop->location.id;
-    if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE && (!r_cuCtxGetDevice || r_cuCtxGetDevice(&ordinal) != CUDA_SUCCESS))
+    if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE &&
+        (!r_cuCtxGetDevice || r_cuCtxGetDevice(&ordinal) != CUDA_SUCCESS))
         return CUDA_ERROR_INVALID_CONTEXT;
     if (ordinal < 0 || ordinal > 255) return CUDA_ERROR_INVALID_DEVICE;
     int slot = slot_of_ordinal(ordinal);
@@ -236,7 +248,8 @@ EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t
     CUresult rc = r_cuMemCreate(handle, size, prop, flags);
     charge_done(slot, charged, rc == CUDA_SUCCESS);
     if (rc != CUDA_SUCCESS) return rc;
-    struct entry e = {table_key(*handle, KEY_VMM), *handle, size, charged, KEY_VMM, (uint8_t)slot, 1, (uint8_t)ordinal, 0};
+    struct entry e = {
+        table_key(*handle, KEY_VMM), *handle, size, charged, KEY_VMM, (uint8_t)slot, 1, (uint8_t)ordinal, 0};
     return remember_entry(&e);
 }
 
@@ -256,7 +269,8 @@ static uint64_t array_charge(size_t w, size_t h, size_t d, int format, unsigned 
     if (row > UINT64_MAX - 63 || rows > UINT64_MAX - 7) return UINT64_MAX;
     row = (row + 63) & ~63ULL;
     if (h > 1) rows = (rows + 7) & ~7ULL;
-    if (__builtin_mul_overflow(row, rows, &n) || __builtin_mul_overflow(n, (uint64_t)(d ? d : 1), &n)) return UINT64_MAX;
+    if (__builtin_mul_overflow(row, rows, &n) || __builtin_mul_overflow(n, (uint64_t)(d ? d : 1), &n))
+        return UINT64_MAX;
     return n;
 }
 
@@ -272,8 +286,8 @@ EXPORT CUresult CUDAAPI cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_
     init();
     if (!r_cuArray3DCreate_v2) return CUDA_ERROR_NOT_INITIALIZED;
     if (!pHandle || !d) return CUDA_ERROR_INVALID_VALUE;
-    ALLOCATE(current_slot(), array_charge(d->Width, d->Height, d->Depth, (int)d->Format, d->NumChannels), KEY_ARRAY, 1, 0,
-             r_cuArray3DCreate_v2(pHandle, d), (uint64_t)(uintptr_t)*pHandle);
+    ALLOCATE(current_slot(), array_charge(d->Width, d->Height, d->Depth, (int)d->Format, d->NumChannels), KEY_ARRAY, 1,
+             0, r_cuArray3DCreate_v2(pHandle, d), (uint64_t)(uintptr_t)*pHandle);
 }
 
 /* The levels' charges summed; a level halves each extent, down to 1 (the array's depth stays 0 for a
@@ -309,7 +323,8 @@ EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray) {
 EXPORT CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
     init();
     if (!r_cuMipmappedArrayDestroy) return CUDA_ERROR_NOT_INITIALIZED;
-    return release((uint64_t)(uintptr_t)hMipmappedArray, KEY_MIPMAP, call_mipmapped_destroy, &hMipmappedArray, NULL, 0, 0);
+    return release((uint64_t)(uintptr_t)hMipmappedArray, KEY_MIPMAP, call_mipmapped_destroy, &hMipmappedArray, NULL, 0,
+                   0);
 }
 
 /* Legacy 32-bit entry points would allocate uncounted: refused outright (fail closed). */
@@ -317,7 +332,8 @@ EXPORT CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize) {
     (void)dptr, (void)bytesize;
     return CUDA_ERROR_NOT_SUPPORTED;
 }
-EXPORT CUresult CUDAAPI cuMemAllocPitch(unsigned int *dptr, unsigned int *pPitch, unsigned int w, unsigned int h, unsigned int e) {
+EXPORT CUresult CUDAAPI cuMemAllocPitch(unsigned int *dptr, unsigned int *pPitch, unsigned int w, unsigned int h,
+                                        unsigned int e) {
     (void)dptr, (void)pPitch, (void)w, (void)h, (void)e;
     return CUDA_ERROR_NOT_SUPPORTED;
 }

@@ -32,7 +32,10 @@ static int parse_uuid(const char *text, unsigned char out[16]) {
     int n = 0, hi = -1;
     for (p = p ? p + 1 : text; *p && n < 16; p++) {
         if (*p == '-') continue;
-        int v = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10 : *p >= 'A' && *p <= 'F' ? *p - 'A' + 10 : -1;
+        int v = *p >= '0' && *p <= '9'   ? *p - '0'
+                : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10
+                : *p >= 'A' && *p <= 'F' ? *p - 'A' + 10
+                                         : -1;
         if (v < 0) return -1;
         if (hi < 0) hi = v;
         else out[n++] = (unsigned char)(hi << 4 | v), hi = -1;

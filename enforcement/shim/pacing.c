@@ -6,7 +6,8 @@
 
 static int step_pid(unsigned pid) {
     for (uint32_t p = 0; p < S.region->nprocs && p < REGION_PROCS; p++)
-        if (__atomic_load_n(&S.region->procs[p].pid, __ATOMIC_RELAXED) == (int32_t)pid && !S.region->procs[p].gone_ns) return 1;
+        if (__atomic_load_n(&S.region->procs[p].pid, __ATOMIC_RELAXED) == (int32_t)pid && !S.region->procs[p].gone_ns)
+            return 1;
     return 0;
 }
 
@@ -81,14 +82,16 @@ static inline void throttle(void) {
     uint64_t t = now_ns();
     __atomic_add_fetch(&d->launches, 1, __ATOMIC_RELAXED);
     uint64_t next = __atomic_load_n(&d->next_update_ns, __ATOMIC_RELAXED);
-    if (t >= next && __atomic_compare_exchange_n(&d->next_update_ns, &next, t + CONTROL_PERIOD_NS, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    if (t >= next && __atomic_compare_exchange_n(&d->next_update_ns, &next, t + CONTROL_PERIOD_NS, 0, __ATOMIC_ACQ_REL,
+                                                 __ATOMIC_RELAXED))
         control_update(d, slot, t);
     uint64_t interval = __atomic_load_n(&d->interval_ns, __ATOMIC_ACQUIRE);
     if (!interval) return;
     int64_t tat = __atomic_load_n(&d->tat_ns, __ATOMIC_RELAXED), start;
     do {
         start = tat > (int64_t)t ? tat : (int64_t)t;
-    } while (!__atomic_compare_exchange_n(&d->tat_ns, &tat, start + (int64_t)interval, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+    } while (!__atomic_compare_exchange_n(&d->tat_ns, &tat, start + (int64_t)interval, 1, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_RELAXED));
     int64_t wait = start - (int64_t)t - BURST_NS;
     if (wait > 0) {
         __atomic_add_fetch(&d->throttled, 1, __ATOMIC_RELAXED);
@@ -98,14 +101,16 @@ static inline void throttle(void) {
 }
 
 EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-                                       unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void **params, void **extra) {
+                                       unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void **params,
+                                       void **extra) {
     throttle();
     if (!r_cuLaunchKernel) return CUDA_ERROR_NOT_INITIALIZED;
     return r_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
 }
 
-EXPORT CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-                                            unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void **params, void **extra) {
+EXPORT CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                            unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                                            CUstream s, void **params, void **extra) {
     throttle();
     if (!r_cuLaunchKernel_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
     return r_cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
@@ -123,16 +128,17 @@ EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfu
     return r_cuLaunchKernelEx_ptsz(config, f, params, extra);
 }
 
-EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-                                                  unsigned int by, unsigned int bz, unsigned int shared, CUstream s, void **params) {
+EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                                  unsigned int bx, unsigned int by, unsigned int bz,
+                                                  unsigned int shared, CUstream s, void **params) {
     throttle();
     if (!r_cuLaunchCooperativeKernel) return CUDA_ERROR_NOT_INITIALIZED;
     return r_cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, s, params);
 }
 
 EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                                       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
-                                                       CUstream s, void **params) {
+                                                       unsigned int bx, unsigned int by, unsigned int bz,
+                                                       unsigned int shared, CUstream s, void **params) {
     throttle();
     if (!r_cuLaunchCooperativeKernel_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
     return r_cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s, params);

@@ -55,7 +55,8 @@ __attribute__((noinline)) void region_lock_wait(uint64_t *word, uint64_t me) {
         if (round < 128) cpu_relax();
         else if (round < 256) sched_yield();
         else {
-            if (!(round & 15) && holder_gone(v) && __atomic_compare_exchange_n(word, &v, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+            if (!(round & 15) && holder_gone(v) &&
+                __atomic_compare_exchange_n(word, &v, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
                 logf_(LOG_WARN, "a process died holding the accounting lock; lock recovered");
                 return;
             }
@@ -111,7 +112,8 @@ int my_entry(void) {
 static void region_path_for(const struct stat *st, char *out, size_t n) {
     const char *dir = access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : "/tmp";
     snprintf(out, n, "%s/secureml-shim-%u-%llx-%llx-%llx", dir, (unsigned)geteuid(), (unsigned long long)st->st_dev,
-             (unsigned long long)st->st_ino, (unsigned long long)st->st_mtim.tv_sec * 1000000000ULL + (unsigned long long)st->st_mtim.tv_nsec);
+             (unsigned long long)st->st_ino,
+             (unsigned long long)st->st_mtim.tv_sec * 1000000000ULL + (unsigned long long)st->st_mtim.tv_nsec);
 }
 
 /* Attach to the step's region, creating it with `mine` if this process is the first. The region is

@@ -20,13 +20,13 @@ struct region_device {
     uint64_t refused;   /* allocations refused */
     uint64_t throttled; /* launches delayed by the compute limit */
     /* compute controller (docs/shim.md "Compute limit") */
-    int64_t tat_ns;            /* theoretical arrival time of the next launch (GCRA) */
-    uint64_t interval_ns;      /* launch spacing; 0 = not throttling */
-    uint64_t next_update_ns;   /* when the controller next reads utilisation */
+    int64_t tat_ns;          /* theoretical arrival time of the next launch (GCRA) */
+    uint64_t interval_ns;    /* launch spacing; 0 = not throttling */
+    uint64_t next_update_ns; /* when the controller next reads utilisation */
     uint64_t last_update_ns;
-    uint64_t launches;         /* launches on this device, all processes */
+    uint64_t launches; /* launches on this device, all processes */
     uint64_t launches_at_update;
-    uint64_t cost_ns;          /* estimated device time per launch */
+    uint64_t cost_ns;           /* estimated device time per launch */
     uint64_t last_reconcile_ns; /* when gone processes' charges were last checked against the driver */
     uint64_t reclaimed;         /* bytes of gone processes' charges released once the driver freed them */
 };
@@ -56,8 +56,8 @@ struct region_proc {
 
 struct region {
     uint64_t magic;
-    uint32_t layout, nprocs; /* nprocs: high-water mark of procs[] in use */
-    uint64_t lock;           /* 0: free; else the holder's region_lock_token (docs/shim.md "The lock") */
+    uint32_t layout, nprocs;   /* nprocs: high-water mark of procs[] in use */
+    uint64_t lock;             /* 0: free; else the holder's region_lock_token (docs/shim.md "The lock") */
     struct shim_limits limits; /* set once by whoever created the region: first initialiser wins */
     uint64_t scrub_failures;
     /* The step's launcher (docs/shim.md "The launcher's own process"): the one process in which the
@@ -66,7 +66,7 @@ struct region {
     int32_t launcher_pid; /* 0: unclaimed */
     uint32_t pad;
     uint64_t launcher_start_time;
-    uint64_t claims_refused; /* claims of the launcher role refused */
+    uint64_t claims_refused;   /* claims of the launcher role refused */
     uint64_t firewall_refused; /* imports and peer accesses the CUDA firewall refused */
     uint32_t next_export, pad2;
     struct region_export exports[REGION_EXPORTS];

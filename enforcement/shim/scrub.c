@@ -10,7 +10,8 @@
 /* A cuMemCreate allocation has no address of its own: map it into a reserved range, zero it there,
  * wait for the zeroing, unmap. */
 static CUresult scrub_vmm(const struct entry *e) {
-    if (!r_cuMemAddressReserve || !r_cuMemMap || !r_cuMemSetAccess || !r_cuMemUnmap || !r_cuMemAddressFree || !r_cuMemsetD8_v2)
+    if (!r_cuMemAddressReserve || !r_cuMemMap || !r_cuMemSetAccess || !r_cuMemUnmap || !r_cuMemAddressFree ||
+        !r_cuMemsetD8_v2)
         return CUDA_ERROR_NOT_FOUND;
     CUdeviceptr va = 0;
     CUresult rc = r_cuMemAddressReserve(&va, e->bytes, 0, 0, 0);
@@ -41,7 +42,8 @@ static CUresult zero_array(CUarray a) {
     CUDA_ARRAY3D_DESCRIPTOR d;
     CUresult rc = r_cuArray3DGetDescriptor_v2(&d, a);
     if (rc != CUDA_SUCCESS || (d.Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING))) return rc;
-    uint64_t row = secureml_array_bytes(d.Width, 1, 1, (int)d.Format, d.NumChannels), rows = d.Height ? d.Height : 1, slice;
+    uint64_t row = secureml_array_bytes(d.Width, 1, 1, (int)d.Format, d.NumChannels), rows = d.Height ? d.Height : 1,
+             slice;
     if (__builtin_mul_overflow(row, rows, &slice) || slice > SIZE_MAX / 2) return CUDA_ERROR_INVALID_VALUE;
     void *zeros = mmap(NULL, (size_t)slice, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (zeros == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;

@@ -133,11 +133,9 @@ static int read_limits(const char *path, struct shim_limits *out, struct stat *s
     close(fd);
     if (n < 0) return fail_with("cannot read limits file %s", path);
     char why[160];
-    if (shim_parse_limits(buf, (size_t)n, out, why, sizeof why))
-        return fail_with("limits file %s: %s", path, why);
+    if (shim_parse_limits(buf, (size_t)n, out, why, sizeof why)) return fail_with("limits file %s: %s", path, why);
     return 0;
 }
-
 
 static void resolve_cuda(void) {
     S.cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -151,7 +149,7 @@ static void resolve_cuda(void) {
 static void at_fork_child(void) {
     /* The child's device allocations (none survive fork) and process entry are its own. */
     S.table_lock = 0;
-    t_token = 0, t_tid = 0; /* this thread has another id now */
+    t_token = 0, t_tid = 0;                                                 /* this thread has another id now */
     S.table_owner = 0, S.table_busy = 0, S.table_shared = !S.membarrier_ok; /* the only thread now */
     pthread_mutex_init(&S.nvml_lock, NULL);
     if (S.table) memset(S.table, 0, S.cap * sizeof *S.table);

@@ -41,8 +41,8 @@
 #define ENV_COUNTERS "SECUREML_SHIM_COUNTERS_FILE"
 #define ENV_LOG "SECUREML_SHIM_LOG_LEVEL"
 #define CHARGE_GRANULE 512ULL
-#define CONTROL_PERIOD_NS 100000000ULL /* the compute controller reads utilisation this often */
-#define BURST_NS 2000000LL             /* launches may run this far ahead of their pace */
+#define CONTROL_PERIOD_NS 100000000ULL   /* the compute controller reads utilisation this often */
+#define BURST_NS 2000000LL               /* launches may run this far ahead of their pace */
 #define COUNTERS_EVERY_NS 1000000000ULL  /* counters file refresh while running */
 #define COUNTERS_ON_EVENT_NS 10000000ULL /* ... and soon after a refusal */
 #define MAX_ORDINALS 64
@@ -64,8 +64,8 @@ struct entry {
 
 /* What graph memory nodes added to one graph charged on one device (docs/shim.md "Graph memory"). */
 struct graph_charge {
-    uint64_t graph;  /* 0 once the graph is destroyed while its executable graph lives */
-    uint64_t exec;   /* the executable graph instantiated from it; 0: none */
+    uint64_t graph; /* 0 once the graph is destroyed while its executable graph lives */
+    uint64_t exec;  /* the executable graph instantiated from it; 0: none */
     uint64_t charge;
     uint8_t slot;
     uint8_t pinned; /* instantiated twice: the charge is kept for the life of the process */
@@ -76,9 +76,9 @@ struct graph_charge {
 struct shim {
     /* Read by every hook: one cache line. */
     int initialised;
-    int ok; /* 0: limits or region unusable; every allocation is refused (fail closed) */
-    int launcher; /* 1: this process holds the step's launcher role: every hook passes through */
-    int me; /* index of this process in region->procs, -1 until it first charges */
+    int ok;           /* 0: limits or region unusable; every allocation is refused (fail closed) */
+    int launcher;     /* 1: this process holds the step's launcher role: every hook passes through */
+    int me;           /* index of this process in region->procs, -1 until it first charges */
     int table_owner;  /* the one thread that has used the table, which then takes no lock; 0: none yet */
     int table_shared; /* another thread came (or no membarrier): every thread takes table_lock */
     struct region *region;
@@ -112,86 +112,96 @@ struct shim {
 extern HIDDEN struct shim S;
 
 /* Real entry points, resolved from the driver itself (never through our own hooks): r_<name>. */
-#define SHIM_CUDA_REALS(X) \
-    X(CUresult, cuCtxGetDevice, (CUdevice *)) \
-    X(CUresult, cuDeviceGetUuid_v2, (CUuuid *, CUdevice)) \
-    X(CUresult, cuDeviceGetUuid, (CUuuid *, CUdevice)) \
-    X(CUresult, cuMemsetD8_v2, (CUdeviceptr, unsigned char, size_t)) \
-    X(CUresult, cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream)) \
-    X(CUresult, cuMemsetD8Async_ptsz, (CUdeviceptr, unsigned char, size_t, CUstream)) \
-    X(CUresult, cuMemAlloc_v2, (CUdeviceptr *, size_t)) \
-    X(CUresult, cuMemAllocPitch_v2, (CUdeviceptr *, size_t *, size_t, size_t, unsigned int)) \
-    X(CUresult, cuMemAllocManaged, (CUdeviceptr *, size_t, unsigned int)) \
-    X(CUresult, cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream)) \
-    X(CUresult, cuMemAllocAsync_ptsz, (CUdeviceptr *, size_t, CUstream)) \
-    X(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream)) \
-    X(CUresult, cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr *, size_t, CUmemoryPool, CUstream)) \
-    X(CUresult, cuMemFree_v2, (CUdeviceptr)) \
-    X(CUresult, cuMemFreeAsync, (CUdeviceptr, CUstream)) \
-    X(CUresult, cuMemFreeAsync_ptsz, (CUdeviceptr, CUstream)) \
-    X(CUresult, cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long)) \
-    X(CUresult, cuMemRelease, (CUmemGenericAllocationHandle)) \
-    X(CUresult, cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long)) \
-    X(CUresult, cuMemAddressFree, (CUdeviceptr, size_t)) \
-    X(CUresult, cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)) \
-    X(CUresult, cuMemUnmap, (CUdeviceptr, size_t)) \
-    X(CUresult, cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)) \
-    X(CUresult, cuCtxSynchronize, (void)) \
-    X(CUresult, cuCtxPushCurrent_v2, (CUcontext)) \
-    X(CUresult, cuCtxPopCurrent_v2, (CUcontext *)) \
-    X(CUresult, cuIpcGetMemHandle, (CUipcMemHandle *, CUdeviceptr)) \
-    X(CUresult, cuIpcOpenMemHandle_v2, (CUdeviceptr *, CUipcMemHandle, unsigned int)) \
-    X(CUresult, cuIpcOpenMemHandle, (CUdeviceptr *, CUipcMemHandle, unsigned int)) \
-    X(CUresult, cuIpcGetEventHandle, (CUipcEventHandle *, CUevent)) \
-    X(CUresult, cuIpcOpenEventHandle, (CUevent *, CUipcEventHandle)) \
-    X(CUresult, cuMemExportToShareableHandle, (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long)) \
-    X(CUresult, cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType)) \
-    X(CUresult, cuCtxEnablePeerAccess, (CUcontext, unsigned int)) \
-    X(CUresult, cuDeviceCanAccessPeer, (int *, CUdevice, CUdevice)) \
-    X(CUresult, cuArrayCreate_v2, (CUarray *, const CUDA_ARRAY_DESCRIPTOR *)) \
-    X(CUresult, cuArray3DCreate_v2, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *)) \
-    X(CUresult, cuMipmappedArrayCreate, (CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int)) \
-    X(CUresult, cuArrayDestroy, (CUarray)) \
-    X(CUresult, cuMipmappedArrayDestroy, (CUmipmappedArray)) \
-    X(CUresult, cuArray3DGetDescriptor_v2, (CUDA_ARRAY3D_DESCRIPTOR *, CUarray)) \
-    X(CUresult, cuMipmappedArrayGetLevel, (CUarray *, CUmipmappedArray, unsigned int)) \
-    X(CUresult, cuMemcpy3D_v2, (const CUDA_MEMCPY3D *)) \
-    X(CUresult, cuGraphAddMemAllocNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *)) \
-    X(CUresult, cuGraphAddNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *)) \
-    X(CUresult, cuGraphAddNode_v2, (CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUgraphNodeParams *)) \
-    X(CUresult, cuGraphAddNode_v3, (CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUgraphNodeParams *)) \
-    X(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long)) \
-    X(CUresult, cuGraphInstantiateWithParams, (CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *)) \
-    X(CUresult, cuGraphInstantiateWithParams_ptsz, (CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *)) \
-    X(CUresult, cuGraphInstantiate, (CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t)) \
-    X(CUresult, cuGraphInstantiate_v2, (CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t)) \
-    X(CUresult, cuGraphDestroy, (CUgraph)) \
-    X(CUresult, cuGraphExecDestroy, (CUgraphExec)) \
-    X(CUresult, cuDeviceGraphMemTrim, (CUdevice)) \
-    X(CUresult, cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *)) \
-    X(CUresult, cuStreamIsCapturing_ptsz, (CUstream, CUstreamCaptureStatus *)) \
-    X(CUresult, cuStreamEndCapture, (CUstream, CUgraph *)) \
-    X(CUresult, cuStreamEndCapture_ptsz, (CUstream, CUgraph *)) \
-    X(CUresult, cuMemGetInfo_v2, (size_t *, size_t *)) \
-    X(CUresult, cuDeviceTotalMem_v2, (size_t *, CUdevice)) \
-    X(CUresult, cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
-    X(CUresult, cuLaunchKernel_ptsz, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
-    X(CUresult, cuLaunchKernelEx, (const CUlaunchConfig *, CUfunction, void **, void **)) \
-    X(CUresult, cuLaunchKernelEx_ptsz, (const CUlaunchConfig *, CUfunction, void **, void **)) \
-    X(CUresult, cuLaunchCooperativeKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **)) \
-    X(CUresult, cuLaunchCooperativeKernel_ptsz, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **)) \
-    X(CUresult, cuGraphLaunch, (CUgraphExec, CUstream)) \
-    X(CUresult, cuGraphLaunch_ptsz, (CUgraphExec, CUstream)) \
-    X(CUresult, cuGetProcAddress, (const char *, void **, int, cuuint64_t)) \
+#define SHIM_CUDA_REALS(X)                                                                                            \
+    X(CUresult, cuCtxGetDevice, (CUdevice *))                                                                         \
+    X(CUresult, cuDeviceGetUuid_v2, (CUuuid *, CUdevice))                                                             \
+    X(CUresult, cuDeviceGetUuid, (CUuuid *, CUdevice))                                                                \
+    X(CUresult, cuMemsetD8_v2, (CUdeviceptr, unsigned char, size_t))                                                  \
+    X(CUresult, cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream))                                      \
+    X(CUresult, cuMemsetD8Async_ptsz, (CUdeviceptr, unsigned char, size_t, CUstream))                                 \
+    X(CUresult, cuMemAlloc_v2, (CUdeviceptr *, size_t))                                                               \
+    X(CUresult, cuMemAllocPitch_v2, (CUdeviceptr *, size_t *, size_t, size_t, unsigned int))                          \
+    X(CUresult, cuMemAllocManaged, (CUdeviceptr *, size_t, unsigned int))                                             \
+    X(CUresult, cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream))                                                   \
+    X(CUresult, cuMemAllocAsync_ptsz, (CUdeviceptr *, size_t, CUstream))                                              \
+    X(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream))                             \
+    X(CUresult, cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr *, size_t, CUmemoryPool, CUstream))                        \
+    X(CUresult, cuMemFree_v2, (CUdeviceptr))                                                                          \
+    X(CUresult, cuMemFreeAsync, (CUdeviceptr, CUstream))                                                              \
+    X(CUresult, cuMemFreeAsync_ptsz, (CUdeviceptr, CUstream))                                                         \
+    X(CUresult, cuMemCreate,                                                                                          \
+      (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long))                      \
+    X(CUresult, cuMemRelease, (CUmemGenericAllocationHandle))                                                         \
+    X(CUresult, cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))                \
+    X(CUresult, cuMemAddressFree, (CUdeviceptr, size_t))                                                              \
+    X(CUresult, cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))            \
+    X(CUresult, cuMemUnmap, (CUdeviceptr, size_t))                                                                    \
+    X(CUresult, cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))                               \
+    X(CUresult, cuCtxSynchronize, (void))                                                                             \
+    X(CUresult, cuCtxPushCurrent_v2, (CUcontext))                                                                     \
+    X(CUresult, cuCtxPopCurrent_v2, (CUcontext *))                                                                    \
+    X(CUresult, cuIpcGetMemHandle, (CUipcMemHandle *, CUdeviceptr))                                                   \
+    X(CUresult, cuIpcOpenMemHandle_v2, (CUdeviceptr *, CUipcMemHandle, unsigned int))                                 \
+    X(CUresult, cuIpcOpenMemHandle, (CUdeviceptr *, CUipcMemHandle, unsigned int))                                    \
+    X(CUresult, cuIpcGetEventHandle, (CUipcEventHandle *, CUevent))                                                   \
+    X(CUresult, cuIpcOpenEventHandle, (CUevent *, CUipcEventHandle))                                                  \
+    X(CUresult, cuMemExportToShareableHandle,                                                                         \
+      (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long))                          \
+    X(CUresult, cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType))  \
+    X(CUresult, cuCtxEnablePeerAccess, (CUcontext, unsigned int))                                                     \
+    X(CUresult, cuDeviceCanAccessPeer, (int *, CUdevice, CUdevice))                                                   \
+    X(CUresult, cuArrayCreate_v2, (CUarray *, const CUDA_ARRAY_DESCRIPTOR *))                                         \
+    X(CUresult, cuArray3DCreate_v2, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *))                                     \
+    X(CUresult, cuMipmappedArrayCreate, (CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int))          \
+    X(CUresult, cuArrayDestroy, (CUarray))                                                                            \
+    X(CUresult, cuMipmappedArrayDestroy, (CUmipmappedArray))                                                          \
+    X(CUresult, cuArray3DGetDescriptor_v2, (CUDA_ARRAY3D_DESCRIPTOR *, CUarray))                                      \
+    X(CUresult, cuMipmappedArrayGetLevel, (CUarray *, CUmipmappedArray, unsigned int))                                \
+    X(CUresult, cuMemcpy3D_v2, (const CUDA_MEMCPY3D *))                                                               \
+    X(CUresult, cuGraphAddMemAllocNode,                                                                               \
+      (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *))                            \
+    X(CUresult, cuGraphAddNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *))           \
+    X(CUresult, cuGraphAddNode_v2,                                                                                    \
+      (CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUgraphNodeParams *))            \
+    X(CUresult, cuGraphAddNode_v3,                                                                                    \
+      (CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUgraphNodeParams *))            \
+    X(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))                            \
+    X(CUresult, cuGraphInstantiateWithParams, (CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *))              \
+    X(CUresult, cuGraphInstantiateWithParams_ptsz, (CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *))         \
+    X(CUresult, cuGraphInstantiate, (CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t))                          \
+    X(CUresult, cuGraphInstantiate_v2, (CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t))                       \
+    X(CUresult, cuGraphDestroy, (CUgraph))                                                                            \
+    X(CUresult, cuGraphExecDestroy, (CUgraphExec))                                                                    \
+    X(CUresult, cuDeviceGraphMemTrim, (CUdevice))                                                                     \
+    X(CUresult, cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *))                                             \
+    X(CUresult, cuStreamIsCapturing_ptsz, (CUstream, CUstreamCaptureStatus *))                                        \
+    X(CUresult, cuStreamEndCapture, (CUstream, CUgraph *))                                                            \
+    X(CUresult, cuStreamEndCapture_ptsz, (CUstream, CUgraph *))                                                       \
+    X(CUresult, cuMemGetInfo_v2, (size_t *, size_t *))                                                                \
+    X(CUresult, cuDeviceTotalMem_v2, (size_t *, CUdevice))                                                            \
+    X(CUresult, cuLaunchKernel,                                                                                       \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
+    X(CUresult, cuLaunchKernel_ptsz,                                                                                  \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
+    X(CUresult, cuLaunchKernelEx, (const CUlaunchConfig *, CUfunction, void **, void **))                             \
+    X(CUresult, cuLaunchKernelEx_ptsz, (const CUlaunchConfig *, CUfunction, void **, void **))                        \
+    X(CUresult, cuLaunchCooperativeKernel,                                                                            \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **))          \
+    X(CUresult, cuLaunchCooperativeKernel_ptsz,                                                                       \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **))          \
+    X(CUresult, cuGraphLaunch, (CUgraphExec, CUstream))                                                               \
+    X(CUresult, cuGraphLaunch_ptsz, (CUgraphExec, CUstream))                                                          \
+    X(CUresult, cuGetProcAddress, (const char *, void **, int, cuuint64_t))                                           \
     X(CUresult, cuGetProcAddress_v2, (const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))
-#define SHIM_NVML_REALS(X) \
-    X(nvmlReturn_t, nvmlInit_v2, (void)) \
-    X(nvmlReturn_t, nvmlDeviceGetHandleByUUID, (const char *, nvmlDevice_t *)) \
-    X(nvmlReturn_t, nvmlDeviceGetUUID, (nvmlDevice_t, char *, unsigned int)) \
-    X(nvmlReturn_t, nvmlDeviceGetUtilizationRates, (nvmlDevice_t, nvmlUtilization_t *)) \
-    X(nvmlReturn_t, nvmlDeviceGetProcessUtilization, (nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned int *, unsigned long long)) \
-    X(nvmlReturn_t, nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t *)) \
-    X(nvmlReturn_t, nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t, nvmlMemory_v2_t *)) \
+#define SHIM_NVML_REALS(X)                                                                                        \
+    X(nvmlReturn_t, nvmlInit_v2, (void))                                                                          \
+    X(nvmlReturn_t, nvmlDeviceGetHandleByUUID, (const char *, nvmlDevice_t *))                                    \
+    X(nvmlReturn_t, nvmlDeviceGetUUID, (nvmlDevice_t, char *, unsigned int))                                      \
+    X(nvmlReturn_t, nvmlDeviceGetUtilizationRates, (nvmlDevice_t, nvmlUtilization_t *))                           \
+    X(nvmlReturn_t, nvmlDeviceGetProcessUtilization,                                                              \
+      (nvmlDevice_t, nvmlProcessUtilizationSample_t *, unsigned int *, unsigned long long))                       \
+    X(nvmlReturn_t, nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t *))                                      \
+    X(nvmlReturn_t, nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t, nvmlMemory_v2_t *))                                \
     X(nvmlReturn_t, nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *)) \
     X(nvmlReturn_t, nvmlDeviceGetComputeRunningProcesses_v2, (nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *))
 #define SHIM_DECLARE_REAL(ret, name, args) extern HIDDEN ret(*r_##name) args;

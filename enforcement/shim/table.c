@@ -39,7 +39,8 @@ static long membarrier_(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
 void table_setup(void) {
     /* Once per process, at its first hooked call (processes that never use CUDA make no such call);
      * registration is the process's and survives fork. */
-    S.membarrier_ok = membarrier_(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 && membarrier_(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
+    S.membarrier_ok = membarrier_(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+                      membarrier_(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
     if (S.membarrier_ok) __atomic_store_n(&S.table_shared, 0, __ATOMIC_RELEASE);
 }
 

@@ -35,7 +35,9 @@ static inline void table_unlock(void) { __atomic_store_n(&S.table_lock, 0, __ATO
  * takes the spin lock. Where membarrier is unavailable every thread takes it from the start. */
 /* Enters a table operation: 1 as the owner (no lock), 0 holding the spin lock. */
 static inline int table_enter(void) {
-    if (__builtin_expect(!__atomic_load_n(&S.table_shared, __ATOMIC_RELAXED) && __atomic_load_n(&S.table_owner, __ATOMIC_RELAXED) == my_tid(), 1)) {
+    if (__builtin_expect(!__atomic_load_n(&S.table_shared, __ATOMIC_RELAXED) &&
+                             __atomic_load_n(&S.table_owner, __ATOMIC_RELAXED) == my_tid(),
+                         1)) {
         __atomic_store_n(&S.table_busy, 1, __ATOMIC_RELAXED);
         __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the processor's barrier is the other thread's membarrier */
         if (__builtin_expect(!__atomic_load_n(&S.table_shared, __ATOMIC_RELAXED), 1)) return 1;

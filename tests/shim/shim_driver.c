@@ -58,19 +58,21 @@ CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
 CUresult cuStreamEndCapture(CUstream, CUgraph *);
 CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
-CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                        void **, void **);
 CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
-CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **);
+CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                   CUstream, void **);
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
 CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
-#define CHECK(call)                                                                  \
-    do {                                                                             \
-        CUresult rc_ = (call);                                                       \
-        if (rc_ != CUDA_SUCCESS) {                                                   \
+#define CHECK(call)                                                                    \
+    do {                                                                               \
+        CUresult rc_ = (call);                                                         \
+        if (rc_ != CUDA_SUCCESS) {                                                     \
             fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, rc_); \
-            exit(3);                                                                 \
-        }                                                                            \
+            exit(3);                                                                   \
+        }                                                                              \
     } while (0)
 
 static double now_s(void) {
@@ -268,8 +270,8 @@ static int hooks(void) {
     void *fn = NULL;
     CUdriverProcAddressQueryResult st;
     CHECK(cuGetProcAddress_v2("cuLaunchKernel", &fn, 12040, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
-    CHECK(((CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **))fn)(
-        NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+    CHECK(((CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                        void **, void **))fn)(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
     CHECK(cuCtxSynchronize());
     CHECK(cuStreamDestroy_v2(s));
     printf("{\"hooks\": \"ok\", \"total\": %zu}\n", total);
@@ -323,7 +325,8 @@ static int bench(long n, const char *what, long long start_ns) {
     }
     double t1 = now_s();
     qsort(per_batch, (size_t)batches, sizeof *per_batch, cmp_double);
-    printf("{\"ns_per_op\": %.2f, \"cpu_ns_per_op\": %.2f}\n", (t1 - t0) * 1e9 / (double)(batches * BATCH), per_batch[batches / 2]);
+    printf("{\"ns_per_op\": %.2f, \"cpu_ns_per_op\": %.2f}\n", (t1 - t0) * 1e9 / (double)(batches * BATCH),
+           per_batch[batches / 2]);
     free(per_batch);
     return 0;
 }
@@ -380,7 +383,8 @@ int main(int argc, char **argv) {
     CHECK(cuCtxCreate_v2(&ctx, 0, dev));
     g_ctx = ctx;
     if (!strcmp(argv[1], "stress") && (argc == 5 || argc == 6))
-        return stress(atol(argv[2]), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10), argc == 6 ? atol(argv[5]) : 0);
+        return stress(atol(argv[2]), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10),
+                      argc == 6 ? atol(argv[5]) : 0);
     if (!strcmp(argv[1], "threads") && argc == 6)
         return threads(atoi(argv[2]), atol(argv[3]), strtoull(argv[4], NULL, 10), strtoull(argv[5], NULL, 10));
     if (!strcmp(argv[1], "hold") && argc == 3) return hold(strtoull(argv[2], NULL, 10));

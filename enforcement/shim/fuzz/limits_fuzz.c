@@ -41,8 +41,7 @@ static int one(const unsigned char *data, size_t size) {
     struct shim_limits l;
     if (shim_parse_limits(copy, size, &l, NULL, 0) == 0)
         printf("ok %llu %u %u %u\n", (unsigned long long)l.memory, l.compute, l.scrub_on_free, l.firewall);
-    else
-        printf("error\n");
+    else printf("error\n");
     free(copy);
     LLVMFuzzerTestOneInput(data, size);
     return 0;

@@ -28,17 +28,32 @@ __attribute__((noinline)) int slot_of_new_ordinal(CUdevice dev) {
     CUresult rc = r_cuDeviceGetUuid_v2 ? r_cuDeviceGetUuid_v2(&u, dev)
                   : r_cuDeviceGetUuid  ? r_cuDeviceGetUuid(&u, dev)
                                        : CUDA_ERROR_NOT_FOUND;
-    if (rc != CUDA_SUCCESS) return -1;
-    region_lock();
+    if (rc != CUDA_SUCCESS || region_lock()) return -1;
     int s = uuid_slot_locked((const unsigned char *)u.bytes);
     region_unlock();
     if (s >= 0) __atomic_store_n(&S.dev_slot[dev], s, __ATOMIC_RELEASE);
     return s;
 }
 
+/* What a reconciliation notes of the step's processes under the lock, before it asks the driver. */
+struct snapshot {
+    uint32_t n;
+    struct {
+        int32_t pid;
+        uint8_t gone; /* already gone: only such a process's charges may be released */
+        uint64_t start_time;
+        uint64_t sure;  /* charged, less allocations and frees in flight: what the driver surely holds */
+        uint64_t begun; /* pending[].free_begun: frees begun later lower what is sure */
+    } p[REGION_PROCS];
+};
+static int reconcile_begin(int slot, int urgent, struct snapshot *snap);
+static int reconcile_end(int slot, const struct snapshot *snap, uint64_t *released);
+
 /* Check and charge in one step under the region lock. 0 on success, -1 when over the limit. The
  * charge counts as in flight (pending[].alloc) until charge_done says what the driver did. The common
- * case (registered, fits) is inline; the rest (first charge, refusal, reconciliation) is not. */
+ * case (registered, fits) is inline; the rest (first charge, refusal, reconciliation) is not. Where the
+ * step is over its limit and gone processes hold charges, the driver is asked what they still hold:
+ * outside the lock (reconcile_begin, then the driver, then reconcile_end under the lock again). */
 __attribute__((noinline)) int charge_slow(int slot, uint64_t bytes, int locked) {
     if (!S.ok || slot < 0) {
         logf_(LOG_INFO, "refused %llu bytes: %s", (unsigned long long)bytes, S.ok ? "unknown device" : S.error);
@@ -47,26 +62,45 @@ __attribute__((noinline)) int charge_slow(int slot, uint64_t bytes, int locked) 
     }
     struct region *r = S.region;
     struct region_device *d = &r->dev[slot];
-    if (!locked) region_lock();
+    if (!locked && region_lock()) return charge_refused_unlocked(slot, bytes);
     int me = my_entry();
-    uint64_t used = device_used(slot);
-    int fits = me >= 0 && bytes <= S.limits.memory && used <= S.limits.memory - bytes;
+    uint64_t used = device_used(slot), released = 0;
+    int fits = me >= 0 && bytes <= S.limits.memory && used <= S.limits.memory - bytes, stalled = 0;
     if (!fits && me >= 0) {
-        reconcile_locked(slot, 1);
-        used = device_used(slot);
-        fits = bytes <= S.limits.memory && used <= S.limits.memory - bytes;
+        struct snapshot snap;
+        if (reconcile_begin(slot, 1, &snap)) {
+            region_unlock();
+            stalled = reconcile_end(slot, &snap, &released); /* the lock again, unless its holder is stopped */
+            if (!stalled) {
+                used = device_used(slot);
+                fits = bytes <= S.limits.memory && used <= S.limits.memory - bytes;
+            }
+        }
     }
+    if (stalled) return charge_refused_unlocked(slot, bytes);
     if (fits) {
         charge_add(slot, me, bytes);
         if (used + bytes > d->peak) d->peak = used + bytes;
-    } else d->refused++;
+    } else __atomic_add_fetch(&d->refused, 1, __ATOMIC_RELAXED);
     region_unlock();
+    if (released)
+        logf_(LOG_INFO, "released %llu bytes of gone processes on device %d: the driver freed them",
+              (unsigned long long)released, slot);
     if (!fits) {
         logf_(LOG_INFO, "refused %llu bytes on device %d: over the limit of %llu", (unsigned long long)bytes, slot,
               (unsigned long long)S.limits.memory);
         maybe_write_counters(COUNTERS_ON_EVENT_NS);
     }
     return fits ? 0 : -1;
+}
+
+/* An allocation refused because the accounting lock's holder is stopped (lock_wait): nothing was
+ * charged. Counted as a refusal, without the lock. */
+__attribute__((noinline)) int charge_refused_unlocked(int slot, uint64_t bytes) {
+    if (slot >= 0) __atomic_add_fetch(&S.region->dev[slot].refused, 1, __ATOMIC_RELAXED);
+    logf_(LOG_INFO, "refused %llu bytes on device %d: the accounting lock is held by a stopped process",
+          (unsigned long long)bytes, slot);
+    return -1;
 }
 
 /* ------------------------------------------------------------------ processes that are gone -- */
@@ -100,7 +134,7 @@ static void driver_view_of(int slot, struct driver_view *v) {
     CUdevice dev;
     int current = r_cuCtxGetDevice && r_cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev >= 0 && dev < MAX_ORDINALS
                       ? __atomic_load_n(&S.dev_slot[dev], __ATOMIC_ACQUIRE)
-                      : -1; /* the cached slot only: the region lock is held */
+                      : -1; /* the cached slot only: no look-up from here */
     if (!v->have_used && r_cuMemGetInfo_v2 && current == slot) {
         size_t f, t;
         if (r_cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS && f <= t) v->have_used = 1, v->used = t - f;
@@ -113,15 +147,27 @@ static int listed(const struct driver_view *v, int32_t pid) {
     return 0;
 }
 
-/* Releases the charges of gone processes on one device as far as the driver shows their memory free.
- * - NVML's process list, where it shows the step's pids (same pid namespace: a live process of the
- *   step holding memory is listed): a gone process's charge is released once its pid is not listed.
- * - Otherwise the device's used memory bounds what gone processes can still hold: used minus what
- *   the step's live processes surely hold (their charges less allocations and frees in flight).
- *   Gone charges above that bound are released; other tenants' memory only delays this.
- * - No driver information: nothing is released (fail closed).
- * Lock held; at most every RECONCILE_EVERY_NS per device unless `urgent`. */
-void reconcile_locked(int slot, int urgent) {
+/* Reconciliation: releases the charges of gone processes on one device as far as the driver shows
+ * their memory free, in three phases so that no driver or NVML call is made under the lock.
+ *
+ * 1. reconcile_begin, lock held: marks processes gone, decides whether it is due (gone processes
+ *    hold charges; at most every RECONCILE_EVERY_NS per device, RECONCILE_MIN_NS when `urgent`),
+ *    claims it, and notes per process what the driver surely holds (its charge less allocations and
+ *    frees in flight) and its count of frees begun.
+ * 2. Without the lock: the driver's view (NVML's process list, the device's used memory).
+ * 3. reconcile_end, lock held again: only processes already gone in phase 1 can be released.
+ *    - NVML's process list, where it shows the step's pids (same pid namespace: a live process of
+ *      the step holding memory is listed): a gone process's charge goes once its pid is not listed
+ *      (its memory can only shrink after it is gone).
+ *    - Otherwise the device's used memory bounds what gone processes can still hold: used minus what
+ *      the step's live processes surely held when the driver answered (phase 1's sure bytes, less
+ *      every free begun since; a process gone since, or new, counts nothing). Gone charges above
+ *      that bound are released; other tenants' memory only delays this.
+ *    - No driver information: nothing is released (fail closed).
+ * A gone process's charge only shrinks between the phases, and what live processes surely hold is
+ * counted low, never high: so a release is never more than the driver has freed. Two processes
+ * reconciling at once each release only what their own view allows. */
+static int reconcile_begin(int slot, int urgent, struct snapshot *snap) {
     struct region *r = S.region;
     struct region_device *dv = &r->dev[slot];
     mark_gone();
@@ -129,35 +175,62 @@ void reconcile_locked(int slot, int urgent) {
     for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++)
         if (r->procs[p].pid && r->procs[p].gone_ns) dead += r->charged[slot][p];
     uint64_t t = now_ns();
-    if (!dead || t - dv->last_reconcile_ns < (urgent ? RECONCILE_MIN_NS : RECONCILE_EVERY_NS)) return;
+    if (!dead || t - dv->last_reconcile_ns < (urgent ? RECONCILE_MIN_NS : RECONCILE_EVERY_NS)) return 0;
     dv->last_reconcile_ns = t;
-    /* Allocations in flight are read before the driver is asked (one that completes in between is
-     * in its answer), frees in flight after it (one that completes in between is counted). */
-    uint64_t pending_alloc[REGION_PROCS];
-    for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++)
-        pending_alloc[p] = __atomic_load_n(&r->procs[p].pending[slot].alloc, __ATOMIC_ACQUIRE);
+    snap->n = r->nprocs < REGION_PROCS ? r->nprocs : REGION_PROCS;
+    for (uint32_t p = 0; p < snap->n; p++) {
+        struct region_proc *pr = &r->procs[p];
+        snap->p[p].pid = pr->pid;
+        snap->p[p].gone = pr->gone_ns != 0;
+        snap->p[p].start_time = pr->start_time;
+        /* The counters of a free in flight are read before the charge it lowers (see sub_own). */
+        uint64_t begun = __atomic_load_n(&pr->pending[slot].free_begun, __ATOMIC_ACQUIRE);
+        uint64_t unsure = __atomic_load_n(&pr->pending[slot].alloc, __ATOMIC_ACQUIRE) +
+                          __atomic_load_n(&pr->pending[slot].free, __ATOMIC_ACQUIRE);
+        uint64_t charged = __atomic_load_n(&r->charged[slot][p], __ATOMIC_ACQUIRE);
+        snap->p[p].begun = begun;
+        snap->p[p].sure = charged > unsure ? charged - unsure : 0;
+    }
+    return 1;
+}
+
+/* Phases 2 and 3. Returns 0 with the lock held, or -1 where the lock's holder is stopped. */
+static int reconcile_end(int slot, const struct snapshot *snap, uint64_t *released) {
     struct driver_view v;
     driver_view_of(slot, &v);
-    uint64_t sure = 0;
+    if (!v.have_pids && !v.have_used)
+        logf_(LOG_WARN, "device %d: no driver information; gone processes keep their charges", slot);
+    if (region_lock()) return -1;
+    struct region *r = S.region;
+    struct region_device *dv = &r->dev[slot];
+    mark_gone();
+    uint64_t sure = 0, dead = 0;
     int comparable = 0;
     for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++) {
         struct region_proc *pr = &r->procs[p];
-        if (!pr->pid || pr->gone_ns) continue;
-        /* A free in flight is read before the charge it lowers (see sub_own). */
-        uint64_t unsure = pending_alloc[p] + __atomic_load_n(&pr->pending[slot].free, __ATOMIC_ACQUIRE);
+        if (!pr->pid) continue;
+        int same = p < snap->n && snap->p[p].pid == pr->pid && snap->p[p].start_time == pr->start_time;
+        if (pr->gone_ns) {
+            if (same && snap->p[p].gone) dead += r->charged[slot][p];
+            continue;
+        }
         uint64_t charged = __atomic_load_n(&r->charged[slot][p], __ATOMIC_ACQUIRE);
-        sure += charged > unsure ? charged - unsure : 0;
         if (charged && v.have_pids && listed(&v, pr->pid)) comparable = 1;
+        if (!same) continue; /* new since phase 1: counts nothing */
+        uint64_t freed = __atomic_load_n(&pr->pending[slot].free_begun, __ATOMIC_ACQUIRE) - snap->p[p].begun;
+        sure += snap->p[p].sure > freed ? snap->p[p].sure - freed : 0;
     }
     if (!comparable && !v.have_used) {
-        logf_(LOG_WARN, "device %d: no driver information; gone processes keep their charges", slot);
-        return;
+        *released = 0;
+        return 0; /* no driver information: gone processes keep their charges */
     }
     uint64_t bound = v.have_used && v.used > sure ? v.used - sure : 0;
-    for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS; p++) {
+    for (uint32_t p = 0; p < r->nprocs && p < REGION_PROCS && p < snap->n; p++) {
         struct region_proc *pr = &r->procs[p];
         uint64_t c = r->charged[slot][p];
-        if (!pr->pid || !pr->gone_ns || !c) continue;
+        if (!pr->pid || !pr->gone_ns || !c || !snap->p[p].gone || snap->p[p].pid != pr->pid ||
+            snap->p[p].start_time != pr->start_time)
+            continue;
         uint64_t take = comparable     ? (listed(&v, pr->pid) ? 0 : c)
                         : dead > bound ? (dead - bound < c ? dead - bound : c)
                                        : 0;
@@ -165,10 +238,10 @@ void reconcile_locked(int slot, int urgent) {
         r->charged[slot][p] -= take;
         dv->reclaimed += take;
         dead -= take;
-        logf_(LOG_INFO, "released %llu bytes of gone process %d on device %d: the driver freed them",
-              (unsigned long long)take, pr->pid, slot);
+        *released += take;
     }
     mark_gone(); /* frees the entries left without charges */
+    return 0;
 }
 
 /* Reconciles gone processes at most once per period, so that reports recover after a crash. */
@@ -176,7 +249,14 @@ void reclaim_occasionally(int slot) {
     uint64_t t = coarse_now_ns();
     if (!S.region || slot < 0 || t - __atomic_load_n(&S.last_reclaim_ns, __ATOMIC_RELAXED) < CONTROL_PERIOD_NS) return;
     __atomic_store_n(&S.last_reclaim_ns, t, __ATOMIC_RELAXED);
-    region_lock();
-    reconcile_locked(slot, 0);
+    struct snapshot snap;
+    uint64_t released = 0;
+    if (region_lock()) return;
+    if (!reconcile_begin(slot, 0, &snap)) return region_unlock();
     region_unlock();
+    if (reconcile_end(slot, &snap, &released)) return;
+    region_unlock();
+    if (released)
+        logf_(LOG_INFO, "released %llu bytes of gone processes on device %d: the driver freed them",
+              (unsigned long long)released, slot);
 }

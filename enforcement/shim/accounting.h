@@ -9,20 +9,34 @@
 /* The lock (docs/shim.md "The lock"): one word, 0 or the holder's token. Taking it is one
  * compare-and-swap, releasing it one store; a waiter that finds the holder gone (SIGKILL, a thread
  * that exited) takes it over: nothing to rebuild, since a device's use is always the sum of the
- * per-process charges and each process changes only its own. */
+ * per-process charges and each process changes only its own. A waiter whose holder is stopped
+ * (SIGSTOP, a debugger, a frozen cgroup) gives up after STOPPED_HOLDER_NS, and its call fails with
+ * nothing charged ("A stopped holder"). Under the lock: no driver or NVML call, no file or log
+ * write, no lock but the allocation table's spin lock: a few hundred instructions at most. */
+#define STOPPED_HOLDER_NS 1000000000ULL   /* a holder seen stopped this long: the waiter gives up */
+#define UNJUDGED_HOLDER_NS 10000000000ULL /* a holder whose state cannot be read, holding this long */
+
 extern HIDDEN __thread uint64_t t_token __attribute__((tls_model("initial-exec")));
 HIDDEN uint64_t lock_token_slow(void);
-HIDDEN void region_lock_wait(uint64_t *word, uint64_t me);
+/* 0 once the lock is taken; -1 where the waiter gave up (logged). */
+HIDDEN int lock_wait(uint64_t *word, uint64_t me, const char *what);
 
 static inline uint64_t lock_token(void) {
     uint64_t t = t_token;
     return __builtin_expect(!t, 0) ? lock_token_slow() : t;
 }
 
-static inline void region_lock(void) {
-    uint64_t *word = &S.region->lock, me = lock_token(), free_ = 0;
+/* Takes a lock word of the region: 0, or -1 where its holder is stopped (or cannot be judged) for
+ * longer than the bound: the caller then fails its call, fail closed. */
+__attribute__((warn_unused_result)) static inline int lock_word(uint64_t *word, const char *what) {
+    uint64_t me = lock_token(), free_ = 0;
     if (__builtin_expect(!__atomic_compare_exchange_n(word, &free_, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED), 0))
-        region_lock_wait(word, me);
+        return lock_wait(word, me, what);
+    return 0;
+}
+
+__attribute__((warn_unused_result)) static inline int region_lock(void) {
+    return lock_word(&S.region->lock, "accounting");
 }
 
 static inline void region_unlock(void) { __atomic_store_n(&S.region->lock, 0, __ATOMIC_RELEASE); }
@@ -54,7 +68,7 @@ HIDDEN int region_attach(const struct stat *limits_st, struct shim_limits mine);
 HIDDEN int slot_of_new_ordinal(CUdevice dev);
 HIDDEN int uuid_slot_locked(const unsigned char uuid[16]);
 HIDDEN int charge_slow(int slot, uint64_t bytes, int locked);
-HIDDEN void reconcile_locked(int slot, int urgent);
+HIDDEN int charge_refused_unlocked(int slot, uint64_t bytes);
 HIDDEN void reclaim_occasionally(int slot);
 
 /* ------------------------------------------------------------------ devices ------------------ */
@@ -75,7 +89,7 @@ static inline int current_slot(void) {
 
 /* ------------------------------------------------------------------ charging ----------------- */
 
-/* Only the process itself changes its charges and in-flight counters (reconcile_locked changes those
+/* Only the process itself changes its charges and in-flight counters (the reconciliation changes those
  * of gone processes), but all its threads do, increases under the region lock and decreases without
  * it. Two threads changing one as a load and a store would lose one's change (a charge lost is an
  * overcommit, a release lost a leak), so every change is made inside a section of the allocation
@@ -106,7 +120,7 @@ static inline __attribute__((always_inline)) int charge(int slot, uint64_t bytes
     int me = S.me;
     if (__builtin_expect(!S.ok || slot < 0 || me < 0, 0)) return charge_slow(slot, bytes, 0);
     struct region *r = S.region;
-    region_lock();
+    if (__builtin_expect(region_lock(), 0)) return charge_refused_unlocked(slot, bytes);
     uint64_t used = device_used(slot), limit = S.limits.memory;
     if (__builtin_expect(bytes > limit || used > limit - bytes, 0)) return charge_slow(slot, bytes, 1);
     charge_add(slot, me, bytes);
@@ -131,6 +145,7 @@ static inline void free_begin(int slot, uint64_t bytes) {
     if (S.me < 0) return;
     int own = table_enter();
     add_own(&S.region->procs[S.me].pending[slot].free, bytes);
+    add_own(&S.region->procs[S.me].pending[slot].free_begun, bytes);
     table_leave(own);
     __atomic_thread_fence(__ATOMIC_RELEASE); /* visible before the driver's own writes of the free */
 }

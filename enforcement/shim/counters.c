@@ -16,13 +16,10 @@ void format_uuid(const unsigned char *u, char *out, size_t n, const char *prefix
              u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
-/* Writes the step's counters (all processes) to the counters file: temp file, then rename. Called
- * with the region lock held (when there is a region), so the last write reflects the last change. */
-void write_counters_locked(void) {
-    if (!S.counters_path[0]) return;
-    char buf[8192];
+/* Formats the step's counters (all processes) into buf: the region lock held, where there is one. */
+static size_t format_counters(char *buf, size_t size) {
     size_t n = 0;
-#define OUT(...) n += (size_t)snprintf(buf + n, n < sizeof buf ? sizeof buf - n : 0, __VA_ARGS__)
+#define OUT(...) n += (size_t)snprintf(buf + n, n < size ? size - n : 0, __VA_ARGS__)
     OUT("version=1\nlimits_ok=%d\n", S.ok);
     if (!S.ok) OUT("error=%s\n", S.error);
     OUT("memory_limit=%llu\ncompute_limit=%u\nscrub_on_free=%u\n", (unsigned long long)S.limits.memory,
@@ -57,7 +54,10 @@ void write_counters_locked(void) {
         (unsigned long long)(S.region ? S.region->firewall_refused : 0));
     OUT("launcher_pid=%d\nlauncher_claims_refused=%llu\n", launcher, (unsigned long long)claims_refused);
 #undef OUT
-    if (n >= sizeof buf) n = sizeof buf - 1;
+    return n < size ? n : size - 1;
+}
+
+static void write_file(const char *buf, size_t n) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", S.counters_path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -67,17 +67,33 @@ void write_counters_locked(void) {
     if (w != (ssize_t)n || rename(tmp, S.counters_path)) unlink(tmp);
 }
 
-void write_counters(void) {
+/* Writes the counters file (temp file, then rename) with no file write under the accounting lock:
+ * the region's counters lock is taken first (so that the files are renamed in the order of their
+ * snapshots, and the last file holds the last change), then the snapshot is formatted under the
+ * accounting lock, and written after it. `wait` 0 (the periodic refresh): where another process is
+ * writing, this one leaves it. Where a lock's holder is stopped, nothing is written. */
+static void write_counters_from(int wait) {
     if (!S.counters_path[0]) return;
-    if (S.region) region_lock();
-    write_counters_locked();
-    if (S.region) region_unlock();
+    char buf[8192];
+    if (!S.region) return write_file(buf, format_counters(buf, sizeof buf));
+    uint64_t *word = &S.region->counters_lock, free_ = 0;
+    if (wait ? lock_word(word, "counters")
+             : !__atomic_compare_exchange_n(word, &free_, lock_token(), 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return;
+    if (region_lock() == 0) {
+        size_t n = format_counters(buf, sizeof buf);
+        region_unlock();
+        write_file(buf, n);
+    }
+    __atomic_store_n(word, 0, __ATOMIC_RELEASE);
 }
+
+void write_counters(void) { write_counters_from(1); }
 
 __attribute__((noinline)) void write_counters_if_due(uint64_t every_ns) {
     uint64_t t = coarse_now_ns();
     uint64_t last = __atomic_load_n(&S.last_counters_ns, __ATOMIC_RELAXED);
     if (t - last < every_ns) return;
     if (!__atomic_compare_exchange_n(&S.last_counters_ns, &last, t, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
-    write_counters();
+    write_counters_from(every_ns == COUNTERS_ON_EVENT_NS);
 }

@@ -24,7 +24,10 @@ static CUresult firewall_refuse(const char *what) {
 
 static void record_export(uint32_t kind, const void *key, size_t n) {
     if (!S.region || pass_through()) return;
-    region_lock();
+    if (region_lock()) { /* its import will be refused: fail closed */
+        logf_(LOG_WARN, "CUDA firewall: an export could not be recorded");
+        return;
+    }
     struct region_export *x = &S.region->exports[S.region->next_export++ % REGION_EXPORTS];
     memset(x, 0, sizeof *x);
     x->kind = kind;
@@ -37,7 +40,7 @@ static int exported(uint32_t kind, const void *key, size_t n) {
     unsigned char want[64] = {0};
     memcpy(want, key, n < sizeof want ? n : sizeof want);
     int found = 0;
-    region_lock();
+    if (region_lock()) return 0;
     for (int i = 0; i < REGION_EXPORTS && !found; i++)
         found = S.region->exports[i].kind == kind && !memcmp(S.region->exports[i].key, want, sizeof want);
     region_unlock();
@@ -125,7 +128,7 @@ static int device_of_step(CUdevice dev) {
     CUuuid u;
     if (!S.region || !r_cuDeviceGetUuid_v2 || r_cuDeviceGetUuid_v2(&u, dev) != CUDA_SUCCESS) return 0;
     int found = 0;
-    region_lock();
+    if (region_lock()) return 0;
     for (int d = 0; d < REGION_DEVICES && !found; d++)
         found = S.region->dev[d].in_use && !memcmp(S.region->dev[d].uuid, u.bytes, 16);
     region_unlock();

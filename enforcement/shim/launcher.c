@@ -18,7 +18,11 @@ EXPORT int secureml_shim_claim_launcher(char *reason, size_t reason_len) {
     else {
         uint64_t start = process_start_time(pid);
         struct region *r = S.region;
-        region_lock();
+        if (region_lock()) {
+            snprintf(why, sizeof why, "the step's accounting lock is held by a stopped process");
+            __atomic_add_fetch(&r->claims_refused, 1, __ATOMIC_RELAXED);
+            goto refused;
+        }
         if (r->launcher_pid == pid && r->launcher_start_time == start && pass_through()) {
             /* already ours */
         } else if (r->launcher_pid) {
@@ -31,12 +35,11 @@ EXPORT int secureml_shim_claim_launcher(char *reason, size_t reason_len) {
             r->launcher_start_time = start;
             __atomic_store_n(&S.launcher, 1, __ATOMIC_RELEASE);
         }
-        if (why[0]) {
-            r->claims_refused++;
-            write_counters_locked();
-        }
+        if (why[0]) r->claims_refused++;
         region_unlock();
+        if (why[0]) write_counters();
     }
+refused:
     if (why[0]) {
         logf_(LOG_WARN, "launcher claim refused: %s", why);
         if (reason && reason_len) snprintf(reason, reason_len, "%s", why);

@@ -50,7 +50,7 @@ static int slot_of_nvml(nvmlDevice_t h) {
     unsigned char u[16];
     if (r_nvmlDeviceGetUUID(h, text, sizeof text) != NVML_SUCCESS || parse_uuid(text, u)) return -1;
     int slot = -1;
-    region_lock();
+    if (region_lock()) return -1;
     for (int d = 0; d < REGION_DEVICES; d++)
         if (S.region->dev[d].in_use && !memcmp(S.region->dev[d].uuid, u, 16)) slot = d;
     region_unlock();

@@ -75,9 +75,10 @@ static inline void throttle(void) {
     if (slot < 0) return;
     struct region_device *d = &S.region->dev[slot];
     if (__atomic_load_n(&S.me, __ATOMIC_RELAXED) < 0) { /* so its NVML samples count as the step's */
-        region_lock();
-        my_entry();
-        region_unlock();
+        if (region_lock() == 0) {
+            my_entry();
+            region_unlock();
+        }
     }
     uint64_t t = now_ns();
     __atomic_add_fetch(&d->launches, 1, __ATOMIC_RELAXED);

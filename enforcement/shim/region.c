@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -23,17 +24,49 @@ uint64_t lock_token_slow(void) {
     return t_token = region_lock_token(tid, region_lock_namespaces(), task_start_time(tid, NULL));
 }
 
-/* Whether the thread a token names is gone (or is an earlier thread with the id of a live one).
- * Only a holder in this process's pid and time namespaces can be judged (elsewhere its id names
- * another thread, and start times shift); where /proc cannot tell, only an id that no longer
- * exists counts as gone. */
-static int holder_gone(uint64_t token) {
-    int tid = (int)(token >> (2 * REGION_LOCK_BITS)), unknown = 0;
-    if ((token >> REGION_LOCK_BITS & REGION_LOCK_MASK) != (region_lock_namespaces() & REGION_LOCK_MASK)) return 0;
-    uint64_t start = task_start_time(tid, &unknown), bits = token & REGION_LOCK_MASK;
-    if (!start && !unknown && access("/proc/self/stat", R_OK)) unknown = 1; /* no /proc here at all */
-    if (unknown) return kill(tid, 0) == -1 && errno == ESRCH;
-    return !start || (bits && (start & REGION_LOCK_MASK) != bits);
+enum holder { HOLDER_RUNS, HOLDER_GONE, HOLDER_STOPPED, HOLDER_UNJUDGED };
+
+/* State (field 3) and starttime (field 22) of /proc/<tid>/stat: 0, or -1 where the task does not
+ * exist (ENOENT, ESRCH), -2 where /proc cannot tell. */
+static int task_stat(int tid, char *state, uint64_t *start) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT || errno == ESRCH ? -1 : -2;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may contain spaces and parentheses */
+    if (!p || p[1] != ' ') return -2;
+    *state = p[2];
+    p += 2;
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (!p) return -2;
+        p++;
+    }
+    *start = strtoull(p, NULL, 10);
+    return 0;
+}
+
+/* What the thread a token names is doing. Gone: it no longer exists, is a zombie, or is a later
+ * thread with its id (another start time). Stopped: state T (stopped by a signal, a frozen cgroup)
+ * or t (stopped by a tracer). Only a holder in this process's pid and time namespaces can be
+ * judged (elsewhere its id names another thread, and start times shift); where /proc cannot tell,
+ * only an id that no longer exists counts as gone. */
+static enum holder holder_status(uint64_t token) {
+    int tid = (int)(token >> (2 * REGION_LOCK_BITS));
+    if ((token >> REGION_LOCK_BITS & REGION_LOCK_MASK) != (region_lock_namespaces() & REGION_LOCK_MASK))
+        return HOLDER_UNJUDGED;
+    char state = 0;
+    uint64_t start = 0, bits = token & REGION_LOCK_MASK;
+    int rc = task_stat(tid, &state, &start);
+    if (rc == -1 && access("/proc/self/stat", R_OK)) rc = -2; /* no /proc here at all */
+    if (rc == -2) return kill(tid, 0) == -1 && errno == ESRCH ? HOLDER_GONE : HOLDER_UNJUDGED;
+    if (rc == -1 || state == 'Z' || state == 'X' || state == 'x') return HOLDER_GONE;
+    if (bits && start && (start & REGION_LOCK_MASK) != bits) return HOLDER_GONE;
+    return state == 'T' || state == 't' ? HOLDER_STOPPED : HOLDER_RUNS;
 }
 
 static inline void cpu_relax(void) {
@@ -44,21 +77,51 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Spin a little, then yield, then sleep, looking at the holder now and then. */
-__attribute__((noinline)) void region_lock_wait(uint64_t *word, uint64_t me) {
+/* The holder this process last gave up on: while it stays stopped, later waiters give up at their
+ * first look instead of waiting the bound again. */
+static uint64_t g_stalled;
+
+static int give_up(uint64_t token, const char *what, const char *why) {
+    if (__atomic_exchange_n(&g_stalled, token, __ATOMIC_RELAXED) != token)
+        logf_(LOG_ERROR, "the %s lock's holder (thread %d) %s; this call fails, nothing charged", what,
+              (int)(token >> (2 * REGION_LOCK_BITS)), why);
+    return -1;
+}
+
+/* Spin a little, then yield, then sleep 50 us at a time, looking at the holder every 16th sleep: a
+ * holder that is gone is taken over; a waiter gives up (-1) where its holder has been stopped for
+ * STOPPED_HOLDER_NS (at once where it already gave up on that holder), where a holder it cannot
+ * judge has held the lock for UNJUDGED_HOLDER_NS, or where the holder is its own thread (a signal
+ * handler that called the driver while its thread held the lock: waiting would never end). A live
+ * holder that runs or sleeps is waited for: it is inside a few hundred instructions. */
+__attribute__((noinline)) int lock_wait(uint64_t *word, uint64_t me, const char *what) {
+    uint64_t watched = 0, held_since = 0, stopped_since = 0;
     for (unsigned round = 0;; round++) {
         uint64_t v = __atomic_load_n(word, __ATOMIC_RELAXED);
         if (!v) {
-            if (__atomic_compare_exchange_n(word, &v, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
+            if (__atomic_compare_exchange_n(word, &v, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return 0;
             continue;
         }
+        if (v == me) return give_up(v, what, "is this thread (a signal handler called the driver inside the shim)");
         if (round < 128) cpu_relax();
         else if (round < 256) sched_yield();
         else {
-            if (!(round & 15) && holder_gone(v) &&
-                __atomic_compare_exchange_n(word, &v, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-                logf_(LOG_WARN, "a process died holding the accounting lock; lock recovered");
-                return;
+            if (!(round & 15)) {
+                enum holder status = holder_status(v);
+                if (status == HOLDER_GONE) {
+                    logf_(LOG_WARN, "a process died holding the %s lock; taking it over", what);
+                    if (__atomic_compare_exchange_n(word, &v, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return 0;
+                    continue;
+                }
+                uint64_t t = now_ns();
+                if (v != watched) watched = v, held_since = t, stopped_since = 0;
+                if (status != HOLDER_STOPPED) stopped_since = 0;
+                else if (!stopped_since) stopped_since = t;
+                if (status == HOLDER_STOPPED &&
+                    (v == __atomic_load_n(&g_stalled, __ATOMIC_RELAXED) || t - stopped_since >= STOPPED_HOLDER_NS))
+                    return give_up(v, what, "is stopped");
+                if (status == HOLDER_UNJUDGED && t - held_since >= UNJUDGED_HOLDER_NS)
+                    return give_up(v, what, "cannot be judged from here and holds it too long");
             }
             sleep_ns(50000);
         }
@@ -70,7 +133,7 @@ static int entry_alive(const struct region_proc *pr) {
 }
 
 /* Marks processes that no longer exist as gone, and frees the entries of gone processes that hold no
- * charge. Their charges stay: only the driver can say when their memory is free (reconcile_locked).
+ * charge. Their charges stay: only the driver can say when their memory is free (accounting.c, reconciliation).
  * Lock held. */
 void mark_gone(void) {
     struct region *r = S.region;
@@ -79,10 +142,7 @@ void mark_gone(void) {
         struct region_proc *pr = &r->procs[p];
         if (!pr->pid) continue;
         if (!pr->gone_ns && entry_alive(pr)) continue;
-        if (!pr->gone_ns) {
-            pr->gone_ns = t;
-            logf_(LOG_INFO, "process %d is gone; its charges wait for the driver to free its memory", pr->pid);
-        }
+        if (!pr->gone_ns) pr->gone_ns = t; /* its charges wait for the driver to free its memory */
         uint64_t held = 0;
         for (int d = 0; d < REGION_DEVICES; d++) held |= r->charged[d][p];
         if (!held) pr->pid = 0;

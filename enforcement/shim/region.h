@@ -8,7 +8,7 @@
 #include "limits.h"
 
 #define REGION_MAGIC 0x53454d4c53484d31ULL /* "SEMLSHM1" */
-#define REGION_LAYOUT 5
+#define REGION_LAYOUT 6
 #define REGION_DEVICES 16
 #define REGION_PROCS 256
 #define REGION_EXPORTS 128
@@ -47,10 +47,11 @@ struct region_proc {
     uint64_t start_time; /* /proc/<pid>/stat starttime: tells a reused pid apart */
     uint64_t gone_ns;    /* when it was first seen gone; 0: alive */
     /* Charged bytes the driver may not hold yet (an allocation in flight) or any more (a free in
-     * flight), per device (the two side by side: one cache line). Written by the process itself,
+     * flight), per device (side by side: one cache line). Written by the process itself,
      * read by whoever reconciles with the driver. */
     struct {
         uint64_t alloc, free;
+        uint64_t free_begun; /* every byte whose free began, ever (the reconciliation's clock of frees) */
     } pending[REGION_DEVICES];
 };
 
@@ -58,6 +59,7 @@ struct region {
     uint64_t magic;
     uint32_t layout, nprocs;   /* nprocs: high-water mark of procs[] in use */
     uint64_t lock;             /* 0: free; else the holder's region_lock_token (docs/shim.md "The lock") */
+    uint64_t counters_lock;    /* the same kind of lock, held while the counters file is written */
     struct shim_limits limits; /* set once by whoever created the region: first initialiser wins */
     uint64_t scrub_failures;
     /* The step's launcher (docs/shim.md "The launcher's own process"): the one process in which the

@@ -189,16 +189,16 @@ void init_once(void) {
 }
 
 /* At exit: the counters. Charges of memory still allocated stay: the driver frees it only after the
- * process is gone, and then the next reconciliation releases them (reconcile_locked). */
+ * process is gone, and then the next reconciliation releases them (accounting.c). */
 __attribute__((destructor)) static void shim_fini(void) {
     if (!S.initialised || S.launcher) return; /* the launcher charged nothing; the counters are the step's */
-    if (!S.region) return write_counters();
-    region_lock();
-    if (S.me >= 0 && S.region->procs[S.me].pid == (int32_t)getpid()) {
-        uint64_t held = 0;
-        for (int d = 0; d < REGION_DEVICES; d++) held |= S.region->charged[d][S.me];
-        if (!held) S.region->procs[S.me].pid = 0, S.me = -1;
+    if (S.region && region_lock() == 0) {
+        if (S.me >= 0 && S.region->procs[S.me].pid == (int32_t)getpid()) {
+            uint64_t held = 0;
+            for (int d = 0; d < REGION_DEVICES; d++) held |= S.region->charged[d][S.me];
+            if (!held) S.region->procs[S.me].pid = 0, S.me = -1;
+        }
+        region_unlock();
     }
-    write_counters_locked();
-    region_unlock();
+    write_counters();
 }

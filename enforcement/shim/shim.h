@@ -247,8 +247,7 @@ static inline int my_tid(void) {
 /* ------------------------------------------------------------------ counters file (counters.c) */
 
 HIDDEN void format_uuid(const unsigned char *u, char *out, size_t n, const char *prefix);
-/* Writes the step's counters; region lock held (when there is a region). */
-HIDDEN void write_counters_locked(void);
+/* Writes the step's counters file (takes the region's locks itself: never call it holding one). */
 HIDDEN void write_counters(void);
 HIDDEN void write_counters_if_due(uint64_t every_ns);
 

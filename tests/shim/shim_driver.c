@@ -6,6 +6,9 @@
  *                                                    block is often freed by another thread than its allocator)
  *   shim_driver hold BYTES                           allocate, print "ready", wait for stdin EOF
  *   shim_driver fill CHUNK                           allocate CHUNK until refused; print the total
+ *   shim_driver try BYTES                            one allocation (freed again); prints its result and when it
+ *                                                    started and ended (CLOCK_MONOTONIC seconds)
+ *   shim_driver latency SECONDS BYTES                alloc+free pairs for SECONDS; prints the slowest allocation
  *   shim_driver launch SECONDS                       launch kernels back to back for SECONDS
  *   shim_driver hooks                                every intercepted entry point once (arrays, graphs and captures too)
  *   shim_driver bench N alloc|launch|info START_NS    ns per operation (an alloc+free pair, a launch, a cuMemGetInfo)
@@ -180,6 +183,36 @@ static int fill(size_t chunk) {
     CUdeviceptr p;
     while (cuMemAlloc_v2(&p, chunk) == CUDA_SUCCESS) total += chunk;
     printf("{\"total\": %zu}\n", total);
+    return 0;
+}
+
+static int try_alloc(size_t bytes) {
+    CUdeviceptr p = 0;
+    double start = now_s();
+    CUresult rc = cuMemAlloc_v2(&p, bytes);
+    double end = now_s();
+    if (rc == CUDA_SUCCESS) CHECK(cuMemFree_v2(p));
+    printf("{\"rc\": %d, \"start\": %.6f, \"end\": %.6f}\n", (int)rc, start, end);
+    return 0;
+}
+
+static int latency(double seconds, size_t bytes) {
+    CUdeviceptr p;
+    double start = now_s(), end = start + seconds, slowest = 0, t;
+    long pairs = 0, refused = 0;
+    while ((t = now_s()) < end || !pairs) { /* the first allocation registers the process: counted too */
+        CUresult rc = cuMemAlloc_v2(&p, bytes);
+        double took = now_s() - t;
+        if (took > slowest) slowest = took;
+        if (rc == CUDA_ERROR_OUT_OF_MEMORY) refused++;
+        else {
+            CHECK(rc);
+            CHECK(cuMemFree_v2(p));
+        }
+        pairs++;
+    }
+    printf("{\"pairs\": %ld, \"refused\": %ld, \"slowest\": %.6f, \"start\": %.6f, \"end\": %.6f}\n", pairs, refused,
+           slowest, start, now_s());
     return 0;
 }
 
@@ -390,6 +423,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "hold") && argc == 3) return hold(strtoull(argv[2], NULL, 10));
     if (!strcmp(argv[1], "fill") && argc == 3) return fill(strtoull(argv[2], NULL, 10));
     if (!strcmp(argv[1], "launch") && argc == 3) return launch(atof(argv[2]));
+    if (!strcmp(argv[1], "try") && argc == 3) return try_alloc(strtoull(argv[2], NULL, 10));
+    if (!strcmp(argv[1], "latency") && argc == 4) return latency(atof(argv[2]), strtoull(argv[3], NULL, 10));
     if (!strcmp(argv[1], "hooks")) return hooks();
     if (!strcmp(argv[1], "abtest") && argc == 4) return abtest(atol(argv[2]), argv[3]);
     if (!strcmp(argv[1], "bench") && argc == 5) return bench(atol(argv[2]), argv[3], atoll(argv[4]));

@@ -200,6 +200,10 @@ static int parse_kv_line(struct fake_config *c, const char *kind, char **w, int 
         else if (!strcmp(kind, "launch") && !strcmp(k, "queue")) bad = parse_u64(v, &c->queue_depth) || !c->queue_depth;
         else if (!strcmp(kind, "launch") && !strcmp(k, "util_window_ms"))
             bad = parse_u64(v, &x) || !x, c->util_window_ns = x * 1000000;
+        else if (!strcmp(kind, "slow") && !strcmp(k, "alloc_ms"))
+            bad = parse_u64(v, &x), c->slow_alloc_ns = x * 1000000;
+        else if (!strcmp(kind, "slow") && !strcmp(k, "alloc_min")) bad = parse_u64(v, &c->slow_alloc_min);
+        else if (!strcmp(kind, "slow") && !strcmp(k, "nvml_ms")) bad = parse_u64(v, &x), c->slow_nvml_ns = x * 1000000;
         else if (!strcmp(kind, "fail") && !strcmp(k, "cuinit")) bad = parse_uint(v, (unsigned *)&c->fail_cuinit);
         else if (!strcmp(kind, "fail") && !strcmp(k, "nvmlinit")) bad = parse_uint(v, (unsigned *)&c->fail_nvmlinit);
         else if (!strcmp(kind, "fail") && !strcmp(k, "alloc_after"))
@@ -250,7 +254,7 @@ static int parse_config(struct fake_config *c, const char *path) {
                 if (!rc) c->nprocs++;
             }
         } else if (!strcmp(w[0], "driver") || !strcmp(w[0], "launch") || !strcmp(w[0], "fail") ||
-                   !strcmp(w[0], "confidential"))
+                   !strcmp(w[0], "slow") || !strcmp(w[0], "confidential"))
             rc = parse_kv_line(c, w[0], w, n, line);
         else rc = cfg_error(path, line, "unknown directive", w[0]);
     }

@@ -59,9 +59,12 @@ struct fake_config {
     uint64_t kernel_ns;
     uint64_t queue_depth;
     uint64_t util_window_ns;
-    uint64_t teardown_ns;           /* a dead process's memory is freed this long after it is seen gone */
-    uint64_t call_ns;               /* busy work per allocation and per free: a driver call that costs time */
-    unsigned nvml_pid_offset;       /* NVML's process list shows pid + this (host pids seen from a container) */
+    uint64_t teardown_ns;     /* a dead process's memory is freed this long after it is seen gone */
+    uint64_t call_ns;         /* busy work per allocation and per free: a driver call that costs time */
+    unsigned nvml_pid_offset; /* NVML's process list shows pid + this (host pids seen from a container) */
+    /* Test-only slowness (the `slow` directive): an allocation of at least slow_alloc_min bytes sleeps
+     * slow_alloc_ns first; NVML's process list and memory information sleep slow_nvml_ns. */
+    uint64_t slow_alloc_ns, slow_alloc_min, slow_nvml_ns;
     int fail_cuinit, fail_nvmlinit; /* 0: no failure */
     long long fail_alloc_after;     /* -1: never */
     struct fake_device_cfg devices[FAKE_MAX_DEVICES];

@@ -107,6 +107,7 @@ static CUresult do_alloc(int slot, uint64_t size, uint32_t kind, CUdeviceptr *ou
     if (slot < 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
     fake_call_cost(&G);
+    if (G.cfg.slow_alloc_ns && size >= G.cfg.slow_alloc_min) fake_sleep_ns(G.cfg.slow_alloc_ns); /* `slow` */
     uint64_t off;
     if (fake_alloc(&G, slot, size, kind, &off)) return CUDA_ERROR_OUT_OF_MEMORY;
     *out = encode(slot, off);

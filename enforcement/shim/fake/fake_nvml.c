@@ -248,6 +248,7 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nv
     struct nvml_dev *d = dev_of(device);
     if (ready()) return NVML_ERROR_UNINITIALIZED;
     if (!d || !memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (G.cfg.slow_nvml_ns) fake_sleep_ns(G.cfg.slow_nvml_ns); /* `slow` */
     uint64_t total, used;
     memory_of(d, &total, &used);
     memory->total = total, memory->used = used, memory->free = total - used;
@@ -304,6 +305,7 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *count, 
     struct nvml_dev *d = dev_of(device);
     if (ready()) return NVML_ERROR_UNINITIALIZED;
     if (!d || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (G.cfg.slow_nvml_ns) fake_sleep_ns(G.cfg.slow_nvml_ns); /* `slow` */
     nvmlProcessInfo_t found[256];
     unsigned n = 0;
     int slots[1 + FAKE_MAX_MIG], nslots = 0;

@@ -18,7 +18,7 @@ static dlsym_fn g_real_dlsym;
  * the path through it is kept free of instrumentation and of intercepted libc calls. */
 #if defined(__has_attribute)
 #if __has_attribute(no_sanitize)
-#define EARLY __attribute__((no_sanitize("address", "undefined")))
+#define EARLY __attribute__((no_sanitize("address", "undefined", "thread")))
 #endif
 #endif
 #ifndef EARLY

@@ -42,6 +42,7 @@ void table_setup(void) {
     S.membarrier_ok = membarrier_(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
                       membarrier_(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
     if (S.membarrier_ok) __atomic_store_n(&S.table_shared, 0, __ATOMIC_RELEASE);
+    else logf_(LOG_DEBUG, "membarrier unavailable (%s): the allocation table takes its spin lock", strerror(errno));
 }
 
 __attribute__((noinline)) void table_lock_shared(void) {

@@ -15,6 +15,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from fakegpu import MiB
 
 from .test_shim_concurrency import _lock_holder
@@ -41,6 +42,7 @@ def _overlap(a: dict, b: dict) -> float:
     return min(a["end"], b["end"]) - max(a["start"], b["start"])
 
 
+@pytest.mark.timing  # a peer's latency: run alone, after the parallel run (make test)
 def test_a_slow_driver_allocation_does_not_delay_a_peer(make_step) -> None:
     """An allocation that spends 500 ms in the driver holds no lock meanwhile: a peer process
     allocating and freeing back to back all along waits for nobody."""
@@ -55,6 +57,7 @@ def test_a_slow_driver_allocation_does_not_delay_a_peer(make_step) -> None:
     assert peer_result["slowest"] < PEER_DELAY_S, peer_result
 
 
+@pytest.mark.timing
 def test_a_slow_nvml_reconciliation_does_not_delay_a_peer(make_step) -> None:
     """Over its limit with a gone process still charged, an allocation asks NVML what the driver
     still holds (here 2 x 500 ms) outside the lock, then releases the gone charge and fits; a peer

@@ -75,7 +75,10 @@ def test_a_slow_nvml_reconciliation_does_not_delay_a_peer(make_step) -> None:
     assert over_result["end"] - over_result["start"] >= 0.5  # it did wait for NVML
     assert _overlap(over_result, peer_result) > 0.3, (over_result, peer_result)
     assert peer_result["refused"] == 0 and peer_result["slowest"] < PEER_DELAY_S, peer_result
-    assert step.counters()["reclaimed"] == 8 * MiB
+    # Released: all 8 MiB where NVML's process list decides; where the used memory bounds it, a
+    # peer's block the first phase did not count keeps that much charged until a later look.
+    assert 0 < step.counters()["reclaimed"] <= 8 * MiB
+    assert step.gpu.stats()["peak"] <= 16 * MiB  # the driver's own high-water mark
 
 
 def _state(pid: int) -> str:

@@ -46,7 +46,7 @@ demo: $(STAMP) $(SHIM_LIB) ## validate profiles, compile, render a bundle, run t
 # on Debian, only what is missing (a no-op once installed); elsewhere it says what to install and
 # lets `make test` go on (those tests skip, or fail under CI=true).
 DEB_PACKAGES := docker-registry buildah bubblewrap debootstrap containerd runc \
-	containernetworking-plugins nftables iproute2 busybox-static gcc libc6-dev
+	containernetworking-plugins nftables iproute2 busybox-static gcc libc6-dev clang-format
 deps: ## the system packages the suite needs (apt-get on Debian)
 	@missing=""; for package in $(DEB_PACKAGES); do \
 		dpkg-query -W -f='$${db:Status-Abbrev}' $$package 2>/dev/null | grep -q '^ii' \
@@ -79,17 +79,22 @@ cluster-down: ## stop them
 # The gates: ruff lint, ruff format (check only) and mypy (strict, pydantic plugin; settings in
 # pyproject.toml). scripts/typecheck.py gives mypy components/ and enforcement/ under the names
 # setup.py installs them with (secureml.components, secureml.enforcement).
+# The C sources (the quota shim, its fakes, the fuzz target, the test programs) are in
+# clang-format's style (.clang-format; Debian's clang-format, which `make deps` installs).
+C_SOURCES := $(wildcard enforcement/shim/*.[ch] enforcement/shim/fake/*.[ch] enforcement/shim/fuzz/*.c tests/shim/*.c)
 # vulture reads the tests too: what only a test uses is not dead.
 DEAD_CODE_PATHS := secureml enforcement components tests benchmarks scripts pipelines examples
-lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, vulture (the CI gate)
+lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, vulture, clang-format (the CI gate)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/typecheck.py
 	$(VENV)/bin/vulture $(DEAD_CODE_PATHS) scripts/vulture_allowlist.py --min-confidence 60
+	clang-format --dry-run --Werror $(C_SOURCES)
 
 fmt: $(STAMP) ## format and autofix what lint would refuse
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+	clang-format -i $(C_SOURCES)
 
 test: deps $(STAMP) $(SHIM_LIB) harness ## the whole suite, as CI runs it
 	$(PY) -m pytest -n 2 -m "not timing" -rs  # -rs: every skip says why

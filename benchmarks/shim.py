@@ -19,7 +19,7 @@ the per-rotation median. `--compare LIBRARY` adds another build of the shim (one
 older commit, say) to the rotation, so that before and after come from one run. Last, a cross-check
 less exposed to the load: alloc+free within one process (shim_driver.c `abtest`: the shim's hooks,
 its copy loaded RTLD_LOCAL, and the bare driver in alternating batches of 500 pairs, so that
-whatever else runs slows both alike), the percentiles of the per-batch differences. Targets: <= 100
+whatever else runs slows both alike), the percentiles of the per-batch differences. Targets (issue 35): <= 50
 ns added per alloc+free, <= 10 ns per launch, <= 100 ns per cuMemGetInfo. The load average is
 printed before and after. Kernels take no simulated time here, so a launch measures the
 interception, not the pacing.
@@ -50,7 +50,7 @@ AB_BATCHES = 2000
 AB_REPEATS = 3
 DRIVER_CALL_NS = 30  # the fake's own cost per allocation and per free (plus its bookkeeping)
 OPS = (("alloc", "alloc+free"), ("launch", "launch"), ("info", "cuMemGetInfo"))
-TARGET = {"alloc": 100.0, "launch": 10.0, "info": 100.0}
+TARGET = {"alloc": 50.0, "launch": 10.0, "info": 100.0}
 
 
 def _run(driver: Path, env: dict[str, str], what: str, processes: int) -> dict[str, float]:

@@ -40,7 +40,34 @@ from typing import Any
 
 LIBRARY_NAME = "libsecureml_shim.so"
 SOURCE_DIR = Path(__file__).resolve().parent / "shim"
-SOURCES = ("shim.c", "limits.c", "libc_syms.c")
+# The shim's units (enforcement/shim/shim.h says what each owns) and its headers.
+SOURCES = (
+    "shim.c",
+    "region.c",
+    "accounting.c",
+    "table.c",
+    "memory.c",
+    "graph.c",
+    "scrub.c",
+    "pacing.c",
+    "firewall.c",
+    "nvml.c",
+    "lookup.c",
+    "counters.c",
+    "launcher.c",
+    "limits.c",
+    "libc_syms.c",
+)
+HEADERS = (
+    "shim.h",
+    "accounting.h",
+    "table.h",
+    "region.h",
+    "limits.h",
+    "libc_syms.h",
+    "cuda_api.h",
+    "nvml_api.h",
+)
 CFLAGS = (
     "-std=c11",
     "-O2",

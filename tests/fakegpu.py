@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from secureml.enforcement import simulator
+from secureml.enforcement import shim_control, simulator
 from secureml.enforcement.simulator import (  # noqa: F401  (the tests' API)
     CONFIG_ENV,
     FAKE_DIR,
@@ -72,10 +72,8 @@ def run_python(
 def build_shim(*, flags: tuple[str, ...] = (), name: str = "libsecureml_shim.so") -> Path:
     """Build the quota shim from the current sources (cached like the fakes). `flags` may add,
     e.g., sanitizers or `-DSHIM_DEFAULT_LIMITS="..."` for a test of the compiled-in path."""
-    sources = [SHIM_DIR / "shim.c", SHIM_DIR / "limits.c", SHIM_DIR / "libc_syms.c"]
-    headers = tuple(
-        SHIM_DIR / h for h in ("cuda_api.h", "nvml_api.h", "limits.h", "region.h", "libc_syms.h")
-    )
+    sources = [SHIM_DIR / name for name in shim_control.SOURCES]
+    headers = tuple(SHIM_DIR / name for name in shim_control.HEADERS)
     return build_native(
         name,
         sources,

@@ -38,11 +38,17 @@ typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUctxCreateParams_st CUctxCreateParams;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
-typedef struct CUuuid_st { char bytes[16]; } CUuuid;
+typedef struct CUuuid_st {
+    char bytes[16];
+} CUuuid;
 typedef struct CUevent_st *CUevent;
 #define CU_IPC_HANDLE_SIZE 64
-typedef struct CUipcMemHandle_st { char reserved[CU_IPC_HANDLE_SIZE]; } CUipcMemHandle;
-typedef struct CUipcEventHandle_st { char reserved[CU_IPC_HANDLE_SIZE]; } CUipcEventHandle;
+typedef struct CUipcMemHandle_st {
+    char reserved[CU_IPC_HANDLE_SIZE];
+} CUipcMemHandle;
+typedef struct CUipcEventHandle_st {
+    char reserved[CU_IPC_HANDLE_SIZE];
+} CUipcEventHandle;
 
 typedef enum cudaError_enum {
     CUDA_SUCCESS = 0,
@@ -108,13 +114,19 @@ typedef enum CUmemLocationType_enum {
     CU_MEM_LOCATION_TYPE_INVALID = 0x0,
     CU_MEM_LOCATION_TYPE_DEVICE = 0x1
 } CUmemLocationType;
-typedef struct CUmemLocation_st { CUmemLocationType type; int id; } CUmemLocation;
+typedef struct CUmemLocation_st {
+    CUmemLocationType type;
+    int id;
+} CUmemLocation;
 typedef enum CUmemAccess_flags_enum {
     CU_MEM_ACCESS_FLAGS_PROT_NONE = 0x0,
     CU_MEM_ACCESS_FLAGS_PROT_READ = 0x1,
     CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3
 } CUmemAccess_flags;
-typedef struct CUmemAccessDesc_st { CUmemLocation location; CUmemAccess_flags flags; } CUmemAccessDesc;
+typedef struct CUmemAccessDesc_st {
+    CUmemLocation location;
+    CUmemAccess_flags flags;
+} CUmemAccessDesc;
 typedef struct CUmemAllocationProp_st {
     CUmemAllocationType type;
     CUmemAllocationHandleType requestedHandleTypes;
@@ -237,10 +249,26 @@ typedef enum CUdriverProcAddressQueryResult_enum {
 static inline unsigned long long secureml_texel_bytes(int format, unsigned channels) {
     unsigned elem;
     switch (format) {
-    case 0x01: case 0x08: case 0xc0: case 0xc6: elem = 1; break;
-    case 0x02: case 0x09: case 0x10: case 0xc1: case 0xc3: case 0xc7: case 0xc9: elem = 2; break;
-    case 0x03: case 0x0a: case 0x20: case 0xc2: case 0xc4: case 0xc8: case 0xca: elem = 4; break;
-    case 0xc5: case 0xcb: elem = 8; break;
+    case 0x01:
+    case 0x08:
+    case 0xc0:
+    case 0xc6: elem = 1; break;
+    case 0x02:
+    case 0x09:
+    case 0x10:
+    case 0xc1:
+    case 0xc3:
+    case 0xc7:
+    case 0xc9: elem = 2; break;
+    case 0x03:
+    case 0x0a:
+    case 0x20:
+    case 0xc2:
+    case 0xc4:
+    case 0xc8:
+    case 0xca: elem = 4; break;
+    case 0xc5:
+    case 0xcb: elem = 8; break;
     default: elem = format >= 0x91 && format <= 0x9e ? 1 : 8; break;
     }
     return (unsigned long long)elem * (channels ? channels : 1);
@@ -248,8 +276,7 @@ static inline unsigned long long secureml_texel_bytes(int format, unsigned chann
 
 /* Bytes a CUDA array of this shape takes as the fake lays it out (rows of width x texel bytes, no
  * padding). Saturates instead of wrapping: a shape that overflows must not count as a small one. */
-static inline unsigned long long secureml_array_bytes(size_t w, size_t h, size_t d, int format,
-                                                      unsigned channels) {
+static inline unsigned long long secureml_array_bytes(size_t w, size_t h, size_t d, int format, unsigned channels) {
     unsigned long long n = 0;
     if (__builtin_mul_overflow((unsigned long long)(w ? w : 1), (unsigned long long)(h ? h : 1), &n) ||
         __builtin_mul_overflow(n, (unsigned long long)(d ? d : 1), &n) ||

@@ -9,7 +9,7 @@
 
 #if defined(__has_attribute)
 #if __has_attribute(no_sanitize)
-#define EARLY __attribute__((no_sanitize("address", "undefined")))
+#define EARLY __attribute__((no_sanitize("address", "undefined", "thread")))
 #endif
 #endif
 #ifndef EARLY

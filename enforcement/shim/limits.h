@@ -8,8 +8,8 @@
 #define SHIM_LIMITS_MAX_BYTES 4096
 
 struct shim_limits {
-    uint64_t memory;       /* bytes per device */
-    uint32_t compute;      /* percent of each device, 1..100 */
+    uint64_t memory;        /* bytes per device */
+    uint32_t compute;       /* percent of each device, 1..100 */
     uint32_t scrub_on_free; /* 0 | 1 */
     uint32_t firewall;      /* 0 | 1: CUDA firewall (IPC, shareable handles, peer access) */
 };

@@ -8,7 +8,7 @@
 #include "limits.h"
 
 #define REGION_MAGIC 0x53454d4c53484d31ULL /* "SEMLSHM1" */
-#define REGION_LAYOUT 5
+#define REGION_LAYOUT 6
 #define REGION_DEVICES 16
 #define REGION_PROCS 256
 #define REGION_EXPORTS 128
@@ -20,13 +20,13 @@ struct region_device {
     uint64_t refused;   /* allocations refused */
     uint64_t throttled; /* launches delayed by the compute limit */
     /* compute controller (docs/shim.md "Compute limit") */
-    int64_t tat_ns;            /* theoretical arrival time of the next launch (GCRA) */
-    uint64_t interval_ns;      /* launch spacing; 0 = not throttling */
-    uint64_t next_update_ns;   /* when the controller next reads utilisation */
+    int64_t tat_ns;          /* theoretical arrival time of the next launch (GCRA) */
+    uint64_t interval_ns;    /* launch spacing; 0 = not throttling */
+    uint64_t next_update_ns; /* when the controller next reads utilisation */
     uint64_t last_update_ns;
-    uint64_t launches;         /* launches on this device, all processes */
+    uint64_t launches; /* launches on this device, all processes */
     uint64_t launches_at_update;
-    uint64_t cost_ns;          /* estimated device time per launch */
+    uint64_t cost_ns;           /* estimated device time per launch */
     uint64_t last_reconcile_ns; /* when gone processes' charges were last checked against the driver */
     uint64_t reclaimed;         /* bytes of gone processes' charges released once the driver freed them */
 };
@@ -47,17 +47,19 @@ struct region_proc {
     uint64_t start_time; /* /proc/<pid>/stat starttime: tells a reused pid apart */
     uint64_t gone_ns;    /* when it was first seen gone; 0: alive */
     /* Charged bytes the driver may not hold yet (an allocation in flight) or any more (a free in
-     * flight), per device (the two side by side: one cache line). Written by the process itself,
+     * flight), per device (side by side: one cache line). Written by the process itself,
      * read by whoever reconciles with the driver. */
     struct {
         uint64_t alloc, free;
+        uint64_t free_begun; /* every byte whose free began, ever (the reconciliation's clock of frees) */
     } pending[REGION_DEVICES];
 };
 
 struct region {
     uint64_t magic;
-    uint32_t layout, nprocs; /* nprocs: high-water mark of procs[] in use */
-    uint64_t lock;           /* 0: free; else the holder's region_lock_token (docs/shim.md "The lock") */
+    uint32_t layout, nprocs;   /* nprocs: high-water mark of procs[] in use */
+    uint64_t lock;             /* 0: free; else the holder's region_lock_token (docs/shim.md "The lock") */
+    uint64_t counters_lock;    /* the same kind of lock, held while the counters file is written */
     struct shim_limits limits; /* set once by whoever created the region: first initialiser wins */
     uint64_t scrub_failures;
     /* The step's launcher (docs/shim.md "The launcher's own process"): the one process in which the
@@ -66,7 +68,7 @@ struct region {
     int32_t launcher_pid; /* 0: unclaimed */
     uint32_t pad;
     uint64_t launcher_start_time;
-    uint64_t claims_refused; /* claims of the launcher role refused */
+    uint64_t claims_refused;   /* claims of the launcher role refused */
     uint64_t firewall_refused; /* imports and peer accesses the CUDA firewall refused */
     uint32_t next_export, pad2;
     struct region_export exports[REGION_EXPORTS];

@@ -4,4 +4,6 @@
 
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
 
-__attribute__((visibility("default"))) CUresult deep_alloc(CUdeviceptr *p, size_t bytes) { return cuMemAlloc_v2(p, bytes); }
+__attribute__((visibility("default"))) CUresult deep_alloc(CUdeviceptr *p, size_t bytes) {
+    return cuMemAlloc_v2(p, bytes);
+}

@@ -20,7 +20,8 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *, CUdeviceptr);
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *, CUipcMemHandle, unsigned int);
 CUresult cuIpcGetEventHandle(CUipcEventHandle *, CUevent);
 CUresult cuIpcOpenEventHandle(CUevent *, CUipcEventHandle);
-CUresult cuMemExportToShareableHandle(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long);
+CUresult cuMemExportToShareableHandle(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                                      unsigned long long);
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
 CUresult cuDeviceCanAccessPeer(int *, CUdevice, CUdevice);
 CUresult cuCtxEnablePeerAccess(CUcontext, unsigned int);
@@ -51,8 +52,9 @@ int main(int argc, char **argv) {
         prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
         prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         int fd = -1;
-        if (cuMemAlloc_v2(&p, 1 << 20) || cuIpcGetMemHandle(&mh, p) || cuIpcGetEventHandle(&eh, (CUevent)(uintptr_t)0x5ec0) ||
-            cuMemCreate(&vmm, 2 << 20, &prop, 0) || cuMemExportToShareableHandle(&fd, vmm, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0))
+        if (cuMemAlloc_v2(&p, 1 << 20) || cuIpcGetMemHandle(&mh, p) ||
+            cuIpcGetEventHandle(&eh, (CUevent)(uintptr_t)0x5ec0) || cuMemCreate(&vmm, 2 << 20, &prop, 0) ||
+            cuMemExportToShareableHandle(&fd, vmm, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0))
             return 4;
         printf("{\"mem\": \"");
         hex(mh.reserved, sizeof mh.reserved);
@@ -87,8 +89,8 @@ int main(int argc, char **argv) {
         if (cuCtxSetCurrent(other) || cuMemAlloc_v2(&p, 1 << 20) || cuCtxSetCurrent(ctx)) return 5;
         cuDeviceCanAccessPeer(&after, 0, 1);
         int enable_after = cuCtxEnablePeerAccess(other, 0);
-        printf("{\"can_before\": %d, \"enable_before\": %d, \"can_after\": %d, \"enable_after\": %d}\n", before, enable_before, after,
-               enable_after);
+        printf("{\"can_before\": %d, \"enable_before\": %d, \"can_after\": %d, \"enable_after\": %d}\n", before,
+               enable_before, after, enable_after);
         return 0;
     }
     return 2;

@@ -25,7 +25,8 @@ typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*async_fn)(CUdeviceptr *, size_t, CUstream);
 typedef CUresult (*node_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *);
 typedef CUresult (*add_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
-typedef CUresult (*add2_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUgraphNodeParams *);
+typedef CUresult (*add2_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t,
+                            CUgraphNodeParams *);
 enum { KIND_ALLOC, KIND_ASYNC, KIND_NODE, KIND_ADD, KIND_ADD2 };
 typedef CUresult (*gpa1_fn)(const char *, void **, int, cuuint64_t);
 typedef CUresult (*gpa2_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
@@ -59,7 +60,7 @@ static CUresult try_node(void *fn, int kind, int release) {
     gp.alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
     gp.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     gp.alloc.bytesize = 1 << 20;
-    CUresult rc = kind == KIND_NODE ? ((node_fn)fn)(&n, g, NULL, 0, (CUDA_MEM_ALLOC_NODE_PARAMS *)(void *)&gp.alloc)
+    CUresult rc = kind == KIND_NODE  ? ((node_fn)fn)(&n, g, NULL, 0, (CUDA_MEM_ALLOC_NODE_PARAMS *)(void *)&gp.alloc)
                   : kind == KIND_ADD ? ((add_fn)fn)(&n, g, NULL, 0, &gp)
                                      : ((add2_fn)fn)(&n, g, NULL, NULL, 0, &gp);
     if (release) cuGraphDestroy(g), cuDeviceGraphMemTrim(0);
@@ -94,7 +95,12 @@ int main(int argc, char **argv) {
         add(name, cuGetProcAddress_v2("cuMemAlloc", &fn, VERSIONS[v], 0, &st) ? NULL : fn, 0);
         if (VERSIONS[v] >= 11020) {
             snprintf(name, sizeof name, "cuGetProcAddress_v2(cuMemAllocAsync, %d, per-thread stream)", VERSIONS[v]);
-            add(name, cuGetProcAddress_v2("cuMemAllocAsync", &fn, VERSIONS[v], CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st) ? NULL : fn, 1);
+            add(name,
+                cuGetProcAddress_v2("cuMemAllocAsync", &fn, VERSIONS[v], CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                                    &st)
+                    ? NULL
+                    : fn,
+                1);
         }
     }
     add("dlsym(libcuda handle, cuMemAlloc_v2)", dlsym(cuda, "cuMemAlloc_v2"), 0);
@@ -102,10 +108,12 @@ int main(int argc, char **argv) {
     add("dlsym(RTLD_NEXT, cuMemAlloc_v2)", dlsym(RTLD_NEXT, "cuMemAlloc_v2"), 0);
     add("dlsym(libcuda handle, cuMemAllocAsync_ptsz)", dlsym(cuda, "cuMemAllocAsync_ptsz"), 1);
     void *deep_cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-    add("dlopen(libcuda, RTLD_DEEPBIND) + dlsym(cuMemAlloc_v2)", deep_cuda ? dlsym(deep_cuda, "cuMemAlloc_v2") : NULL, 0);
+    add("dlopen(libcuda, RTLD_DEEPBIND) + dlsym(cuMemAlloc_v2)", deep_cuda ? dlsym(deep_cuda, "cuMemAlloc_v2") : NULL,
+        0);
     const char *deep_lib = getenv("LOOKUP_PATHS_DEEP_LIB"); /* deep_lib.c, linked against libcuda */
     void *deep = deep_lib ? dlopen(deep_lib, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND) : NULL;
-    add("a library linked against libcuda, dlopen RTLD_DEEPBIND, calling cuMemAlloc_v2", deep ? dlsym(deep, "deep_alloc") : NULL, 0);
+    add("a library linked against libcuda, dlopen RTLD_DEEPBIND, calling cuMemAlloc_v2",
+        deep ? dlsym(deep, "deep_alloc") : NULL, 0);
     for (size_t v = 0; v < sizeof SYMBOL_VERSIONS / sizeof SYMBOL_VERSIONS[0]; v++) {
         const char *ver = SYMBOL_VERSIONS[v];
         if (bare) break;
@@ -134,7 +142,8 @@ int main(int argc, char **argv) {
     add("dlsym(libcuda handle, cuGetProcAddress) -> cuMemAlloc", g1 && !g1("cuMemAlloc", &fn, 12040, 0) ? fn : NULL, 0);
     gpa2_fn g2 = NULL;
     CUdriverProcAddressQueryResult st;
-    if (!cuGetProcAddress_v2("cuGetProcAddress", (void **)&g2, 12040, 0, &st) && g2 && !g2("cuMemAlloc", &fn, 13000, 0, &st))
+    if (!cuGetProcAddress_v2("cuGetProcAddress", (void **)&g2, 12040, 0, &st) && g2 &&
+        !g2("cuMemAlloc", &fn, 13000, 0, &st))
         add("cuGetProcAddress_v2(cuGetProcAddress) -> cuMemAlloc", fn, 0);
     else add("cuGetProcAddress_v2(cuGetProcAddress) -> cuMemAlloc", NULL, 0);
 

@@ -6,6 +6,9 @@
  *                                                    block is often freed by another thread than its allocator)
  *   shim_driver hold BYTES                           allocate, print "ready", wait for stdin EOF
  *   shim_driver fill CHUNK                           allocate CHUNK until refused; print the total
+ *   shim_driver try BYTES                            one allocation (freed again); prints its result and when it
+ *                                                    started and ended (CLOCK_MONOTONIC seconds)
+ *   shim_driver latency SECONDS BYTES                alloc+free pairs for SECONDS; prints the slowest allocation
  *   shim_driver launch SECONDS                       launch kernels back to back for SECONDS
  *   shim_driver hooks                                every intercepted entry point once (arrays, graphs and captures too)
  *   shim_driver bench N alloc|launch|info START_NS    ns per operation (an alloc+free pair, a launch, a cuMemGetInfo)
@@ -58,19 +61,21 @@ CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
 CUresult cuStreamEndCapture(CUstream, CUgraph *);
 CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
-CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                        void **, void **);
 CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
-CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **);
+CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                   CUstream, void **);
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
 CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
-#define CHECK(call)                                                                  \
-    do {                                                                             \
-        CUresult rc_ = (call);                                                       \
-        if (rc_ != CUDA_SUCCESS) {                                                   \
+#define CHECK(call)                                                                    \
+    do {                                                                               \
+        CUresult rc_ = (call);                                                         \
+        if (rc_ != CUDA_SUCCESS) {                                                     \
             fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, rc_); \
-            exit(3);                                                                 \
-        }                                                                            \
+            exit(3);                                                                   \
+        }                                                                              \
     } while (0)
 
 static double now_s(void) {
@@ -181,6 +186,36 @@ static int fill(size_t chunk) {
     return 0;
 }
 
+static int try_alloc(size_t bytes) {
+    CUdeviceptr p = 0;
+    double start = now_s();
+    CUresult rc = cuMemAlloc_v2(&p, bytes);
+    double end = now_s();
+    if (rc == CUDA_SUCCESS) CHECK(cuMemFree_v2(p));
+    printf("{\"rc\": %d, \"start\": %.6f, \"end\": %.6f}\n", (int)rc, start, end);
+    return 0;
+}
+
+static int latency(double seconds, size_t bytes) {
+    CUdeviceptr p;
+    double start = now_s(), end = start + seconds, slowest = 0, t;
+    long pairs = 0, refused = 0;
+    while ((t = now_s()) < end || !pairs) { /* the first allocation registers the process: counted too */
+        CUresult rc = cuMemAlloc_v2(&p, bytes);
+        double took = now_s() - t;
+        if (took > slowest) slowest = took;
+        if (rc == CUDA_ERROR_OUT_OF_MEMORY) refused++;
+        else {
+            CHECK(rc);
+            CHECK(cuMemFree_v2(p));
+        }
+        pairs++;
+    }
+    printf("{\"pairs\": %ld, \"refused\": %ld, \"slowest\": %.6f, \"start\": %.6f, \"end\": %.6f}\n", pairs, refused,
+           slowest, start, now_s());
+    return 0;
+}
+
 static int launch(double seconds) {
     double end = now_s() + seconds;
     long n = 0;
@@ -268,8 +303,8 @@ static int hooks(void) {
     void *fn = NULL;
     CUdriverProcAddressQueryResult st;
     CHECK(cuGetProcAddress_v2("cuLaunchKernel", &fn, 12040, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
-    CHECK(((CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **))fn)(
-        NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+    CHECK(((CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                        void **, void **))fn)(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
     CHECK(cuCtxSynchronize());
     CHECK(cuStreamDestroy_v2(s));
     printf("{\"hooks\": \"ok\", \"total\": %zu}\n", total);
@@ -323,7 +358,8 @@ static int bench(long n, const char *what, long long start_ns) {
     }
     double t1 = now_s();
     qsort(per_batch, (size_t)batches, sizeof *per_batch, cmp_double);
-    printf("{\"ns_per_op\": %.2f, \"cpu_ns_per_op\": %.2f}\n", (t1 - t0) * 1e9 / (double)(batches * BATCH), per_batch[batches / 2]);
+    printf("{\"ns_per_op\": %.2f, \"cpu_ns_per_op\": %.2f}\n", (t1 - t0) * 1e9 / (double)(batches * BATCH),
+           per_batch[batches / 2]);
     free(per_batch);
     return 0;
 }
@@ -380,12 +416,15 @@ int main(int argc, char **argv) {
     CHECK(cuCtxCreate_v2(&ctx, 0, dev));
     g_ctx = ctx;
     if (!strcmp(argv[1], "stress") && (argc == 5 || argc == 6))
-        return stress(atol(argv[2]), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10), argc == 6 ? atol(argv[5]) : 0);
+        return stress(atol(argv[2]), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10),
+                      argc == 6 ? atol(argv[5]) : 0);
     if (!strcmp(argv[1], "threads") && argc == 6)
         return threads(atoi(argv[2]), atol(argv[3]), strtoull(argv[4], NULL, 10), strtoull(argv[5], NULL, 10));
     if (!strcmp(argv[1], "hold") && argc == 3) return hold(strtoull(argv[2], NULL, 10));
     if (!strcmp(argv[1], "fill") && argc == 3) return fill(strtoull(argv[2], NULL, 10));
     if (!strcmp(argv[1], "launch") && argc == 3) return launch(atof(argv[2]));
+    if (!strcmp(argv[1], "try") && argc == 3) return try_alloc(strtoull(argv[2], NULL, 10));
+    if (!strcmp(argv[1], "latency") && argc == 4) return latency(atof(argv[2]), strtoull(argv[3], NULL, 10));
     if (!strcmp(argv[1], "hooks")) return hooks();
     if (!strcmp(argv[1], "abtest") && argc == 4) return abtest(atol(argv[2]), argv[3]);
     if (!strcmp(argv[1], "bench") && argc == 5) return bench(atol(argv[2]), argv[3], atoll(argv[4]));

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from fakegpu import FAKE_DIR, SHIM_DIR, compiler
 
+from secureml.enforcement.shim_control import SOURCES
+
 from .cuda_wheels import MAJORS, WHEEL, include_dir
 
 
@@ -47,7 +49,7 @@ def _compile(sources: list[Path], defines: list[str], includes: list[Path], tmp_
 @pytest.mark.parametrize("major", MAJORS)
 def test_shim_and_fake_driver_match_nvidias_cuda_h(major: int, tmp_path: Path) -> None:
     include = _include("cuda.h", major)
-    shim = [SHIM_DIR / name for name in ("shim.c", "limits.c", "libc_syms.c")]
+    shim = [SHIM_DIR / name for name in SOURCES]
     _compile(shim, ["-DSECUREML_REAL_CUDA_H"], [include], tmp_path)
     fake = [FAKE_DIR / "fake_cuda.c", FAKE_DIR / "fake_common.c"]
     _compile(fake, ["-DSECUREML_REAL_CUDA_H"], [include], tmp_path)
@@ -57,7 +59,7 @@ def test_shim_and_fake_driver_match_nvidias_cuda_h(major: int, tmp_path: Path) -
 def test_shim_and_fake_nvml_match_nvidias_nvml_h(major: int, tmp_path: Path) -> None:
     include, cuda = _include("nvml.h", major), _include("cuda.h", major)
     defines = ["-DSECUREML_REAL_NVML_H", "-DSECUREML_REAL_CUDA_H"]
-    shim = [SHIM_DIR / name for name in ("shim.c", "limits.c", "libc_syms.c")]
+    shim = [SHIM_DIR / name for name in SOURCES]
     _compile(shim, defines, [include, cuda], tmp_path)
     fake = [FAKE_DIR / "fake_nvml.c", FAKE_DIR / "fake_nvml_events.c", FAKE_DIR / "fake_common.c"]
     _compile(fake, ["-DSECUREML_REAL_NVML_H"], [include], tmp_path)

@@ -121,9 +121,7 @@ def test_package_build_without_a_compiler_warns_and_continues(tmp_path: Path) ->
     # the C sources travel with the package: the shim can be built later, the simulator compiles the fakes
     shipped = tmp_path / "lib" / "secureml" / "enforcement"
     for source in (
-        "shim/shim.c",
-        "shim/limits.c",
-        "shim/region.h",
+        *(f"shim/{name}" for name in (*shim.SOURCES, *shim.HEADERS)),
         "shim/fake/fake_cuda.c",
         "shim/fake/fake_common.h",
     ):

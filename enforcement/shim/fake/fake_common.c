@@ -115,7 +115,10 @@ static int parse_device(struct fake_config *c, char **w, int n, int line) {
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
             for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (d->nxid >= FAKE_MAX_XIDS || parse_uint(t, &d->xids[d->nxid])) { bad = 1; break; }
+                if (d->nxid >= FAKE_MAX_XIDS || parse_uint(t, &d->xids[d->nxid])) {
+                    bad = 1;
+                    break;
+                }
                 d->nxid++;
             }
         } else return cfg_error(c->path, line, "unknown device key", k);
@@ -186,22 +189,32 @@ static int parse_kv_line(struct fake_config *c, const char *kind, char **w, int 
         const char *k = w[i], *v = eq + 1;
         uint64_t x = 0;
         int bad = 0;
-        if (!strcmp(kind, "driver") && !strcmp(k, "version")) snprintf(c->driver_version, sizeof c->driver_version, "%s", v);
+        if (!strcmp(kind, "driver") && !strcmp(k, "version"))
+            snprintf(c->driver_version, sizeof c->driver_version, "%s", v);
         else if (!strcmp(kind, "driver") && !strcmp(k, "cuda")) bad = parse_uint(v, (unsigned *)&c->cuda_version);
-        else if (!strcmp(kind, "driver") && !strcmp(k, "teardown_ms")) bad = parse_u64(v, &x), c->teardown_ns = x * 1000000;
+        else if (!strcmp(kind, "driver") && !strcmp(k, "teardown_ms"))
+            bad = parse_u64(v, &x), c->teardown_ns = x * 1000000;
         else if (!strcmp(kind, "driver") && !strcmp(k, "call_ns")) bad = parse_u64(v, &c->call_ns);
         else if (!strcmp(kind, "driver") && !strcmp(k, "nvml_pid_offset")) bad = parse_uint(v, &c->nvml_pid_offset);
         else if (!strcmp(kind, "launch") && !strcmp(k, "kernel_us")) bad = parse_u64(v, &x), c->kernel_ns = x * 1000;
         else if (!strcmp(kind, "launch") && !strcmp(k, "queue")) bad = parse_u64(v, &c->queue_depth) || !c->queue_depth;
-        else if (!strcmp(kind, "launch") && !strcmp(k, "util_window_ms")) bad = parse_u64(v, &x) || !x, c->util_window_ns = x * 1000000;
+        else if (!strcmp(kind, "launch") && !strcmp(k, "util_window_ms"))
+            bad = parse_u64(v, &x) || !x, c->util_window_ns = x * 1000000;
+        else if (!strcmp(kind, "slow") && !strcmp(k, "alloc_ms"))
+            bad = parse_u64(v, &x), c->slow_alloc_ns = x * 1000000;
+        else if (!strcmp(kind, "slow") && !strcmp(k, "alloc_min")) bad = parse_u64(v, &c->slow_alloc_min);
+        else if (!strcmp(kind, "slow") && !strcmp(k, "nvml_ms")) bad = parse_u64(v, &x), c->slow_nvml_ns = x * 1000000;
         else if (!strcmp(kind, "fail") && !strcmp(k, "cuinit")) bad = parse_uint(v, (unsigned *)&c->fail_cuinit);
         else if (!strcmp(kind, "fail") && !strcmp(k, "nvmlinit")) bad = parse_uint(v, (unsigned *)&c->fail_nvmlinit);
-        else if (!strcmp(kind, "fail") && !strcmp(k, "alloc_after")) bad = parse_u64(v, &x), c->fail_alloc_after = (long long)x;
+        else if (!strcmp(kind, "fail") && !strcmp(k, "alloc_after"))
+            bad = parse_u64(v, &x), c->fail_alloc_after = (long long)x;
         else if (!strcmp(kind, "confidential")) {
             bad = parse_confidential(c, k, v);
             if (bad < 0) return cfg_error(c->path, line, "unknown confidential key", k);
-        } else if (!strcmp(kind, "process") && !strcmp(k, "device")) bad = parse_uint(v, (unsigned *)&c->procs[c->nprocs].device);
-        else if (!strcmp(kind, "process") && !strcmp(k, "mig")) bad = parse_uint(v, (unsigned *)&c->procs[c->nprocs].mig);
+        } else if (!strcmp(kind, "process") && !strcmp(k, "device"))
+            bad = parse_uint(v, (unsigned *)&c->procs[c->nprocs].device);
+        else if (!strcmp(kind, "process") && !strcmp(k, "mig"))
+            bad = parse_uint(v, (unsigned *)&c->procs[c->nprocs].mig);
         else if (!strcmp(kind, "process") && !strcmp(k, "pid")) bad = parse_uint(v, &c->procs[c->nprocs].pid);
         else if (!strcmp(kind, "process") && !strcmp(k, "used")) bad = parse_u64(v, &c->procs[c->nprocs].used);
         else return cfg_error(c->path, line, "unknown key", k);
@@ -241,7 +254,7 @@ static int parse_config(struct fake_config *c, const char *path) {
                 if (!rc) c->nprocs++;
             }
         } else if (!strcmp(w[0], "driver") || !strcmp(w[0], "launch") || !strcmp(w[0], "fail") ||
-                   !strcmp(w[0], "confidential"))
+                   !strcmp(w[0], "slow") || !strcmp(w[0], "confidential"))
             rc = parse_kv_line(c, w[0], w, n, line);
         else rc = cfg_error(path, line, "unknown directive", w[0]);
     }
@@ -665,7 +678,10 @@ int fake_uuid_bytes(const char *uuid, unsigned char out[16]) {
     int n = 0, hi = -1;
     for (p++; *p && n < 16; p++) {
         if (*p == '-') continue;
-        int v = isdigit((unsigned char)*p) ? *p - '0' : (tolower((unsigned char)*p) >= 'a' && tolower((unsigned char)*p) <= 'f') ? tolower((unsigned char)*p) - 'a' + 10 : -1;
+        int v = isdigit((unsigned char)*p) ? *p - '0'
+                : (tolower((unsigned char)*p) >= 'a' && tolower((unsigned char)*p) <= 'f')
+                    ? tolower((unsigned char)*p) - 'a' + 10
+                    : -1;
         if (v < 0) return -1;
         if (hi < 0) hi = v;
         else out[n++] = (unsigned char)(hi << 4 | v), hi = -1;

@@ -10,14 +10,14 @@
 #define FAKE_EXPORT __attribute__((visibility("default")))
 
 #define FAKE_MAX_DEVICES 8
-#define FAKE_MAX_MIG 16      /* MIG instances over all devices */
+#define FAKE_MAX_MIG 16 /* MIG instances over all devices */
 #define FAKE_MAX_SLOTS (FAKE_MAX_DEVICES + FAKE_MAX_MIG)
 #define FAKE_MAX_PROCS 32
 #define FAKE_MAX_XIDS 8
-#define FAKE_MAX_BLOCKS 8192 /* live allocations per memory slot */
-#define FAKE_RING 4096       /* busy intervals remembered per slot, for utilisation */
-#define FAKE_GRANULE 512ULL  /* allocation alignment and accounting unit */
-#define FAKE_PTR_SHIFT 40    /* device pointer = (slot + 1) << 40 | offset */
+#define FAKE_MAX_BLOCKS 8192         /* live allocations per memory slot */
+#define FAKE_RING 4096               /* busy intervals remembered per slot, for utilisation */
+#define FAKE_GRANULE 512ULL          /* allocation alignment and accounting unit */
+#define FAKE_PTR_SHIFT 40            /* device pointer = (slot + 1) << 40 | offset */
 #define FAKE_PUNCH_MIN (64ULL << 10) /* zero-fills this long or longer punch holes (fake_zero) */
 
 struct fake_device_cfg {
@@ -26,14 +26,14 @@ struct fake_device_cfg {
     uint64_t memory;
     int cc_major, cc_minor, sms;
     int mig_mode;
-    int residue;            /* byte planted in all device memory when the state is created; -1: none */
+    int residue; /* byte planted in all device memory when the state is created; -1: none */
     unsigned retired_sbe, retired_dbe, retired_pending;
     unsigned remap_corr, remap_unc, remap_pending, remap_failure;
-    unsigned persistence, ecc_mode;              /* 0/1: persistence mode, ECC mode */
+    unsigned persistence, ecc_mode;          /* 0/1: persistence mode, ECC mode */
     uint64_t ecc_corrected, ecc_uncorrected; /* total ECC error counts */
     unsigned xids[FAKE_MAX_XIDS];
     int nxid;
-    int first_mig, nmig;    /* indices into fake_config.migs */
+    int first_mig, nmig; /* indices into fake_config.migs */
 };
 
 struct fake_mig_cfg {
@@ -59,9 +59,12 @@ struct fake_config {
     uint64_t kernel_ns;
     uint64_t queue_depth;
     uint64_t util_window_ns;
-    uint64_t teardown_ns; /* a dead process's memory is freed this long after it is seen gone */
-    uint64_t call_ns;     /* busy work per allocation and per free: a driver call that costs time */
+    uint64_t teardown_ns;     /* a dead process's memory is freed this long after it is seen gone */
+    uint64_t call_ns;         /* busy work per allocation and per free: a driver call that costs time */
     unsigned nvml_pid_offset; /* NVML's process list shows pid + this (host pids seen from a container) */
+    /* Test-only slowness (the `slow` directive): an allocation of at least slow_alloc_min bytes sleeps
+     * slow_alloc_ns first; NVML's process list and memory information sleep slow_nvml_ns. */
+    uint64_t slow_alloc_ns, slow_alloc_min, slow_nvml_ns;
     int fail_cuinit, fail_nvmlinit; /* 0: no failure */
     long long fail_alloc_after;     /* -1: never */
     struct fake_device_cfg devices[FAKE_MAX_DEVICES];

@@ -66,7 +66,8 @@ static void compute_visible(void) {
     }
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", env);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && g_nvisible < FAKE_MAX_SLOTS; t = strtok_r(NULL, ",", &save)) {
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && g_nvisible < FAKE_MAX_SLOTS;
+         t = strtok_r(NULL, ",", &save)) {
         int slot = find_visible_token(t);
         if (slot < 0) break; /* the real driver stops at the first invalid entry */
         if (slot < FAKE_MAX_DEVICES && c->devices[slot].mig_mode) break;
@@ -106,6 +107,7 @@ static CUresult do_alloc(int slot, uint64_t size, uint32_t kind, CUdeviceptr *ou
     if (slot < 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
     fake_call_cost(&G);
+    if (G.cfg.slow_alloc_ns && size >= G.cfg.slow_alloc_min) fake_sleep_ns(G.cfg.slow_alloc_ns); /* `slow` */
     uint64_t off;
     if (fake_alloc(&G, slot, size, kind, &off)) return CUDA_ERROR_OUT_OF_MEMORY;
     *out = encode(slot, off);
@@ -140,7 +142,8 @@ static CUdeviceptr translate(CUdeviceptr p) {
     CUdeviceptr out = 0;
     pthread_mutex_lock(&g_va_lock);
     for (int i = 0; i < VA_MAX; i++)
-        if (g_va[i].size && g_va[i].target && p >= g_va[i].va && p - g_va[i].va < g_va[i].size) out = g_va[i].target + (p - g_va[i].va);
+        if (g_va[i].size && g_va[i].target && p >= g_va[i].va && p - g_va[i].va < g_va[i].size)
+            out = g_va[i].target + (p - g_va[i].va);
     pthread_mutex_unlock(&g_va_lock);
     return out;
 }
@@ -162,8 +165,10 @@ static CUresult do_memset(CUdeviceptr p, unsigned v, size_t n, size_t elem) {
     if (!h) return CUDA_ERROR_INVALID_VALUE;
     if (v == 0) fake_zero(h, bytes);
     else if (elem == 1) memset(h, (int)v, bytes);
-    else if (elem == 2) for (size_t i = 0; i < n; i++) memcpy(h + 2 * i, &(uint16_t){(uint16_t)v}, 2);
-    else for (size_t i = 0; i < n; i++) memcpy(h + 4 * i, &v, 4);
+    else if (elem == 2)
+        for (size_t i = 0; i < n; i++) memcpy(h + 2 * i, &(uint16_t){(uint16_t)v}, 2);
+    else
+        for (size_t i = 0; i < n; i++) memcpy(h + 4 * i, &v, 4);
     return CUDA_SUCCESS;
 }
 
@@ -270,7 +275,8 @@ FAKE_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute at
     int slot = slot_of_dev(dev);
     if (slot < 0) return CUDA_ERROR_INVALID_DEVICE;
     if (!pi) return CUDA_ERROR_INVALID_VALUE;
-    const struct fake_device_cfg *d = &G.cfg.devices[slot < FAKE_MAX_DEVICES ? slot : G.cfg.migs[slot - FAKE_MAX_DEVICES].device];
+    const struct fake_device_cfg *d =
+        &G.cfg.devices[slot < FAKE_MAX_DEVICES ? slot : G.cfg.migs[slot - FAKE_MAX_DEVICES].device];
     switch ((int)attrib) {
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *pi = d->sms; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = d->cc_major; break;
@@ -300,7 +306,8 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags,
     return ctx_create(pctx, dev);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev) {
+FAKE_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags,
+                                            CUdevice dev) {
     (void)params, (void)flags;
     return ctx_create(pctx, dev);
 }
@@ -419,7 +426,8 @@ FAKE_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
 
 FAKE_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                                                 unsigned int ElementSizeBytes) {
-    if (!pPitch || (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16)) return CUDA_ERROR_INVALID_VALUE;
+    if (!pPitch || (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
+        return CUDA_ERROR_INVALID_VALUE;
     size_t pitch = (WidthInBytes + FAKE_GRANULE - 1) & ~(size_t)(FAKE_GRANULE - 1), bytes;
     if (__builtin_mul_overflow(pitch, Height, &bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = do_alloc(current_slot(), bytes, FAKE_KIND_LINEAR, dptr);
@@ -447,7 +455,8 @@ FAKE_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t byte
     return cuMemAllocAsync(dptr, bytesize, hStream);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+FAKE_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                                     CUstream hStream) {
     uintptr_t p = (uintptr_t)pool;
     int slot = p >= 1 && p <= FAKE_MAX_SLOTS ? slot_of_dev((CUdevice)(p - 1)) : stream_slot(hStream);
     struct fake_graph *g = capture_of(hStream);
@@ -455,7 +464,8 @@ FAKE_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t b
     return do_alloc(slot, bytesize, FAKE_KIND_ASYNC, dptr);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+FAKE_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                                          CUstream hStream) {
     return cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
 }
 
@@ -473,10 +483,12 @@ FAKE_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) 
     return g ? capture_free(g, dptr) : do_free(dptr);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return cuMemFreeAsync(dptr, hStream); }
+FAKE_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+    return cuMemFreeAsync(dptr, hStream);
+}
 
-FAKE_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-                                         unsigned long long flags) {
+FAKE_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                                         const CUmemAllocationProp *prop, unsigned long long flags) {
     (void)flags;
     if (!prop || !handle || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
     CUdeviceptr p;
@@ -594,7 +606,8 @@ static int array_register(struct fake_array a) {
 static void array_forget(CUdeviceptr base, unsigned long long bytes) {
     pthread_mutex_lock(&g_arrays_lock);
     for (size_t i = 0; i < g_narrays;)
-        if (g_arrays[i].base >= base && g_arrays[i].base - base < (bytes ? bytes : 1)) g_arrays[i] = g_arrays[--g_narrays];
+        if (g_arrays[i].base >= base && g_arrays[i].base - base < (bytes ? bytes : 1))
+            g_arrays[i] = g_arrays[--g_narrays];
         else i++;
     pthread_mutex_unlock(&g_arrays_lock);
 }
@@ -618,7 +631,8 @@ static unsigned long long mip_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned l
 static CUresult array_create(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels, void **out) {
     if (!d || !out) return CUDA_ERROR_INVALID_VALUE;
     CUdeviceptr p;
-    CUresult rc = do_alloc(current_slot(), levels ? mip_bytes(d, levels) : level_bytes(d, 0, NULL), FAKE_KIND_ARRAY, &p);
+    CUresult rc =
+        do_alloc(current_slot(), levels ? mip_bytes(d, levels) : level_bytes(d, 0, NULL), FAKE_KIND_ARRAY, &p);
     if (rc != CUDA_SUCCESS) return rc;
     if (array_register((struct fake_array){p, p, *d, levels})) return do_free(p), CUDA_ERROR_OUT_OF_MEMORY;
     *out = (void *)(uintptr_t)p;
@@ -653,7 +667,9 @@ static CUresult array_destroy(CUdeviceptr p, int mipmapped) {
 
 FAKE_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray) { return array_destroy((CUdeviceptr)(uintptr_t)hArray, 0); }
 
-FAKE_EXPORT CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray h) { return array_destroy((CUdeviceptr)(uintptr_t)h, 1); }
+FAKE_EXPORT CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray h) {
+    return array_destroy((CUdeviceptr)(uintptr_t)h, 1);
+}
 
 FAKE_EXPORT CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray) {
     struct fake_array a;
@@ -663,7 +679,8 @@ FAKE_EXPORT CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *
     return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level) {
+FAKE_EXPORT CUresult CUDAAPI cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray,
+                                                      unsigned int level) {
     struct fake_array m;
     CUdeviceptr base = (CUdeviceptr)(uintptr_t)hMipmappedArray;
     if (!pLevelArray) return CUDA_ERROR_INVALID_VALUE;
@@ -692,8 +709,8 @@ struct copy_side {
     size_t pitch, height;
 };
 
-static CUresult copy_side(CUmemorytype type, const void *hostp, CUdeviceptr dev, CUarray arr, size_t pitch, size_t height,
-                          size_t x, size_t y, size_t z, const CUDA_MEMCPY3D *c, struct copy_side *out) {
+static CUresult copy_side(CUmemorytype type, const void *hostp, CUdeviceptr dev, CUarray arr, size_t pitch,
+                          size_t height, size_t x, size_t y, size_t z, const CUDA_MEMCPY3D *c, struct copy_side *out) {
     size_t rows = c->Height ? c->Height : 1, slices = c->Depth ? c->Depth : 1;
     if (type == CU_MEMORYTYPE_ARRAY) {
         struct fake_array a;
@@ -725,16 +742,17 @@ FAKE_EXPORT CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) {
     if (!c || c->srcLOD || c->dstLOD || c->reserved0 || c->reserved1) return CUDA_ERROR_INVALID_VALUE;
     if (!c->WidthInBytes) return CUDA_SUCCESS;
     struct copy_side src, dst;
-    rc = copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcPitch, c->srcHeight, c->srcXInBytes, c->srcY,
-                   c->srcZ, c, &src);
+    rc = copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcPitch, c->srcHeight, c->srcXInBytes,
+                   c->srcY, c->srcZ, c, &src);
     if (rc == CUDA_SUCCESS)
-        rc = copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstPitch, c->dstHeight, c->dstXInBytes, c->dstY,
-                       c->dstZ, c, &dst);
+        rc = copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstPitch, c->dstHeight,
+                       c->dstXInBytes, c->dstY, c->dstZ, c, &dst);
     if (rc) return rc;
     size_t rows = c->Height ? c->Height : 1, slices = c->Depth ? c->Depth : 1;
     for (size_t z = 0; z < slices; z++)
         for (size_t y = 0; y < rows; y++)
-            memmove(dst.host + (z * dst.height + y) * dst.pitch, src.host + (z * src.height + y) * src.pitch, c->WidthInBytes);
+            memmove(dst.host + (z * dst.height + y) * dst.pitch, src.host + (z * src.height + y) * src.pitch,
+                    c->WidthInBytes);
     return CUDA_SUCCESS;
 }
 
@@ -866,7 +884,8 @@ static CUresult add_alloc_node(CUgraphNode *phGraphNode, CUgraph hGraph, CUDA_ME
     CUresult rc = !g ? CUDA_ERROR_INVALID_VALUE : g->exec ? CUDA_ERROR_NOT_PERMITTED : CUDA_SUCCESS;
     CUdeviceptr *t = rc ? NULL : realloc(g->blocks, (g->nblocks + 1) * sizeof *t);
     if (!rc && !t) rc = CUDA_ERROR_OUT_OF_MEMORY;
-    if (!rc) g->blocks = t, rc = do_alloc(slot_of_dev(p->poolProps.location.id), p->bytesize, FAKE_KIND_ASYNC, &p->dptr);
+    if (!rc)
+        g->blocks = t, rc = do_alloc(slot_of_dev(p->poolProps.location.id), p->bytesize, FAKE_KIND_ASYNC, &p->dptr);
     if (!rc) {
         g->blocks[g->nblocks++] = p->dptr;
         *phGraphNode = (CUgraphNode)(uintptr_t)(g->nblocks);
@@ -875,8 +894,9 @@ static CUresult add_alloc_node(CUgraphNode *phGraphNode, CUgraph hGraph, CUDA_ME
     return rc;
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                                                    size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
+FAKE_EXPORT CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                                    const CUgraphNode *dependencies, size_t numDependencies,
+                                                    CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
     (void)dependencies, (void)numDependencies;
     return add_alloc_node(phGraphNode, hGraph, nodeParams);
 }
@@ -889,14 +909,15 @@ FAKE_EXPORT CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hG
     return add_alloc_node(phGraphNode, hGraph, (CUDA_MEM_ALLOC_NODE_PARAMS *)&nodeParams->alloc);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                                               const CUgraphEdgeData *dependencyData, size_t numDependencies,
-                                               CUgraphNodeParams *nodeParams) {
+FAKE_EXPORT CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                               const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData,
+                                               size_t numDependencies, CUgraphNodeParams *nodeParams) {
     (void)dependencyData;
     return cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
+FAKE_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                         unsigned long long flags) {
     (void)flags;
     if (!phGraphExec) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_graph_lock);
@@ -988,9 +1009,15 @@ FAKE_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t 
     return rc;
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) { return do_memset(dstDevice, uc, N, 1); }
-FAKE_EXPORT CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N) { return do_memset(dstDevice, us, N, 2); }
-FAKE_EXPORT CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) { return do_memset(dstDevice, ui, N, 4); }
+FAKE_EXPORT CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+    return do_memset(dstDevice, uc, N, 1);
+}
+FAKE_EXPORT CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N) {
+    return do_memset(dstDevice, us, N, 2);
+}
+FAKE_EXPORT CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
+    return do_memset(dstDevice, ui, N, 4);
+}
 
 FAKE_EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
     (void)hStream;
@@ -1037,12 +1064,14 @@ FAKE_EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr 
     return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) {
+FAKE_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+                                                  CUstream hStream) {
     (void)hStream;
     return cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
+FAKE_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                                  CUstream hStream) {
     (void)hStream;
     return cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
 }
@@ -1072,7 +1101,9 @@ FAKE_EXPORT CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHand
     return cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) { return dptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+FAKE_EXPORT CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
+    return dptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
 
 FAKE_EXPORT CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event) {
     if (!pHandle || !event) return CUDA_ERROR_INVALID_VALUE;
@@ -1088,7 +1119,8 @@ FAKE_EXPORT CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHa
 }
 
 FAKE_EXPORT CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
-                                                          CUmemAllocationHandleType handleType, unsigned long long flags) {
+                                                          CUmemAllocationHandleType handleType,
+                                                          unsigned long long flags) {
     (void)flags;
     if (!shareableHandle || !host_of(handle, 1)) return CUDA_ERROR_INVALID_VALUE;
     if (handleType == CU_MEM_HANDLE_TYPE_FABRIC) {
@@ -1137,43 +1169,52 @@ FAKE_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsign
 
 /* ------------------------------------------------------------------ execution ---------------- */
 
-FAKE_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
-                                            unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
-                                            unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {
+FAKE_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                            unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                            unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                            void **kernelParams, void **extra) {
     (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY, (void)blockDimZ;
     (void)sharedMemBytes, (void)kernelParams, (void)extra;
     return do_launch(hStream);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
-                                                 unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
-                                                 unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {
-    return cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+FAKE_EXPORT CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                                 unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                                 unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                                 void **kernelParams, void **extra) {
+    return cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                          kernelParams, extra);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
+FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                              void **extra) {
     (void)f, (void)kernelParams, (void)extra;
     if (!config) return CUDA_ERROR_INVALID_VALUE;
     return do_launch(config->hStream);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
+FAKE_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                                   void **extra) {
     return cuLaunchKernelEx(config, f, kernelParams, extra);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
-                                                       unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
-                                                       unsigned int sharedMemBytes, CUstream hStream, void **kernelParams) {
+FAKE_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                                       unsigned int gridDimZ, unsigned int blockDimX,
+                                                       unsigned int blockDimY, unsigned int blockDimZ,
+                                                       unsigned int sharedMemBytes, CUstream hStream,
+                                                       void **kernelParams) {
     (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY, (void)blockDimZ;
     (void)sharedMemBytes, (void)kernelParams;
     return do_launch(hStream);
 }
 
 FAKE_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                                                            unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-                                                            unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                                            unsigned int gridDimZ, unsigned int blockDimX,
+                                                            unsigned int blockDimY, unsigned int blockDimZ,
+                                                            unsigned int sharedMemBytes, CUstream hStream,
                                                             void **kernelParams) {
-    return cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+    return cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                                     hStream, kernelParams);
 }
 
 FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
@@ -1181,7 +1222,9 @@ FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStr
     return do_launch(hStream);
 }
 
-FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) { return cuGraphLaunch(hGraphExec, hStream); }
+FAKE_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+    return cuGraphLaunch(hGraphExec, hStream);
+}
 
 /* ------------------------------------------------------------------ errors ------------------- */
 
@@ -1198,13 +1241,15 @@ static const struct {
     {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {CUDA_ERROR_ECC_UNCORRECTABLE, "CUDA_ERROR_ECC_UNCORRECTABLE", "uncorrectable ECC error encountered"},
-    {CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS"},
+    {CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM",
+     "OS call failed or operation not supported on this OS"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
     {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
-    {CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "system has unsupported display driver / cuda driver combination"},
+    {CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+     "system has unsupported display driver / cuda driver combination"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -1234,7 +1279,8 @@ static const struct proc {
     int since;
     int ptsz;
 } PROCS[] = {
-#define P(base, fn, since, ptsz) {base, (void *)fn, since, ptsz}
+#define P(base, fn, since, ptsz) \
+    { base, (void *)fn, since, ptsz }
     P("cuInit", cuInit, 2000, 0),
     P("cuDriverGetVersion", cuDriverGetVersion, 2020, 0),
     P("cuDeviceGet", cuDeviceGet, 2000, 0),
@@ -1340,7 +1386,8 @@ FAKE_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, in
 FAKE_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                                  CUdriverProcAddressQueryResult *symbolStatus);
 
-static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult *status) {
+static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                       CUdriverProcAddressQueryResult *status) {
     if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
     int want_ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
     const struct proc *best = NULL;
@@ -1358,7 +1405,10 @@ static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t f
         if (!fn) fn = best->since >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
     }
     *pfn = fn;
-    if (status) *status = fn ? CU_GET_PROC_ADDRESS_SUCCESS : found_any ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (status)
+        *status = fn          ? CU_GET_PROC_ADDRESS_SUCCESS
+                  : found_any ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                              : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return fn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
@@ -1378,7 +1428,10 @@ FAKE_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn,
  * process's own cuInit. Returns 0, or -1 when the configuration or slot does not exist. */
 FAKE_EXPORT int fakegpu_read_stats(const char *config_path, int device, int mig, struct fakegpu_stats *out) {
     /* One attached view per configuration path, kept for the life of the process. */
-    static struct view { struct fake_gpu g; struct view *next; } *views;
+    static struct view {
+        struct fake_gpu g;
+        struct view *next;
+    } * views;
     static pthread_mutex_t views_lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&views_lock);
     struct view *v = views;

@@ -24,7 +24,9 @@ struct nvml_dev {
 #define DEV_MAGIC 0x4e564d4cu
 static struct nvml_dev g_devs[FAKE_MAX_DEVICES], g_migs[FAKE_MAX_MIG];
 
-static nvmlReturn_t ready(void) { return g_init == NVML_SUCCESS && g_refs > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED; }
+static nvmlReturn_t ready(void) {
+    return g_init == NVML_SUCCESS && g_refs > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+}
 
 static struct nvml_dev *dev_of(nvmlDevice_t h) {
     struct nvml_dev *d = (struct nvml_dev *)h;
@@ -163,7 +165,9 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetCount_v2(unsigned int *deviceCount
     return NVML_SUCCESS;
 }
 
-FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetCount(unsigned int *deviceCount) { return nvmlDeviceGetCount_v2(deviceCount); }
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetCount(unsigned int *deviceCount) {
+    return nvmlDeviceGetCount_v2(deviceCount);
+}
 
 FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
     nvmlReturn_t rc = ready();
@@ -244,6 +248,7 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nv
     struct nvml_dev *d = dev_of(device);
     if (ready()) return NVML_ERROR_UNINITIALIZED;
     if (!d || !memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (G.cfg.slow_nvml_ns) fake_sleep_ns(G.cfg.slow_nvml_ns); /* `slow` */
     uint64_t total, used;
     memory_of(d, &total, &used);
     memory->total = total, memory->used = used, memory->free = total - used;
@@ -272,8 +277,10 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetUtilizationRates(nvmlDevice_t devi
 }
 
 /* One sample per process that kept the device busy during the last utilisation window. */
-FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
-                                                               unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp) {
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                                 nvmlProcessUtilizationSample_t *utilization,
+                                                                 unsigned int *processSamplesCount,
+                                                                 unsigned long long lastSeenTimeStamp) {
     struct nvml_dev *d = dev_of(device);
     if (ready()) return NVML_ERROR_UNINITIALIZED;
     if (!d || !processSamplesCount) return NVML_ERROR_INVALID_ARGUMENT;
@@ -287,7 +294,8 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetProcessUtilization(nvmlDevice_t de
     unsigned room = *processSamplesCount;
     *processSamplesCount = (unsigned)n;
     if (!utilization || room < (unsigned)n) return NVML_ERROR_INSUFFICIENT_SIZE;
-    for (int i = 0; i < n; i++) utilization[i] = (nvmlProcessUtilizationSample_t){(unsigned)pids[i], stamp, shares[i], 0, 0, 0};
+    for (int i = 0; i < n; i++)
+        utilization[i] = (nvmlProcessUtilizationSample_t){(unsigned)pids[i], stamp, shares[i], 0, 0, 0};
     return NVML_SUCCESS;
 }
 
@@ -297,6 +305,7 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *count, 
     struct nvml_dev *d = dev_of(device);
     if (ready()) return NVML_ERROR_UNINITIALIZED;
     if (!d || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (G.cfg.slow_nvml_ns) fake_sleep_ns(G.cfg.slow_nvml_ns); /* `slow` */
     nvmlProcessInfo_t found[256];
     unsigned n = 0;
     int slots[1 + FAKE_MAX_MIG], nslots = 0;
@@ -337,17 +346,17 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *count, 
 }
 
 FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-                                                                       nvmlProcessInfo_t *infos) {
+                                                                         nvmlProcessInfo_t *infos) {
     return running_processes(device, infoCount, infos);
 }
 
 FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
-                                                                       nvmlProcessInfo_t *infos) {
+                                                                         nvmlProcessInfo_t *infos) {
     return running_processes(device, infoCount, infos);
 }
 
 FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-                                                                        nvmlProcessInfo_t *infos) {
+                                                                          nvmlProcessInfo_t *infos) {
     (void)infos;
     if (ready()) return NVML_ERROR_UNINITIALIZED;
     if (!dev_of(device) || !infoCount) return NVML_ERROR_INVALID_ARGUMENT;
@@ -357,7 +366,8 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDe
 
 /* ------------------------------------------------------------------ MIG ---------------------- */
 
-FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode) {
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
+                                                      unsigned int *pendingMode) {
     struct nvml_dev *d = dev_of(device);
     if (ready()) return NVML_ERROR_UNINITIALIZED;
     if (!d || d->mig >= 0 || !currentMode || !pendingMode) return NVML_ERROR_INVALID_ARGUMENT;
@@ -373,7 +383,8 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t dev
     return NVML_SUCCESS;
 }
 
-FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice) {
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                                     nvmlDevice_t *migDevice) {
     struct nvml_dev *d = dev_of(device);
     if (ready()) return NVML_ERROR_UNINITIALIZED;
     if (!d || d->mig >= 0 || !migDevice) return NVML_ERROR_INVALID_ARGUMENT;
@@ -411,7 +422,8 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetComputeInstanceId(nvmlDevice_t dev
     return NVML_SUCCESS;
 }
 
-FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device) {
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice,
+                                                                              nvmlDevice_t *device) {
     struct nvml_dev *d = dev_of(migDevice);
     if (ready()) return NVML_ERROR_UNINITIALIZED;
     if (!d || d->mig < 0 || !device) return NVML_ERROR_INVALID_ARGUMENT;
@@ -441,24 +453,26 @@ static nvmlReturn_t retired_pages(nvmlDevice_t device, nvmlPageRetirementCause_t
     if (n == 0) return NVML_SUCCESS;
     if (!addresses || room < n) return NVML_ERROR_INSUFFICIENT_SIZE;
     for (unsigned i = 0; i < n; i++) {
-        addresses[i] = 0x1000ULL * (i + 1) + (cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR ? 0x100000ULL : 0);
+        addresses[i] =
+            0x1000ULL * (i + 1) + (cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR ? 0x100000ULL : 0);
         if (timestamps) timestamps[i] = 1700000000ULL + i;
     }
     return NVML_SUCCESS;
 }
 
-FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause, unsigned int *pageCount,
-                                                         unsigned long long *addresses) {
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
+                                                           unsigned int *pageCount, unsigned long long *addresses) {
     return retired_pages(device, cause, pageCount, addresses, NULL);
 }
 
 FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
-                                                            unsigned int *pageCount, unsigned long long *addresses,
-                                                            unsigned long long *timestamps) {
+                                                              unsigned int *pageCount, unsigned long long *addresses,
+                                                              unsigned long long *timestamps) {
     return retired_pages(device, cause, pageCount, addresses, timestamps);
 }
 
-FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending) {
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
+                                                                        nvmlEnableState_t *isPending) {
     nvmlReturn_t rc;
     const struct fake_device_cfg *dc = health_of(device, &rc);
     if (!dc) return rc;
@@ -476,7 +490,8 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetPersistenceMode(nvmlDevice_t devic
     return NVML_SUCCESS;
 }
 
-FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending) {
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current,
+                                                      nvmlEnableState_t *pending) {
     nvmlReturn_t rc;
     const struct fake_device_cfg *dc = health_of(device, &rc);
     if (!dc) return rc;
@@ -487,7 +502,8 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlE
 
 /* Volatile and aggregate counts are the same configured totals; none with ECC off, as on hardware. */
 FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
-                                                           nvmlEccCounterType_t counterType, unsigned long long *eccCounts) {
+                                                             nvmlEccCounterType_t counterType,
+                                                             unsigned long long *eccCounts) {
     nvmlReturn_t rc;
     const struct fake_device_cfg *dc = health_of(device, &rc);
     if (!dc) return rc;
@@ -497,8 +513,9 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetTotalEccErrors(nvmlDevice_t device
     return NVML_SUCCESS;
 }
 
-FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
-                                                         unsigned int *isPending, unsigned int *failureOccurred) {
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+                                                           unsigned int *uncRows, unsigned int *isPending,
+                                                           unsigned int *failureOccurred) {
     nvmlReturn_t rc;
     const struct fake_device_cfg *dc = health_of(device, &rc);
     if (!dc) return rc;
@@ -513,8 +530,8 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetRemappedRows(nvmlDevice_t device, 
 struct nvmlEventSet_st {
     unsigned magic;
     int devices[FAKE_MAX_DEVICES]; /* registered for XID events */
-    int next_device, next_xid;      /* delivery cursor */
-    int64_t inject_offset;          /* injected events (fake_nvml_events.c) read so far */
+    int next_device, next_xid;     /* delivery cursor */
+    int64_t inject_offset;         /* injected events (fake_nvml_events.c) read so far */
 };
 #define SET_MAGIC 0x45564e54u
 
@@ -536,7 +553,8 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d
     return NVML_SUCCESS;
 }
 
-FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set) {
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
+                                                          nvmlEventSet_t set) {
     struct nvml_dev *d = dev_of(device);
     if (ready()) return NVML_ERROR_UNINITIALIZED;
     if (!d || !set || set->magic != SET_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
@@ -547,20 +565,23 @@ FAKE_EXPORT nvmlReturn_t DECLDIR nvmlDeviceRegisterEvents(nvmlDevice_t device, u
 
 /* Delivers each configured XID of each registered device once, then what is injected while the
  * set exists (fake_nvml_events.c), then times out. */
-FAKE_EXPORT nvmlReturn_t DECLDIR nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+FAKE_EXPORT nvmlReturn_t DECLDIR nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                                     unsigned int timeoutms) {
     if (ready()) return NVML_ERROR_UNINITIALIZED;
     if (!set || set->magic != SET_MAGIC || !data) return NVML_ERROR_INVALID_ARGUMENT;
     for (; set->next_device < G.cfg.ndevices; set->next_device++, set->next_xid = 0) {
         const struct fake_device_cfg *dc = &G.cfg.devices[set->next_device];
         if (!set->devices[set->next_device] || set->next_xid >= dc->nxid) continue;
-        *data = (nvmlEventData_t){(nvmlDevice_t)&g_devs[set->next_device], (unsigned long long)nvmlEventTypeXidCriticalError,
-                                  dc->xids[set->next_xid++], 0xffffffffu, 0xffffffffu};
+        *data = (nvmlEventData_t){(nvmlDevice_t)&g_devs[set->next_device],
+                                  (unsigned long long)nvmlEventTypeXidCriticalError, dc->xids[set->next_xid++],
+                                  0xffffffffu, 0xffffffffu};
         return NVML_SUCCESS;
     }
     struct fake_xid x;
     if (!fake_xid_wait(G.cfg.path, &set->inject_offset, set->devices, G.cfg.ndevices, timeoutms, &x))
         return NVML_ERROR_TIMEOUT;
-    *data = (nvmlEventData_t){(nvmlDevice_t)&g_devs[x.device], (unsigned long long)nvmlEventTypeXidCriticalError, x.xid, x.gi, x.ci};
+    *data = (nvmlEventData_t){(nvmlDevice_t)&g_devs[x.device], (unsigned long long)nvmlEventTypeXidCriticalError, x.xid,
+                              x.gi, x.ci};
     return NVML_SUCCESS;
 }
 

@@ -13,9 +13,7 @@
 #define XID_POLL_NS 5000000ULL /* 5 ms between looks at the file */
 #define XID_LINE_MAX 256
 
-static void inject_path(const char *config_path, char *out, size_t size) {
-    snprintf(out, size, "%s.xid", config_path);
-}
+static void inject_path(const char *config_path, char *out, size_t size) { snprintf(out, size, "%s.xid", config_path); }
 
 int64_t fake_xid_offset(const char *config_path) {
     char path[4200];
@@ -64,8 +62,8 @@ static int next_event(const char *config_path, int64_t *offset, const int *regis
     return found;
 }
 
-int fake_xid_wait(const char *config_path, int64_t *offset, const int *registered, int ndevices,
-                  unsigned timeout_ms, struct fake_xid *out) {
+int fake_xid_wait(const char *config_path, int64_t *offset, const int *registered, int ndevices, unsigned timeout_ms,
+                  struct fake_xid *out) {
     uint64_t deadline = fake_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
     for (;;) {
         if (next_event(config_path, offset, registered, ndevices, out)) return 1;

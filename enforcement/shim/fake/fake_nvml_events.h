@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 struct fake_xid {
-    int device;      /* index of the physical device */
+    int device; /* index of the physical device */
     unsigned xid;
     unsigned gi, ci; /* GPU / compute instance; 0xffffffff: the whole device */
 };
@@ -18,7 +18,7 @@ int64_t fake_xid_offset(const char *config_path);
 /* Waits up to timeout_ms for an injected event past *offset on a device marked in registered[]
  * (ndevices entries); returns 1 and fills *out, or 0 on timeout. Lines for other devices are
  * skipped. Polls the file every few milliseconds. */
-int fake_xid_wait(const char *config_path, int64_t *offset, const int *registered, int ndevices,
-                  unsigned timeout_ms, struct fake_xid *out);
+int fake_xid_wait(const char *config_path, int64_t *offset, const int *registered, int ndevices, unsigned timeout_ms,
+                  struct fake_xid *out);
 
 #endif

@@ -86,10 +86,14 @@ def bind_arguments(
             try:
                 bound[name] = convert(value)
             except ValueError:
-                problems.append(f"{name}={value!r} is not a {kind}")
+                problems.append(
+                    f"{name}={value!r}: {name} is declared as {kind}, and this is not one"
+                )
             continue
         if not accepts(value):
-            problems.append(f"{name}={value!r} is not a {kind}")
+            problems.append(
+                f"{name}={value!r}: {name} is declared as {kind}, not {type(value).__name__}"
+            )
             continue
         bound[name] = value
     missing = [

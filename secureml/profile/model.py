@@ -211,6 +211,32 @@ class SignerIdentity(_Model):
         return self
 
 
+# Kinds someone may hand `profile validate` by mistake, and the command that reads each.
+_OTHER_COMMANDS = {
+    "Pod": "secureml check-pod FILE --profile PROFILE",
+    "Deployment": "secureml check-pod FILE --profile PROFILE (it checks a workload's pod template)",
+    "Job": "secureml check-pod FILE --profile PROFILE (it checks a workload's pod template)",
+}
+
+
+def _another_kind(data: dict[str, Any]) -> str | None:
+    """A message for a Kubernetes object of another kind than TenantProfile, else None: its
+    field errors would describe a TenantProfile it never meant to be."""
+    kind, api_version = data.get("kind"), data.get("apiVersion")
+    if kind is None and "pipelineInfo" in data:
+        return (
+            "this is a compiled KFP pipeline, not a TenantProfile; did you mean "
+            "`secureml compile PIPELINE.py --profile PROFILE`? (it compiles the pipeline's source)"
+        )
+    if not isinstance(kind, str) or kind == "TenantProfile":
+        return None
+    what = f"this is a {kind} ({api_version}), not a TenantProfile (secureml.dev/v1alpha1)"
+    command = _OTHER_COMMANDS.get(kind)
+    if command is not None:
+        return f"{what}; did you mean `{command}`?"
+    return f"{what}; pass the tenant's profile (profiles/<tenant>.yaml)"
+
+
 def regexp_problem(pattern: str) -> str | None:
     """What is wrong with `pattern` as a signer's subject pattern, for a person; None if nothing.
 
@@ -594,6 +620,9 @@ class TenantProfile(_Model):
             raise _profile_error(
                 source, [("(document)", "expected a TenantProfile mapping")], written
             )
+        other = _another_kind(data)
+        if other is not None:
+            raise _profile_error(source, [("kind", other)], written)
         try:
             profile = cls.model_validate(data)
         except ValidationError as err:

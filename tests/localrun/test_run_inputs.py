@@ -44,10 +44,13 @@ def _run(out: Path, pipeline: str, *extra: str) -> tuple[int, str]:
     [
         (["--arg", "lr=0.1", "--arg", "tags=[1]", "--arg", "foo=1"], "'foo' is not a parameter"),
         (["--arg", "tags=[1]"], "required parameter 'lr' has no value"),
-        (["--arg", "lr=abc", "--arg", "tags=[1]"], "lr='abc' is not a float"),
-        (["--arg", "lr=1", "--arg", "tags={}"], "tags='{}' is not a list (JSON)"),
-        (["--arg", "lr=1", "--arg", "tags=[]", "--arg", "epochs=1.5"], "is not a int"),
-        (["--arg", "lr=1", "--arg", "tags=[]", "--arg", "verbose=yes"], "is not a bool"),
+        (["--arg", "lr=abc", "--arg", "tags=[1]"], "lr='abc': lr is declared as float"),
+        (["--arg", "lr=1", "--arg", "tags={}"], "tags='{}': tags is declared as list (JSON)"),
+        (["--arg", "lr=1", "--arg", "tags=[]", "--arg", "epochs=1.5"], "epochs is declared as int"),
+        (
+            ["--arg", "lr=1", "--arg", "tags=[]", "--arg", "verbose=yes"],
+            "verbose is declared as bool",
+        ),
     ],
 )
 def test_unusable_arguments_exit_2_and_leave_nothing(tmp_path: Path, args, message) -> None:
@@ -76,12 +79,13 @@ def test_every_argument_problem_at_once() -> None:
     with pytest.raises(InputError) as err:
         bind_arguments(spec, {"foo": 1, "lr": "x"}, pipeline="p")
     assert err.value.what == (
-        "pipeline p: 'foo' is not a parameter of the pipeline; lr='x' is not a float; "
+        "pipeline p: 'foo' is not a parameter of the pipeline; "
+        "lr='x': lr is declared as float, and this is not one; "
         "required parameter 'n' has no value"
     )
     assert bind_arguments(spec, {"lr": "0.5", "n": "3"}, pipeline="p") == {"lr": 0.5, "n": 3}
     assert bind_arguments(spec, {"lr": 2, "n": 3}, pipeline="p") == {"lr": 2, "n": 3}
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match="n is declared as int, not bool"):
         bind_arguments(spec, {"lr": 1.0, "n": True}, pipeline="p")
 
 

@@ -259,3 +259,12 @@ def test_a_bad_subject_regexp_says_where_and_what_to_do(pattern: str, expected: 
     messages = [message for _, message in problems_of(data) if "subjectRegExp" in message]
     assert len(messages) == 1 and expected in messages[0]
     assert "re.error" not in messages[0] and "position" not in messages[0]
+
+
+def test_a_pod_given_as_a_profile_is_named_with_the_command_that_reads_it() -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}}
+    ((path, message),) = problems_of(pod)
+    assert path == "kind"
+    assert "this is a Pod (v1), not a TenantProfile" in message and "secureml check-pod" in message
+    ((_, message),) = problems_of({"pipelineInfo": {"name": "p"}, "root": {}})
+    assert "compiled KFP pipeline" in message and "secureml compile" in message

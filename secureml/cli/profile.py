@@ -88,6 +88,7 @@ def validate(files: ProfilesArgument, output: FormatOption = "text") -> None:
     from secureml.profile.cross_checks import shared_namespaces
     from secureml.profile.model import load_profile
     from secureml.profile.network import egress_warnings
+    from secureml.profile.quota import quota_warnings
 
     results: list[dict[str, Any]] = []
     valid: list[tuple[Path, Any]] = []
@@ -108,6 +109,7 @@ def validate(files: ProfilesArgument, output: FormatOption = "text") -> None:
             entry["warnings"] = [
                 *egress_warnings(profile.spec.network.egress, profile.spec.tier),
                 *runtime_image.warnings(profile),
+                *quota_warnings(profile),
             ]
             valid.append((path, profile))
         results.append(entry)

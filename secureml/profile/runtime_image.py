@@ -37,8 +37,6 @@ def warnings(profile: TenantProfile) -> list[str]:
     if injected(profile):
         return []
     return [
-        "spec.runtime.image is not set: each step's launcher and quota shim are the ones inside "
-        "the step's own image, which an image the tenant builds can replace with ones that do "
-        "nothing; only the image policy's signers stand in the way. Set runtime.image to the "
-        "platform's runtime image (REGISTRY/REPOSITORY@sha256:...) to inject them"
+        "spec.runtime.image is not set, so steps run the launcher and shim of their own image, "
+        "which the tenant builds; set it to the platform runtime image (REGISTRY/REPO@sha256:...)"
     ]

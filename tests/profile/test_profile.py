@@ -268,3 +268,15 @@ def test_a_pod_given_as_a_profile_is_named_with_the_command_that_reads_it() -> N
     assert "this is a Pod (v1), not a TenantProfile" in message and "secureml check-pod" in message
     ((_, message),) = problems_of({"pipelineInfo": {"name": "p"}, "root": {}})
     assert "compiled KFP pipeline" in message and "secureml compile" in message
+
+
+def test_time_sliced_shares_without_a_quota_entry_are_warned_about() -> None:
+    from secureml.profile.quota import quota_warnings
+
+    data = team_a()
+    assert quota_warnings(TenantProfile.from_dict(data, source="p.yaml")) == []
+    resource = data["spec"]["gpu"]["timeSlice"].get("resourceName", "nvidia.com/gpu.shared")
+    del data["spec"]["gpu"]["quota"][resource]
+    (warning,) = quota_warnings(TenantProfile.from_dict(data, source="p.yaml"))
+    assert f"no entry for the time-sliced resource {resource}" in warning
+    assert f"`{resource}: N`" in warning

@@ -44,6 +44,8 @@ RULES: dict[str, str] = {
     "or is chosen at run time",
     "accelerator.without-request": "an accelerator set on the task beside its @secure_component "
     "GPU request: two requests for one step",
+    "accelerator.without-type": "an accelerator limit set on the task without its type: kfp "
+    "compiles no GPU for it",
     "image.invalid": "the image reference cannot be parsed",
     "image.dynamic": "the image is chosen at run time, so it cannot be checked",
     "image.registry": "the image is not under one of spec.images.allowedRegistries",
@@ -246,6 +248,14 @@ def _chosen_at_run_time(view: TaskView) -> bool:
 def _check_accelerator(view: TaskView, profile: TenantProfile, add: AddViolation) -> None:
     name = view.accelerator_type
     if not name:
+        if view.accelerator_limit and (view.settings is None or view.settings.gpu is None):
+            add(
+                "accelerator.without-type",
+                f"set_accelerator_limit({view.accelerator_limit}) (or set_gpu_limit) without "
+                "set_accelerator_type: kfp compiles no GPU for it, so the step would run without one",
+                "ask for the GPU with @secure_component(gpu=WholeGPU(n)) (or MIG/TimeSlice), or "
+                "name it: .set_accelerator_type('nvidia.com/gpu')",
+            )
         return
     fix = "ask for the GPU with @secure_component(gpu=...) or a fixed set_accelerator_type/limit"
     if view.settings is not None and view.settings.gpu is not None:

@@ -122,6 +122,11 @@ CASES = {
         None,
         ["accelerator.without-request"],
     ),
+    "accelerator.without-type": (
+        lambda: single(step, lambda t: t.set_accelerator_limit("2")),
+        None,
+        ["accelerator.without-type"],
+    ),
     "image.invalid": (
         lambda: single(image_step(f"ghcr.io/acme/Train@{DIGEST}")),
         None,

@@ -90,3 +90,24 @@ def test_on_the_dra_backend_the_claim_replaces_the_native_resource() -> None:
     assert step.isolation == "dedicated"
     assert k8s["podMetadata"]["labels"]["secureml.dev/gpu-claim"] == "secureml-gpu-1"
     assert "accelerator" not in container.get("resources", {})
+
+
+@pytest.mark.parametrize("call", ["set_accelerator_limit", "set_gpu_limit"])
+def test_a_gpu_limit_without_a_type_is_refused_not_dropped(call: str) -> None:
+    @dsl.pipeline(name="limit-only")
+    def limit_only() -> None:
+        task = train(x=1)
+        with pytest.warns(DeprecationWarning) if call == "set_gpu_limit" else _no_warning():
+            getattr(task, call)("2")
+
+    with pytest.raises(CompileError) as err:
+        compile_pipeline(limit_only, make_profile())
+    (violation,) = err.value.violations
+    assert violation.rule == "accelerator.without-type" and violation.task == "train"
+    assert "set_accelerator_limit(2)" in violation.what and "WholeGPU" in violation.fix
+
+
+def _no_warning():  # type: ignore[no-untyped-def]
+    import contextlib
+
+    return contextlib.nullcontext()

@@ -162,3 +162,23 @@ def test_errors_name_only_flags_the_command_has(args: list[str], expected: str) 
     command = COMMANDS[" ".join(a for a in args[:2] if a in {"profile", "verify"} or a == args[0])]
     unknown = named_flags(result.output) - flags_of(command)
     assert not unknown, f"{args[0]} error names {sorted(unknown)}: {result.output}"
+
+
+def readme_commands() -> set[str]:
+    """The commands README.md's command table names: `secureml image build\\|check` is two."""
+    found: set[str] = set()
+    groups = {path.split()[0] for path in COMMANDS if " " in path}
+    for line in (REPO / "README.md").read_text().splitlines():
+        match = re.match(r"\| `secureml ([^`]*)`", line)
+        if not match:
+            continue
+        words = match.group(1).replace("\\|", "|").split()
+        if words[0] in groups:
+            found |= {f"{words[0]} {name}" for name in words[1].split("|")}
+        else:
+            found.add(words[0])
+    return found
+
+
+def test_the_readme_lists_every_command_and_no_other() -> None:
+    assert readme_commands() == set(COMMANDS)

@@ -595,6 +595,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     """secureml's rules for `profile` (without the Pod Security Standards)."""
     from secureml.rules.accounts import account_rules
     from secureml.rules.confidential import confidential_rules
+    from secureml.rules.handlers import handler_rules
     from secureml.rules.immutable import immutable_rules
     from secureml.rules.launcher import launcher_rules
     from secureml.rules.mounts import mount_rules
@@ -613,6 +614,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
         *volume_rules(profile),
         *launcher_rules(profile),
         *mount_rules(profile),
+        *handler_rules(profile),
         *account_rules(profile),
         *trainer_node_rules(profile),
         *immutable_rules(profile),

@@ -259,6 +259,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
             "secureml.launcherEnv",
             "secureml.interpreterEnv",
             "secureml.mountPaths",
+            "secureml.noExecHandlers",
             "secureml.trainerNode",
         ]
     bindings = {

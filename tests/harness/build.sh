@@ -49,7 +49,19 @@ build() {
         echo "$out"
         return
     fi
+    # One build of a folder at a time (two checkouts of the project on one machine share the
+    # cache): a second waits, then finds it built. Each build writes a folder of its own, moved
+    # into place whole, so a half-written bin/ is never marked built.
+    mkdir -p "$out"
+    exec {lock}>"$out.lock"
+    flock "$lock"
+    if [[ -f "$out/.built" ]]; then
+        flock -u "$lock"
+        echo "$out"
+        return
+    fi
     local start=$SECONDS
+    rm -rf "$out/bin.tmp"
     mkdir -p "$out/bin.tmp"
     echo "building the $name harness (first time on this machine: several minutes) ..." >&2
     (
@@ -64,6 +76,7 @@ build() {
         done
     ) >&2
     rm -rf "$out/bin" && mv "$out/bin.tmp" "$out/bin" && touch "$out/.built"
+    flock -u "$lock"
     echo "built the $name harness in $((SECONDS - start)) s: $out/bin" >&2
     echo "$out"
 }

@@ -42,6 +42,9 @@ from secureml.rules.scope import system_image
 from secureml.rules.token_mount import SERVICE_ACCOUNT_TOKEN_MOUNT
 
 ARGO_VAR_RUN_VOLUME = "var-run-argo"
+# Shared memory for a step's processes (PyTorch's DataLoader workers pass tensors through it): a
+# memory-backed emptyDir at /dev/shm, which counts against the container's memory limit.
+SHARED_MEMORY_DIR = "/dev/shm"
 # KFP's and Argo's emptyDirs in `main`: (volume name, mount path).
 KFP_MOUNTS = (
     (KFP_LAUNCHER_VOLUME, contract.KFP_LAUNCHER_DIR),
@@ -124,6 +127,13 @@ def mount_ok(profile: TenantProfile) -> str:
         _mount_is({"name": name, "mountPath": path}, "has(v.emptyDir)") for name, path in KFP_MOUNTS
     ]
     allowed.append(SERVICE_ACCOUNT_TOKEN_MOUNT)
+    allowed.append(
+        f"(m.mountPath == {quote(SHARED_MEMORY_DIR)} && !has(m.subPath) && !has(m.subPathExpr) && "
+        + _volume_is_named_by_mount(
+            "has(v.emptyDir) && has(v.emptyDir.medium) && v.emptyDir.medium == 'Memory'"
+        )
+        + ")"
+    )
     hardening = profile.spec.hardening
     if hardening.scratch_mounts:
         allowed.append(
@@ -156,6 +166,7 @@ def mount_rules(profile: TenantProfile) -> list[Rule]:
         [
             "the platform's own mounts",
             "KFP's emptyDirs at their paths",
+            f"a memory-backed emptyDir at {SHARED_MEMORY_DIR}",
             f"emptyDirs at {', '.join(hardening.scratch_mounts) or '(no scratch mount)'}",
             f"data volumes under {', '.join(hardening.data_mount_prefixes) or '(no data prefix)'}",
         ]

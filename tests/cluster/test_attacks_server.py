@@ -215,3 +215,18 @@ def test_attack_refused_by_the_server(k8s_cluster: ControlPlane, path: Path) -> 
     expected = pod["metadata"]["annotations"][EXPECT]
     if expected in pss or (not pss and heads == {expected}):
         assert expected in server, (server, answer.message)
+
+
+TEAM_A_STEPS = sorted(ALLOWED_DIR.glob("team-a-*.yaml"))
+
+
+@pytest.mark.parametrize("path", TEAM_A_STEPS, ids=[p.stem for p in TEAM_A_STEPS])
+def test_an_allowed_step_pod_is_admitted_by_the_server(
+    k8s_cluster: ControlPlane, path: Path
+) -> None:
+    """The neighbours of the attacks (an httpGet probe, shared memory at /dev/shm, ...) are created
+    by the real server with team-a's bundle in force, as the offline engine says."""
+    pod = _pod(path)
+    profile = example_profile("team-a")
+    answer, offline = judge(install_tenant(k8s_cluster, profile), pod, profile)
+    assert offline == [] and answer.created is not None, answer.message

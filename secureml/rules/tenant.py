@@ -367,7 +367,21 @@ class _Catalogue:
                 f"!has({claims}) || {claims}.all(rc, {template_ok})",
                 f"'resource claim \"' + {claims}.filter(rc, !({template_ok}))[0].name + "
                 f"'\" must use an allowed resourceClaimTemplateName equal to label {contract.LABEL_GPU_CLAIM}'",
-            )
+            ),
+            self.rule(
+                "secureml.claimCount",
+                "at most one resource claim per step pod: the profile grants one GPU request a step",
+                f"!has({claims}) || size({claims}) <= 1",
+                f"'pod has ' + string(size({claims})) + ' resource claims; a step holds one GPU "
+                "request: remove all but the one the compiler wrote'",
+            ),
+            self.container_rule(
+                "secureml.claimHolders",
+                "only the step's own container (main, or a trainer node's node) holds a resource "
+                "claim: KFP's and Argo's containers run outside the launcher, the watchdog and the shim",
+                "c.name in ['main', 'node'] || !has(c.resources) || !has(c.resources.claims) || "
+                "size(c.resources.claims) == 0",
+            ),
         ]
 
     def _claim_kinds(self, template: str) -> list[str]:

@@ -76,6 +76,22 @@ def image_volume_rule(profile: TenantProfile) -> Rule:
     )
 
 
+def ephemeral_volume_rule(profile: TenantProfile) -> Rule:
+    claim = "v.ephemeral.volumeClaimTemplate"
+    ok = (
+        f"!has(v.ephemeral) || !has({claim}) || !has({claim}.spec) || !has({claim}.spec.volumeName)"
+    )
+    return _rule(
+        profile,
+        "secureml.ephemeralVolume",
+        "a generic ephemeral volume gets a new volume: its claim template names no existing "
+        "PersistentVolume (volumeName), which could hold another tenant's data",
+        ok,
+        "binds an existing PersistentVolume by volumeName; remove volumeName so the claim gets a "
+        "new volume from its storage class",
+    )
+
+
 def volume_rules(profile: TenantProfile) -> list[Rule]:
     """The volume rules of `profile`."""
-    return [csi_volume_rule(profile), image_volume_rule(profile)]
+    return [csi_volume_rule(profile), image_volume_rule(profile), ephemeral_volume_rule(profile)]

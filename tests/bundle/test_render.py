@@ -232,6 +232,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
         "secureml.runtimeClass",
         "secureml.csiVolume",
         "secureml.imageVolume",
+        "secureml.ephemeralVolume",
         "secureml.serviceAccount",
         "secureml.groupNotRoot",
         "secureml.platformMetadataImmutable",

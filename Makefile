@@ -62,14 +62,16 @@ deps: ## the system packages the suite needs (apt-get on Debian)
 	echo "make deps: apt-get install" $$missing; \
 	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing >/dev/null
 
-# The test control plane (kube-apiserver + etcd), the test node (kubelet + kube-scheduler) and SPIRE,
-# compiled from the Go module proxy once per machine into ~/.cache/secureml/harness (a no-op when
-# cached); see docs/testing.md.
-harness: ## build the Go test harness (control plane, node, SPIRE) once per machine
+# The test control plane (kube-apiserver + etcd), the test node (kubelet + kube-scheduler), SPIRE,
+# spire-controller-manager, the SPIFFE CSI driver and kube-network-policies, compiled from the Go
+# module proxy once per machine into ~/.cache/secureml/harness (a no-op when cached); see
+# docs/testing.md.
+harness: ## build the Go test harness (control plane, node, SPIRE, CSI, NetworkPolicy) once
 	tests/harness/build.sh all >/dev/null
 
 # A control plane and a node left running for trying secureml by hand (root: the node makes
-# cgroups, mounts and a bridge); it writes .cluster/kubeconfig.
+# cgroups, mounts and a bridge), with SPIRE (k8s_psat, the k8s workload attestor, the CSI driver
+# csi.spiffe.io, spire-controller-manager) and kube-network-policies; it writes .cluster/kubeconfig.
 cluster-up: $(STAMP) deps harness ## start a control plane and a node to try secureml by hand
 	$(PY) -m tests.harness.node up --dir .cluster
 

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Build the test harness's Go programs from the Go module proxy, once per machine.
 #
-#   tests/harness/build.sh [controlplane|controlplane-1.34|node|spire|spire-controller-manager|all]
+#   tests/harness/build.sh [controlplane|controlplane-1.34|node|spire|spire-controller-manager|
+#                           spiffe-csi|network-policies|all]
 #
 # Each Go module under tests/harness/ (controlplane: kube-apiserver + etcd of v1.36, the version
 # that must work; controlplane-1.34: the same of v1.34, where MutatingAdmissionPolicy is beta behind
 # its feature gate; node: kubelet + kube-scheduler of v1.36, every shared module at the control
-# plane's version; spire: spire-server + spire-agent) is built into $SECUREML_HARNESS_CACHE/<module>-<hash of its go.mod and go.sum>/,
+# plane's version; spire: spire-server + spire-agent; spiffe-csi: the SPIFFE CSI driver, our
+# plugin registrar and svidprobe; network-policies: kube-network-policies, patched at build time by
+# copy of its module, and netprobe) is built into $SECUREML_HARNESS_CACHE/<module>-<hash of its go.mod and go.sum>/,
 # default ~/.cache/secureml/harness. A build whose folder exists is skipped, so `make test` and
 # .ci/run pay for it only on a new machine or when a go.mod changes. Go's own caches (GOMODCACHE,
 # GOCACHE) are kept too. No prebuilt binary is downloaded: everything is compiled here.
@@ -68,7 +71,11 @@ build() {
         cd "$here/$name"
         while [[ $# -gt 0 ]]; do
             local binary="$1" package="$2" ldflags="$3"; shift 3
-            if [[ "$package" == static:* ]]; then  # no cgo: a static binary for a scratch image
+            if [[ "$package" == static-in:* ]]; then  # static-in:<folder>:<package>: another module
+                package="${package#static-in:}"
+                (cd "${package%%:*}" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" \
+                    -o "$out/bin.tmp/$binary" "${package#*:}")
+            elif [[ "$package" == static:* ]]; then  # no cgo: a static binary for a scratch image
                 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/bin.tmp/$binary" "${package#static:}"
             else
                 go build -trimpath -ldflags "$ldflags" -o "$out/bin.tmp/$binary" "$package"
@@ -110,6 +117,61 @@ build_spire_controller_manager() {  # turns ClusterSPIFFEIDs into SPIRE entries 
         spire-controller-manager github.com/spiffe/spire-controller-manager/cmd ""
 }
 
+build_spiffe_csi() {  # the node's CSI driver csi.spiffe.io, its registrar, svidprobe (tests/node)
+    build spiffe-csi \
+        spiffe-csi-driver github.com/spiffe/spiffe-csi/cmd/spiffe-csi-driver "" \
+        registrar secureml.dev/tests/harness/spiffe-csi/registrar "" \
+        svidprobe static:secureml.dev/tests/harness/spiffe-csi/svidprobe "-s -w"
+}
+
+# kube-network-policies v0.8.0 (pinned in network-policies/go.mod) is built in a scratch copy of its
+# module, with its own go.mod and go.sum, and two changes made there at build time (no upstream
+# source in the repository; `go build -overlay` may not replace files in GOMODCACHE): its NFQUEUE
+# verdict goes through nft_compat (this kernel lacks nft_queue; network-policies/overlay/
+# xt_nfqueue.go is added to its package), and its nftables table is named by
+# $KUBE_NETWORK_POLICIES_TABLE (one table per node on a shared machine). The build fails if either
+# edit no longer applies.
+build_network_policies() {
+    local module="sigs.k8s.io/kube-network-policies" version source work out
+    out="$(module_dir network-policies)"
+    if [[ -f "$out/.built" ]]; then
+        echo "$out"
+        return
+    fi
+    version="$(awk -v m="$module" '$1 == m {print $2} $1 == "require" && $2 == m {print $3}' \
+        "$here/network-policies/go.mod" | head -1)"
+    source="$(cd "$here/network-policies" && go mod download -json "$module@$version" \
+        | awk -F'"' '$2 == "Dir" {print $4}')"
+    if [[ ! -d "$source" ]]; then
+        echo "error: go mod download $module@$version gave no folder" >&2
+        exit 2
+    fi
+    work="$out.src"
+    rm -rf "$work" && mkdir -p "$(dirname "$work")" && cp -r "$source" "$work" && chmod -R u+w "$work"
+    local controller="$work/pkg/networkpolicy/controller.go" main="$work/cmd/main.go"
+    local queue='	queue := &expr.Queue{Num: uint16(c.config.QueueID)}'
+    if [[ "$(grep -cxF "$queue" "$controller")" != 2 ]]; then
+        echo "error: $controller no longer has the two NFQUEUE verdicts the patch replaces" >&2
+        exit 2
+    fi
+    awk -v queue="$queue" '
+        $0 == queue { print "\tqueue := xtNFQueue(uint16(c.config.QueueID), c.config.FailOpen)"; skip = 3; next }
+        skip > 0 { skip--; next }
+        { print }' "$controller" >"$controller.new" && mv "$controller.new" "$controller"
+    local field='		NetfilterBug1766Fix:        netfilterBug1766Fix,'
+    if [[ "$(grep -cxF "$field" "$main")" != 1 ]]; then
+        echo "error: $main no longer builds networkpolicy.Config as the patch expects" >&2
+        exit 2
+    fi
+    awk -v field="$field" '{ print } $0 == field { print "\t\tNFTableName:                os.Getenv(\"KUBE_NETWORK_POLICIES_TABLE\")," }' \
+        "$main" >"$main.new" && mv "$main.new" "$main"
+    cp "$here/network-policies/overlay/xt_nfqueue.go" "$work/pkg/networkpolicy/xt_nfqueue.go"
+    build network-policies \
+        kube-network-policies "static-in:$work:./cmd" "-s -w" \
+        netprobe static:secureml.dev/tests/harness/network-policies/netprobe "-s -w"
+    rm -rf "$work"
+}
+
 if ! command -v go >/dev/null 2>&1; then
     echo "error: the test harness is built with Go (1.26 or newer), and 'go' is not on PATH" >&2
     exit 2
@@ -119,6 +181,10 @@ case "${1:-all}" in
     node) build_node ;;
     spire) build_spire ;;
     spire-controller-manager) build_spire_controller_manager ;;
-    all) build_controlplane controlplane; build_node; build_controlplane controlplane-1.34; build_spire; build_spire_controller_manager ;;
-    *) echo "usage: $0 [controlplane|controlplane-1.34|node|spire|spire-controller-manager|all]" >&2; exit 2 ;;
+    spiffe-csi) build_spiffe_csi ;;
+    network-policies) build_network_policies ;;
+    all) build_controlplane controlplane; build_node; build_controlplane controlplane-1.34; build_spire
+        build_spire_controller_manager; build_spiffe_csi; build_network_policies ;;
+    *) echo "usage: $0 [controlplane|controlplane-1.34|node|spire|spire-controller-manager|spiffe-csi|network-policies|all]" >&2
+        exit 2 ;;
 esac

@@ -15,12 +15,13 @@ whatever the bridge would forward elsewhere: pods reach this machine only.
 
 `Node(cluster, network)` then starts, in its own folder:
 
-- docker-registry (Debian's, plain HTTP on 127.0.0.1) holding the node's two images, built with
+- docker-registry (Debian's, plain HTTP on 127.0.0.1) holding the node's three images, built with
   buildah (`--isolation chroot`, FROM scratch) from tests/harness/node/images: `pause` (the
-  sandbox image, our static pause.c) and `busybox` (Debian's busybox-static, and `apiprobe`, our
-  static in-cluster client: busybox's own TLS cannot talk to the API server); containerd pulls
-  both by digest, as a production node pulls from its registry (`image(name)` gives the pinned
-  reference);
+  sandbox image, our static pause.c), `busybox` (Debian's busybox-static, and our static probes:
+  `apiprobe`, an in-cluster client, busybox's own TLS cannot talk to the API server; `svidprobe`,
+  a Workload API client; `netprobe`, TCP echo) and `agents` (spire-agent, kube-network-policies);
+  containerd pulls them by digest, as a production node pulls from its registry (`image(name)`
+  gives the pinned reference);
 - containerd with a config of ours: private root, state and socket, overlayfs, runc with the
   cgroupfs driver, `restrict_oom_score_adj = true` (this VM withholds CAP_SYS_RESOURCE even from
   root, and runc fails every sandbox otherwise), the CNI network above, the registry as a plain
@@ -30,10 +31,17 @@ whatever the bridge would forward elsewhere: pods reach this machine only.
   certificate of the same CA (the API server checks it for logs and exec), webhook authn/authz,
   its cgroups under `/secureml-node-N` in every hierarchy, the node labelled and tainted like a
   platform's dedicated GPU pool (LABELS, TAINTS);
-- kube-scheduler as `system:kube-scheduler` (the RBAC role Kubernetes bootstraps for it).
+- kube-scheduler as `system:kube-scheduler` (the RBAC role Kubernetes bootstraps for it);
+- unless `network_policies=False`: kube-network-policies as a pod of the node, over nftables
+  (tests/harness/node_netpol.py; `node.network_policies`), and the slot's outside namespace
+  (10.235.N.2 and 198.18.N.2, echo servers on 443 and 8080);
+- unless `identity=False`: spire-server (k8s_psat), spire-agent as a pod of the node (k8s
+  workload attestor against this kubelet), the SPIFFE CSI driver `csi.spiffe.io` registered with
+  the kubelet, spire-controller-manager (tests/harness/node_identity.py; `node.identity`).
 
 `start()` returns once the node is Ready and untainted of `not-ready` (the control plane's
-node-lifecycle-controller) and `kube-root-ca.crt` is published (root-ca-cert-publisher).
+node-lifecycle-controller), `kube-root-ca.crt` is published (root-ca-cert-publisher), and the
+agents above answer.
 
     python -m tests.harness.node up [--dir .cluster]    # control plane + node, left running
     python -m tests.harness.node down [--dir .cluster]
@@ -83,12 +91,30 @@ from .controlplane import (
 from .controlplane import (
     down as controlplane_down,
 )
+from .node_identity import NodeIdentity, agent_image_files
+from .node_netpol import NodeNetworkPolicies
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 IMAGES = HERE / "node" / "images"
-PROGRAMS = ("kube-scheduler", "kubelet", "containerd", "docker-registry")  # stopped in this order
+PROGRAMS = (  # stopped in this order (the node's agent pods are deleted first)
+    "spire-controller-manager",
+    "registrar",
+    "spiffe-csi-driver",
+    "spire-server",
+    "outside-echo",
+    "kube-scheduler",
+    "kubelet",
+    "containerd",
+    "docker-registry",
+)
 BUILT = ("kubelet", "kube-scheduler", "apiprobe")  # by build.sh; the others are Debian's
+MODULES = {  # the other modules build.sh builds for the node, and what each must hold
+    "spire": ("spire-server", "spire-agent"),
+    "spire-controller-manager": ("spire-controller-manager",),
+    "spiffe-csi": ("spiffe-csi-driver", "registrar", "svidprobe"),
+    "network-policies": ("kube-network-policies", "netprobe"),
+}
 SYSTEM = {  # program -> Debian package (`make deps` installs them)
     "containerd": "containerd",
     "runc": "runc",
@@ -97,6 +123,7 @@ SYSTEM = {  # program -> Debian package (`make deps` installs them)
     "nft": "nftables",
     "ip": "iproute2",
     "cc": "gcc",
+    "ldd": "libc-bin",
 }
 CNI_BIN = Path("/usr/lib/cni")  # containernetworking-plugins
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
@@ -113,8 +140,17 @@ TOLERATIONS = [{"operator": "Equal", **taint} for taint in TAINTS]
 def binaries() -> Path:
     """The folder holding BUILT: SECUREML_NODE_BIN, else build.sh's cache (built if absent)."""
     override = os.environ.get("SECUREML_NODE_BIN")
-    if override:
-        folder = Path(override)
+    return _built("node", BUILT, Path(override) if override else None)
+
+
+def module_binaries(module: str) -> Path:
+    """The folder of one of MODULES (built by build.sh if absent)."""
+    return _built(module, MODULES[module], None)
+
+
+def _built(module: str, names: tuple[str, ...], override: Path | None) -> Path:
+    if override is not None:
+        folder = override
     else:
         if shutil.which("go") is None:
             raise HarnessError(
@@ -126,17 +162,18 @@ def binaries() -> Path:
             os.environ.get("SECUREML_HARNESS_CACHE", Path.home() / ".cache/secureml/harness")
         )
         cache.mkdir(parents=True, exist_ok=True)
-        with (cache / ".node.lock").open("w") as lock:
+        with (cache / f".{module}.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             done = subprocess.run(
-                [str(HERE / "build.sh"), "node"], capture_output=True, text=True, check=False
+                [str(HERE / "build.sh"), module], capture_output=True, text=True, check=False
             )
         if done.returncode != 0:
             raise HarnessError(
-                f"tests/harness/build.sh node failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
+                f"tests/harness/build.sh {module} failed (exit {done.returncode}):\n"
+                f"{done.stderr[-4000:]}"
             )
         folder = Path(done.stdout.strip().splitlines()[-1]) / "bin"
-    for name in BUILT:
+    for name in names:
         if not os.access(folder / name, os.X_OK):
             raise HarnessError(f"{folder / name} is missing or not executable")
     return folder
@@ -211,6 +248,22 @@ class NodeNetwork:
     def table(self) -> str:
         return f"secureml_node_{self.slot}"
 
+    @property
+    def outside_namespace(self) -> str:
+        """A network namespace standing for the world outside the node: a NetworkPolicy's
+        ipBlock allows its addresses or not (tests/harness/node_netpol.py)."""
+        return f"secureml-outside-{self.slot}"
+
+    @property
+    def outside_veth(self) -> str:
+        return f"smlout{self.slot}"
+
+    @property
+    def outside_addresses(self) -> tuple[str, str]:
+        """One address in 10.0.0.0/8 (team-a's egress allowlist) and one outside it (198.18.0.0/15,
+        the benchmarking range: routed nowhere but here)."""
+        return (f"10.235.{self.slot}.2", f"198.18.{self.slot}.2")
+
     def __enter__(self) -> NodeNetwork:
         locks = Path("/run/secureml-node")
         locks.mkdir(parents=True, exist_ok=True)
@@ -241,10 +294,13 @@ class NodeNetwork:
     def _set_up(self) -> None:
         release(self.slot)  # whatever a crashed run of this slot left
         _run(["ip", "addr", "add", f"{self.address}/32", "dev", "lo"], "adding the node address")
+        self._set_up_outside()
         ruleset = f"""
 table inet {self.table} {{
     chain forward {{
         type filter hook forward priority 0; policy accept;
+        iifname "{self.bridge}" oifname "{self.outside_veth}" accept
+        iifname "{self.outside_veth}" oifname "{self.bridge}" accept
         iifname "{self.bridge}" oifname != "{self.bridge}" drop
         oifname "{self.bridge}" iifname != "{self.bridge}" drop
     }}
@@ -253,6 +309,53 @@ table inet {self.table} {{
         done = subprocess.run(["nft", "-f", "-"], input=ruleset, capture_output=True, text=True)
         if done.returncode != 0:
             raise HarnessError(f"nft refused the node's forward rules: {done.stderr.strip()}")
+
+    def _set_up_outside(self) -> None:
+        """The slot's outside namespace: veth `smloutN` (10.235.N.1 here, the two outside
+        addresses there, routed through it; its default route back through here). Pods reach it through the node's
+        forwarding, where kube-network-policies' postrouting hook sees them."""
+        namespace, veth = self.outside_namespace, self.outside_veth
+        inside = f"smlout{self.slot}x"
+        for command in (
+            ["ip", "netns", "add", namespace],
+            ["ip", "link", "add", veth, "type", "veth", "peer", "name", inside],
+            ["ip", "link", "set", inside, "netns", namespace],
+            ["ip", "addr", "add", f"10.235.{self.slot}.1/24", "dev", veth],
+            ["ip", "link", "set", veth, "up"],
+            ["ip", "-n", namespace, "link", "set", "lo", "up"],
+            ["ip", "-n", namespace, "link", "set", inside, "name", "eth0"],
+            [
+                "ip",
+                "-n",
+                namespace,
+                "addr",
+                "add",
+                f"{self.outside_addresses[0]}/24",
+                "dev",
+                "eth0",
+            ],
+            [
+                "ip",
+                "-n",
+                namespace,
+                "addr",
+                "add",
+                f"{self.outside_addresses[1]}/32",
+                "dev",
+                "eth0",
+            ],
+            ["ip", "-n", namespace, "link", "set", "eth0", "up"],
+            ["ip", "-n", namespace, "route", "add", "default", "via", f"10.235.{self.slot}.1"],
+            [
+                "ip",
+                "route",
+                "add",
+                f"{self.outside_addresses[1]}/32",
+                "via",
+                self.outside_addresses[0],
+            ],
+        ):
+            _run(command, "making the node's outside namespace")
 
     def __exit__(
         self,
@@ -275,6 +378,13 @@ def release(slot: int) -> None:
         _run(["ip", "addr", "del", f"{network.address}/32", "dev", "lo"], "removing the address")
     _run(["ip", "link", "del", network.bridge], "removing the bridge", check=False)
     _run(["nft", "delete", "table", "inet", network.table], "removing the table", check=False)
+    _run(["ip", "link", "del", network.outside_veth], "removing the outside veth", check=False)
+    _run(["ip", "netns", "del", network.outside_namespace], "removing the netns", check=False)
+    _run(  # kube-network-policies leaves its table behind when it is killed
+        ["nft", "delete", "table", "inet", f"secureml_netpol_{slot}"],
+        "removing the NetworkPolicy table",
+        check=False,
+    )
 
 
 # --- certificates ----------------------------------------------------------------------------
@@ -376,6 +486,8 @@ class Node:
         name: str | None = None,
         labels: dict[str, str] | None = None,
         taints: tuple[dict[str, str], ...] = TAINTS,
+        identity: bool = True,
+        network_policies: bool = True,
     ) -> None:
         self.cluster = cluster
         self.network = network
@@ -393,6 +505,10 @@ class Node:
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         self.started_in_s = 0.0
         self.timings: dict[str, float] = {}
+        self._want_identity = identity
+        self._want_network_policies = network_policies
+        self.identity: NodeIdentity | None = None
+        self.network_policies: NodeNetworkPolicies | None = None
 
     # --- what callers use -------------------------------------------------------------------
 
@@ -471,12 +587,13 @@ class Node:
         if missing:
             raise HarnessError("the test node needs " + "; ".join(missing))
         folder = binaries()
+        modules = {module: module_binaries(module) for module in MODULES}
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._write_pki()
             self._start_registry(detach)
             self._mark("registry", began)
-            self._build_images(folder)
+            self._build_images(folder, modules)
             self._mark("images", began)
             self._make_cgroups()
             self._start_containerd(detach)
@@ -485,6 +602,19 @@ class Node:
             self._start_scheduler(folder, detach)
             self._wait_ready(began + timeout_s)
             self._mark("ready", began)
+            if self._want_network_policies:
+                self.network_policies = NodeNetworkPolicies(self, modules["network-policies"])
+                self.network_policies.start(detach)
+                self._mark("network-policies", began)
+            if self._want_identity:
+                self.identity = NodeIdentity(
+                    self,
+                    modules["spire"],
+                    modules["spiffe-csi"],
+                    modules["spire-controller-manager"] / "spire-controller-manager",
+                )
+                self.identity.start(detach)
+                self._mark("identity", began)
         except BaseException:
             self.stop()
             raise
@@ -573,18 +703,19 @@ class Node:
                 time.sleep(0.05)
         raise HarnessError(f"docker-registry did not listen on {self.registry}")
 
-    def _build_images(self, folder: Path) -> None:
-        """Build `pause` and `busybox` with buildah and push them; record their digests."""
+    def _build_images(self, folder: Path, modules: dict[str, Path]) -> None:
+        """Build `pause`, `busybox` and `agents` with buildah and push them; record their
+        digests."""
         cache = Path(
             os.environ.get("SECUREML_HARNESS_CACHE", Path.home() / ".cache/secureml/harness")
         )
         cache.mkdir(parents=True, exist_ok=True)
         with (cache / ".node-images.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # buildah's tags: one build at a time per machine
-            for name in ("pause", "busybox"):
-                self.images[name] = self._build_image(name, folder)
+            for name in ("pause", "busybox", "agents"):
+                self.images[name] = self._build_image(name, folder, modules)
 
-    def _build_image(self, name: str, folder: Path) -> str:
+    def _build_image(self, name: str, folder: Path, modules: dict[str, Path]) -> str:
         context = self.directory / "images" / name
         shutil.rmtree(context, ignore_errors=True)
         shutil.copytree(IMAGES / name, context)
@@ -601,9 +732,16 @@ class Node:
                 ],
                 "compiling pause.c",
             )
-        else:
+        elif name == "busybox":
             shutil.copy(BUSYBOX, context / "busybox")
             shutil.copy(folder / "apiprobe", context / "apiprobe")
+            shutil.copy(modules["spiffe-csi"] / "svidprobe", context / "svidprobe")
+            shutil.copy(modules["network-policies"] / "netprobe", context / "netprobe")
+        else:  # agents: spire-agent and kube-network-policies, run as the node's pods
+            files = agent_image_files(modules["spire"], modules["network-policies"])
+            for target, source in files.items():
+                (context / "root" / target).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(source, context / "root" / target)
         tag = f"localhost/secureml-test/{name}:latest"
         _run(
             [
@@ -817,11 +955,14 @@ oom_score = 0
             detach,
         )
 
-    def _spawn(self, name: str, command: list[str], detach: bool) -> None:
+    def _spawn(
+        self, name: str, command: list[str], detach: bool, env: dict[str, str] | None = None
+    ) -> None:
         log = (self.directory / f"{name}.log").open("wb")
         with log:
             self._processes[name] = subprocess.Popen(
                 command,
+                env={**os.environ, **env} if env else None,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -1074,6 +1215,18 @@ def _main(argv: Iterator[str] | None = None) -> int:
     print(
         f"pod logs: {where}/node/pod-logs/; containers: ctr --address {node.containerd_socket} -n k8s.io c ls"
     )
+    if node.identity is not None:
+        print(
+            f"SPIRE: agent {node.identity.agent_id()} (pod secureml-system/spire-agent), "
+            f"server socket {os.path.relpath(node.identity.server_socket)}; CSI driver "
+            "csi.spiffe.io registered"
+        )
+    if node.network_policies is not None:
+        print(
+            "NetworkPolicy: kube-network-policies (pod secureml-system/kube-network-policies), "
+            f"nft list table inet {node.network_policies.table}; outside addresses "
+            f"{', '.join(node.network.outside_addresses)} (netns {node.network.outside_namespace})"
+        )
     print(
         "pods must tolerate " + ", ".join(f"{t['key']}={t['value']}:{t['effect']}" for t in TAINTS)
     )

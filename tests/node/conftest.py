@@ -1,6 +1,7 @@
 """The `k8s_node` fixture: a real node (tests/harness/node.py) with a control plane of its own.
 
-Session-scoped, one per test process (under xdist each worker that runs a node test starts its own,
+The node runs SPIRE's agent with the SPIFFE CSI driver and kube-network-policies too
+(tests/harness/node_identity.py, node_netpol.py). Session-scoped, one per test process (under xdist each worker that runs a node test starts its own,
 on its own node slot). The control plane is started bound to the slot's address, so pods reach it,
 without the CRDs (no node test needs them yet: ~1 s instead of ~8). Where the node cannot run here
 (no root, no Go, a Debian package missing: `make deps`) it skips saying why, except under CI=true,
@@ -15,7 +16,13 @@ from collections.abc import Iterator
 import pytest
 from harness import controlplane
 from harness.controlplane import HarnessError
-from harness.node import binaries, missing_requirements, running_cluster_with_node
+from harness.node import (
+    MODULES,
+    binaries,
+    missing_requirements,
+    module_binaries,
+    running_cluster_with_node,
+)
 
 from node.pods import NodeCluster
 
@@ -28,6 +35,8 @@ def k8s_node() -> Iterator[NodeCluster]:
             raise HarnessError("the test node needs " + "; ".join(missing))
         controlplane.binaries()
         binaries()
+        for module in MODULES:  # SPIRE, the CSI driver, kube-network-policies
+            module_binaries(module)
     except HarnessError as error:
         reason = f"no test node: {error}"
         if os.environ.get("CI", "").lower() == "true":

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
 from secureml.core.errors import InputError
+from secureml.supplychain.dsse_pae import pae
 from secureml.supplychain.managed_key import _hint_hex, fingerprint, load_public_key
 from secureml.supplychain.verifier import IN_TOTO_PAYLOAD_TYPE, SignatureError, _first_line
 
@@ -48,12 +49,6 @@ class SigningKey:
 
     key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey
     fingerprint: str  # sha256:<hex> of the public key's DER SubjectPublicKeyInfo
-
-
-def pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE v1's pre-authentication encoding: what the signature covers."""
-    kind = payload_type.encode()
-    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
 
 
 def load_signing_key(pem: bytes, source: str) -> SigningKey:

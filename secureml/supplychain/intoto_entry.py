@@ -8,22 +8,22 @@ entries, and sigstore-conformance's `intoto-with-custom-trust-root` is one.
 
 Every check sigstore-python makes still runs, and one is added for the entry kind it lacks:
 
-1. steps 0-6 of sigstore-python's verification (`Verifier._verify_common_signing_cert`): verified
-   times (RFC 3161 and the integrated time under its inclusion promise), the certificate chain at
-   each time, the SCT, the identity policy, the inclusion proof, checkpoint and signed entry
-   timestamp, and the certificate's validity at each time; then the trusted root's validity windows
-   at the signing time (root_windows.py). It runs on a copy of the bundle whose
-   `kindVersion` label says `dsse`/0.0.1: that label is not covered by the log's signatures (the
-   body is, and it is checked to say `intoto` 0.0.2 below), so only the gate changes;
-2. the envelope's signature over its PAE, by the certificate's key (`sigstore.dsse._verify`);
+1. steps 0-6 of sigstore-python's verification (`Verifier._verify_common_signing_cert`, private:
+   sigstore_private.py): verified times (RFC 3161 and the integrated time under its inclusion
+   promise), the certificate chain at each time, the SCT, the identity policy, the inclusion
+   proof, checkpoint and signed entry timestamp, and the certificate's validity at each time; then
+   the trusted root's validity windows at the signing time (root_windows.py). It runs on a copy of
+   the bundle whose `kindVersion` label says `dsse`/0.0.1: that label is not covered by the log's
+   signatures (the body is, and it is checked to say `intoto` 0.0.2 below), so only the gate
+   changes;
+2. the envelope's signature over its PAE, by the certificate's key (ECDSA with SHA-256, as
+   sigstore-python's `verify_dsse`), the envelope read from the bundle with sigstore-models;
 3. the log body is this envelope (what sigstore-js checks for `intoto` 0.0.2): kind and version as
    labelled, exactly one signature, which (base64 twice in Rekor's encoding) is the envelope's, a
    `publicKey` that is the signing certificate, the same payload type, and `payloadHash` the
    SHA-256 of the payload.
 
-`Verifier._verify_common_signing_cert`, `Bundle._dsse_envelope` and `sigstore.dsse._verify` are
-private APIs of sigstore-python; `sigstore>=4.1,<5` pins the major version, and
-tests/supplychain/test_intoto_entry.py fails if a release changes them.
+tests/supplychain/test_intoto_entry.py breaks each link of a real bundle.
 """
 
 from __future__ import annotations
@@ -33,13 +33,15 @@ import binascii
 import copy
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
+from secureml.supplychain.dsse_pae import pae
 from secureml.supplychain.root_windows import check_root_windows
 
 if TYPE_CHECKING:
-    from sigstore.verify import Verifier
     from sigstore.verify.policy import VerificationPolicy
+
+    from secureml.supplychain.trust import TrustedVerifier
 
 INTOTO_KIND = ("intoto", "0.0.2")
 
@@ -60,13 +62,17 @@ def log_entry_kind(document: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def verify_intoto_dsse(
-    verifier: Verifier, document: dict[str, Any], policy: VerificationPolicy
+    verifier: TrustedVerifier, document: dict[str, Any], policy: VerificationPolicy
 ) -> tuple[str, bytes]:
     """Verify a DSSE bundle with an `intoto` 0.0.2 entry; return (payload type, payload) like `verify_dsse`."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.hazmat.primitives.serialization import Encoding
-    from sigstore import dsse
     from sigstore.models import Bundle
+    from sigstore_models.bundle.v1 import Bundle as BundleMessage
+
+    from secureml.supplychain.sigstore_private import verify_signing_certificate
 
     entry = document["verificationMaterial"]["tlogEntries"][0]
     try:
@@ -78,23 +84,34 @@ def verify_intoto_dsse(
         "kind": "dsse",
         "version": "0.0.1",
     }
-    bundle = Bundle.from_json(json.dumps(relabelled))
-    verifier._verify_common_signing_cert(bundle, policy)
+    text = json.dumps(relabelled)
+    bundle = Bundle.from_json(text)
+    verify_signing_certificate(verifier.verifier, bundle, policy)
     check_root_windows(verifier, bundle)
-    envelope = bundle._dsse_envelope
+    envelope = BundleMessage.from_json(text).dsse_envelope
     if envelope is None:
         raise IntotoEntryError("an intoto log entry needs a DSSE envelope in the bundle")
+    if len(envelope.signatures) != 1:
+        raise IntotoEntryError(f"DSSE: exactly 1 signature allowed, got {len(envelope.signatures)}")
+    signature = envelope.signatures[0].sig
     certificate = bundle.signing_certificate
-    payload = dsse._verify(cast(ec.EllipticCurvePublicKey, certificate.public_key()), envelope)
-    payload_type = envelope._inner.payload_type
+    key = certificate.public_key()
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        raise IntotoEntryError("DSSE: the signing certificate's key is not an ECDSA key")
+    try:
+        key.verify(
+            signature, pae(envelope.payload_type, envelope.payload), ec.ECDSA(hashes.SHA256())
+        )
+    except InvalidSignature:
+        raise IntotoEntryError("DSSE: invalid signature") from None
     _check_body(
         body,
-        signature=envelope.signature,
+        signature=signature,
         certificate_der=certificate.public_bytes(Encoding.DER),
-        payload_type=payload_type,
-        payload=payload,
+        payload_type=envelope.payload_type,
+        payload=envelope.payload,
     )
-    return payload_type, payload
+    return envelope.payload_type, envelope.payload
 
 
 def _check_body(

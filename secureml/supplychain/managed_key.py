@@ -12,10 +12,8 @@ following must hold, in this order, or a `SignatureError` says which did not:
    inclusion promise;
 4. the entry is proven by that log's key alone: the Merkle inclusion proof against the signed
    checkpoint, and the signed entry timestamp (the inclusion promise, which authenticates the
-   integrated time). sigstore-python's own code does these checks:
-   `sigstore.models.TransparencyLogEntry._verify` (with `sigstore._internal.merkle` and
-   `sigstore._internal.rekor.checkpoint`) over a `sigstore._internal.trust.Keyring` holding only
-   the matching log's key. These are private APIs, pinned by the `sigstore>=4.1,<5` requirement;
+   integrated time). sigstore-python's own code does these checks, through private APIs kept in
+   sigstore_private.py (`verify_log_entry`), given only the matching log's key;
 5. the integrated time lies within that log key's validity window in the trusted root (end
    inclusive);
 6. the entry's canonicalized body records this signature, this key and this digest.
@@ -41,7 +39,11 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
 from secureml.core.errors import InputError
-from secureml.supplychain.trust import load_trusted_root, resolve_trusted_root
+from secureml.supplychain.trust import (
+    load_trusted_root,
+    require_tested_sigstore,
+    resolve_trusted_root,
+)
 from secureml.supplychain.verifier import (
     FailureKind,
     SignatureError,
@@ -118,9 +120,11 @@ def verify_with_key(
     artifact_name: str = "artifact",
 ) -> KeyVerifiedSignature:
     """Verify a managed-key bundle over a blob (its bytes, or its `sha256:<hex>` digest)."""
-    from sigstore._internal.trust import Keyring, RekorKeyring
-    from sigstore.models import Bundle, TransparencyLogEntry
+    require_tested_sigstore()
+    from sigstore.models import Bundle
     from sigstore_models.bundle.v1 import Bundle as BundleMessage
+
+    from secureml.supplychain.sigstore_private import verify_log_entry
 
     key = load_public_key(key_pem, key_source)
     if isinstance(artifact, bytes):
@@ -186,10 +190,8 @@ def verify_with_key(
         fail,
     )
 
-    root = load_trusted_root(resolve_trusted_root(trusted_root))
-    log = next(
-        (tlog for tlog in root._inner.tlogs if tlog.log_id.key_id == entry.log_id.key_id), None
-    )
+    root = load_trusted_root(resolve_trusted_root(trusted_root)).document
+    log = next((tlog for tlog in root.tlogs if tlog.log_id.key_id == entry.log_id.key_id), None)
     log_id = base64.b64encode(entry.log_id.key_id).decode()
     if log is None:
         raise fail(
@@ -203,7 +205,7 @@ def verify_with_key(
             "the entry has no integrated time signed by an inclusion promise",
         )
     try:
-        TransparencyLogEntry(entry)._verify(RekorKeyring(Keyring([log.public_key])))
+        verify_log_entry(entry, log.public_key)
     except Exception as err:  # noqa: BLE001 - sigstore VerificationError/InvalidBundle, or malformed proof data: fail closed
         raise fail("log entry is not proven", f"{log.base_url}: {_first_line(err)}") from None
 

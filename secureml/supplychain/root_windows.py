@@ -13,8 +13,8 @@ sigstore-python has verified the bundle:
 * the integrated time, when there is one, in the window of the log key with the entry's log id;
 * the SCT's timestamp in the window of the CT log key with the SCT's log id.
 
-Windows are closed intervals. `Verifier._establish_time` and `TrustedRoot._inner` are private APIs
-of sigstore-python (pinned to 4.x; tests/supplychain/test_root_windows.py fails if they change).
+Windows are closed intervals. The verified times come from sigstore-python's private
+`Verifier._establish_time` (sigstore_private.py); the windows from the root's document.
 """
 
 from __future__ import annotations
@@ -24,20 +24,24 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sigstore.models import Bundle
-    from sigstore.verify import Verifier
+
+    from secureml.supplychain.trust import TrustedVerifier
 
 
 class WindowError(Exception):
     """A key or CA of the trusted root vouched for something outside its validity window."""
 
 
-def check_root_windows(verifier: Verifier, bundle: Bundle) -> None:
+def check_root_windows(verifier: TrustedVerifier, bundle: Bundle) -> None:
     """Raise WindowError unless the CA, log and CT keys were within their windows at signing time."""
     from cryptography import x509
+    from sigstore_models.bundle.v1 import Bundle as BundleMessage
 
-    root = verifier._trusted_root._inner
+    from secureml.supplychain.sigstore_private import verified_times
+
+    root = verifier.root
     leaf = bundle.signing_certificate
-    times = [result.time for result in verifier._establish_time(bundle)]
+    times = verified_times(verifier.verifier, bundle)
 
     issuing = [
         authority
@@ -53,7 +57,7 @@ def check_root_windows(verifier: Verifier, bundle: Bundle) -> None:
                 f"no certificate authority of the trusted root that issued the signing certificate was valid at {_iso(time)}"
             )
 
-    entry = bundle.log_entry._inner
+    (entry,) = BundleMessage.from_json(bundle.to_json()).verification_material.tlog_entries
     if entry.integrated_time:
         integrated = dt.datetime.fromtimestamp(entry.integrated_time, tz=dt.UTC)
         logs = [log for log in root.tlogs if log.log_id.key_id == entry.log_id.key_id]

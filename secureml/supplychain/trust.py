@@ -13,8 +13,9 @@ verifying with a warm one costs only the signature checks.
 from __future__ import annotations
 
 import functools
+import json
+from dataclasses import dataclass
 from datetime import timedelta
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,11 +24,34 @@ from secureml.core.errors import InputError
 if TYPE_CHECKING:
     from sigstore.models import TrustedRoot
     from sigstore.verify import Verifier
+    from sigstore_models.trustroot.v1 import TrustedRoot as TrustedRootDocument
 
-PUBLIC_INSTANCES = {
-    "production": "https%3A%2F%2Ftuf-repo-cdn.sigstore.dev",
-    "staging": "https%3A%2F%2Ftuf-repo-cdn.sigstage.dev",
-}
+PUBLIC_INSTANCES = ("production", "staging")
+_CLIENT_TRUST_CONFIG = "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json"
+_SIGNING_CONFIG = "application/vnd.dev.sigstore.signingconfig.v0.2+json"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedRoot:
+    """A trusted root as sigstore-python's `TrustedRoot` (to build a `Verifier`) and as the parsed
+    document it was built from (the keys and validity windows secureml checks itself)."""
+
+    trusted_root: TrustedRoot
+    document: TrustedRootDocument
+
+
+@dataclass(frozen=True, slots=True)
+class TrustedVerifier:
+    """sigstore-python's `Verifier` for one trusted root, with that root's document."""
+
+    verifier: Verifier
+    root: TrustedRootDocument
+
+
+def require_tested_sigstore() -> None:
+    """Raise SigstoreVersionError for a sigstore release secureml is not tested with (importing
+    sigstore_private checks it); call it before importing anything else of sigstore's."""
+    import secureml.supplychain.sigstore_private  # noqa: F401
 
 
 def resolve_trusted_root(spec: str | Path, *, base_dir: Path | None = None) -> str:
@@ -42,20 +66,18 @@ def resolve_trusted_root(spec: str | Path, *, base_dir: Path | None = None) -> s
 
 
 def _embedded_root_path(instance: str) -> Path:
-    store = (
-        resources.files("sigstore") / "_store" / PUBLIC_INSTANCES[instance] / "trusted_root.json"
-    )
-    return Path(str(store))
+    from secureml.supplychain.sigstore_private import shipped_trust_file
+
+    return Path(str(shipped_trust_file(instance, "trusted_root.json")))
 
 
-def load_trusted_root(spec: str | Path, *, online: bool = False) -> TrustedRoot:
+def load_trusted_root(spec: str | Path, *, online: bool = False) -> LoadedRoot:
     """Load `production`, `staging` or a trusted_root.json path; raise InputError if unusable.
 
     With `online`, a public instance's root comes from its TUF repository: NetworkError when that
     does not answer, TufRefusedError when it serves metadata that does not verify (both exit 2).
     """
-    from sigstore.models import TrustedRoot
-
+    require_tested_sigstore()
     text = str(spec)
     if text in PUBLIC_INSTANCES:
         if online:
@@ -75,7 +97,7 @@ def load_trusted_root(spec: str | Path, *, online: bool = False) -> TrustedRoot:
     else:
         path = Path(text)
     try:
-        return closed_tsa_windows(TrustedRoot.from_file(str(path)))
+        return closed_tsa_windows(path.read_bytes())
     except FileNotFoundError:
         raise InputError(
             f"trusted root {path} does not exist",
@@ -90,33 +112,46 @@ def load_trusted_root(spec: str | Path, *, online: bool = False) -> TrustedRoot:
         ) from None
 
 
-def closed_tsa_windows(root: TrustedRoot) -> TrustedRoot:
-    """The root with each timestamp authority's `validFor.end` made inclusive, as TimeRange specifies.
+def closed_tsa_windows(data: bytes) -> LoadedRoot:
+    """The trusted root in `data` with each timestamp authority's `validFor.end` made inclusive,
+    as TimeRange specifies.
 
-    sigstore-python 4.x accepts an RFC 3161 timestamp only if `genTime < end`
-    (`Verifier._verify_signed_timestamp`), whereas a trusted root's TimeRange is a closed interval
-    (sigstore-conformance `trust-root-tsa-validity-end-inclusive`). Both times are microsecond
-    datetimes, so `genTime < end + 1 µs` is exactly `genTime <= end`: the end moves by that one
-    microsecond and nothing else changes. The start (`start <= genTime`) is already inclusive.
+    sigstore-python 4.x accepts an RFC 3161 timestamp only if `genTime < end`, whereas a trusted
+    root's TimeRange is a closed interval (sigstore-conformance
+    `trust-root-tsa-validity-end-inclusive`). Both times are microsecond datetimes, so
+    `genTime < end + 1 µs` is exactly `genTime <= end`: the end moves by that one microsecond and
+    nothing else changes. The start (`start <= genTime`) is already inclusive.
+
+    The document is parsed with sigstore-models, and sigstore-python's `TrustedRoot` built from the
+    changed one in memory, through the public `ClientTrustConfig.from_json(...).trusted_root` (a
+    trust configuration with no signing services: secureml only verifies); that checks the media
+    type as `TrustedRoot.from_file` does. Errors are sigstore's and pydantic's.
     """
-    from sigstore.models import TrustedRoot
+    from sigstore.models import ClientTrustConfig
+    from sigstore_models.trustroot.v1 import TrustedRoot as TrustedRootDocument
 
-    inner = root._inner.model_copy(deep=True)
-    for authority in inner.timestamp_authorities:
+    document = TrustedRootDocument.from_json(data)
+    for authority in document.timestamp_authorities:
         window = authority.valid_for
         if window is not None and window.end is not None:
             window.end = window.end + timedelta(microseconds=1)
-    return TrustedRoot(inner)
+    config = {
+        "mediaType": _CLIENT_TRUST_CONFIG,
+        "trustedRoot": json.loads(document.to_json()),
+        "signingConfig": {"mediaType": _SIGNING_CONFIG},
+    }
+    trusted_root = ClientTrustConfig.from_json(json.dumps(config)).trusted_root
+    return LoadedRoot(trusted_root, document)
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_verifier(resolved: str, mtime_ns: int, online: bool) -> Verifier:
+def _cached_verifier(resolved: str, mtime_ns: int, online: bool) -> TrustedVerifier:
     from sigstore.errors import Error as SigstoreError
     from sigstore.verify import Verifier
 
-    root = load_trusted_root(resolved, online=online)
+    loaded = load_trusted_root(resolved, online=online)
     try:
-        return Verifier(trusted_root=root)
+        return TrustedVerifier(Verifier(trusted_root=loaded.trusted_root), loaded.document)
     except SigstoreError as err:
         raise InputError(
             f"trusted root {resolved} cannot be used for verification",
@@ -127,8 +162,10 @@ def _cached_verifier(resolved: str, mtime_ns: int, online: bool) -> Verifier:
 
 def verifier_for(
     spec: str | Path, *, base_dir: Path | None = None, online: bool = False
-) -> Verifier:
-    """A (cached) sigstore `Verifier` for a trusted root spec; a changed root file is reloaded."""
+) -> TrustedVerifier:
+    """A (cached) sigstore `Verifier` for a trusted root spec, with the root's document; a changed
+    root file is reloaded."""
+    require_tested_sigstore()
     resolved = resolve_trusted_root(spec, base_dir=base_dir)
     mtime_ns = 0
     if resolved not in PUBLIC_INSTANCES:

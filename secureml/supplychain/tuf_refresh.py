@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from urllib import parse
 
@@ -30,7 +29,6 @@ PUBLIC_TUF_URLS = {
     "production": "https://tuf-repo-cdn.sigstore.dev",
     "staging": "https://tuf-repo-cdn.sigstage.dev",
 }
-_SHIPPED_DIRS = {name: parse.quote(url, safe="") for name, url in PUBLIC_TUF_URLS.items()}
 
 
 class TufRefusedError(SecuremlError):
@@ -50,9 +48,12 @@ class TufRepository:
     @classmethod
     def public(cls, instance: str) -> TufRepository:
         """The production or staging repository, bootstrapped from sigstore-python's shipped root.json."""
-        url = PUBLIC_TUF_URLS[instance]
-        shipped = resources.files("sigstore") / "_store" / _SHIPPED_DIRS[instance] / "root.json"
-        return cls(url, shipped.read_bytes(), f"sigstore-python's shipped {instance} root.json")
+        from secureml.supplychain.sigstore_private import shipped_trust_file
+
+        shipped = shipped_trust_file(instance, "root.json").read_bytes()
+        return cls(
+            PUBLIC_TUF_URLS[instance], shipped, f"sigstore-python's shipped {instance} root.json"
+        )
 
     @classmethod
     def at(cls, url: str, bootstrap_root: Path | None) -> TufRepository:

@@ -37,8 +37,9 @@ from secureml.supplychain.tuf_refresh import TufRepository, refresh_trusted_root
 
 if TYPE_CHECKING:
     from sigstore.models import Bundle
-    from sigstore.verify import Verifier
     from sigstore.verify.policy import VerificationPolicy
+
+    from secureml.supplychain.trust import TrustedVerifier
 
 COSIGN_SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -204,7 +205,9 @@ class SignatureVerifier:
                 payload_type, payload = verify_dsse(self._verifier, document, bundle, policy)
             else:
                 hashed = Hashed(algorithm=HashAlgorithm.SHA2_256, digest=bytes.fromhex(hex_digest))
-                self._verifier.verify_artifact(raw if raw is not None else hashed, bundle, policy)
+                self._verifier.verifier.verify_artifact(
+                    raw if raw is not None else hashed, bundle, policy
+                )
                 check_root_windows(self._verifier, bundle)
         except UntrustedSignerError as err:
             raise SignatureError(
@@ -240,7 +243,7 @@ class SignatureVerifier:
 
 
 def verify_dsse(
-    verifier: Verifier, document: dict[str, Any], bundle: Bundle, policy: VerificationPolicy
+    verifier: TrustedVerifier, document: dict[str, Any], bundle: Bundle, policy: VerificationPolicy
 ) -> tuple[str, bytes]:
     """A DSSE bundle (`document` its JSON) verified as every secureml check verifies one: image
     attestations, model signatures and compile attestations alike. sigstore-python's
@@ -249,7 +252,7 @@ def verify_dsse(
     (sigstore-python compares them with now). Returns (payload type, payload)."""
     if log_entry_kind(document) == INTOTO_KIND:
         return verify_intoto_dsse(verifier, document, policy)  # checks the windows itself
-    payload_type, payload = verifier.verify_dsse(bundle, policy)
+    payload_type, payload = verifier.verifier.verify_dsse(bundle, policy)
     check_root_windows(verifier, bundle)
     return payload_type, payload
 
@@ -266,7 +269,7 @@ class KeylessAdvice:
 def verify_keyless_dsse(
     bundle_bytes: bytes,
     identities: Sequence[TrustedIdentity],
-    verifier: Verifier,
+    verifier: TrustedVerifier,
     *,
     subject: str,
     whose: str,

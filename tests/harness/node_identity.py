@@ -48,7 +48,6 @@ SYSTEM_NAMESPACE = "secureml-system"
 CSI_DRIVER = "csi.spiffe.io"
 AGENT_SOCKET = "spire-agent.sock"
 CLUSTERSPIFFEID_CRD = "spire.spiffe.io_clusterspiffeids.yaml"
-HOST_PROGRAMS = ("spire-controller-manager", "registrar", "spiffe-csi-driver", "spire-server")
 
 
 def apply(node: Node, path: str, body: dict[str, Any]) -> None:

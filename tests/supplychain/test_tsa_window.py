@@ -78,17 +78,20 @@ def test_a_flipped_signature_or_wrong_identity_still_fails() -> None:
 
 
 def test_only_the_tsa_end_moves_and_by_one_microsecond() -> None:
-    loaded = load_trusted_root(CASE / "trusted_root.json")
-    from sigstore.models import TrustedRoot
+    from sigstore_models.trustroot.v1 import TrustedRoot as TrustedRootDocument
 
-    raw = TrustedRoot.from_file(str(CASE / "trusted_root.json"))
-    again = closed_tsa_windows(raw)
-    (tsa,) = again._inner.timestamp_authorities
-    (original,) = raw._inner.timestamp_authorities
+    data = (CASE / "trusted_root.json").read_bytes()
+    raw = TrustedRootDocument.from_json(data)
+    again = closed_tsa_windows(data)
+    (tsa,) = again.document.timestamp_authorities
+    (original,) = raw.timestamp_authorities
     assert original.valid_for is not None and original.valid_for.end is not None
     assert tsa.valid_for is not None and tsa.valid_for.end is not None
     assert (tsa.valid_for.end - original.valid_for.end).total_seconds() == pytest.approx(1e-6)
     assert tsa.valid_for.start == original.valid_for.start
-    assert again._inner.tlogs == raw._inner.tlogs
-    assert again._inner.certificate_authorities == raw._inner.certificate_authorities
-    assert loaded._inner.timestamp_authorities == again._inner.timestamp_authorities
+    assert again.document.tlogs == raw.tlogs
+    assert again.document.certificate_authorities == raw.certificate_authorities
+    assert load_trusted_root(CASE / "trusted_root.json").document == again.document
+    # sigstore-python's TrustedRoot, which its Verifier reads, holds the same closed window
+    (authority,) = again.trusted_root.get_timestamp_authorities()
+    assert authority.validity_period_end == tsa.valid_for.end

@@ -11,9 +11,10 @@ scope, in catalogue order:
   KFP's own driver pods (only KFP/Argo images, no GPU) are not held to them.
 
 Every Pod in the tenant namespace is checked, labelled or not, on CREATE and UPDATE (labels and
-annotations of a running pod can change), and on UPDATE of `pods/ephemeralcontainers` (an
-ephemeral container added to a running pod, which can turn a KFP system pod into a step pod). This
-runs after the mutating policy, so it sees the pod as mutated.
+annotations of a running pod can change), on UPDATE of `pods/ephemeralcontainers` (an
+ephemeral container added to a running pod, which can turn a KFP system pod into a step pod) and of
+`pods/resize` (in-place resizing, GA in 1.35: a pod's resources change after admission). This runs
+after the mutating policy, so it sees the pod as mutated.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def render_policy(profile: TenantProfile, options: BundleOptions) -> list[Manife
         spec: Manifest = {
             "failurePolicy": "Fail",
             "matchConstraints": pod_match_constraints(
-                profile, ("pods", "pods/ephemeralcontainers")
+                profile, ("pods", "pods/ephemeralcontainers", "pods/resize")
             ),
         }
         if scope:

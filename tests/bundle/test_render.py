@@ -209,7 +209,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
                 "apiGroups": [""],
                 "apiVersions": ["v1"],
                 "operations": ["CREATE", "UPDATE"],
-                "resources": ["pods", "pods/ephemeralcontainers"],
+                "resources": ["pods", "pods/ephemeralcontainers", "pods/resize"],
             }
         ]
     pss = [rule.id for rule in rules_for_level("restricted")]

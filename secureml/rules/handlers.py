@@ -1,15 +1,16 @@
-"""No command of the tenant's that the kubelet runs outside the launcher: exec probes and hooks.
+"""No command of the tenant's that the kubelet runs outside the launcher: exec probes, hooks, restarts.
 
 The kubelet runs an `exec` probe or `postStart`/`preStop` hook inside the container but not as the
 launcher's child: before the identity check and the scrub, unseen by the NVML watchdog, and
-possibly holding GPU memory while scrub-after runs. Step pods carry none, on any container.
+possibly holding GPU memory while scrub-after runs. A restart re-runs `main` from emptyDirs its
+first run could write (argoexec, `/kfp-launcher/launch`). Step pods carry none of these.
 """
 
 from __future__ import annotations
 
 from secureml.profile.model import TenantProfile
 from secureml.rules._tenant_rule import tenant_rule
-from secureml.rules.cel.reference import container_rule_message, every_container
+from secureml.rules.cel.reference import SPEC, container_rule_message, every_container
 from secureml.rules.model import Rule
 
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
@@ -37,5 +38,27 @@ def handler_rules(profile: TenantProfile) -> list[Rule]:
             "any container of a step: the kubelet runs them outside the launcher",
             every_container(predicate),
             container_rule_message(predicate, tail),
+        )
+    ]
+
+
+def restart_rules(profile: TenantProfile) -> list[Rule]:
+    """`secureml.noRestart`: a step runs once (Argo retries with a new pod)."""
+    policy = f"{SPEC}.restartPolicy"
+    no_container_restart = "!has(c.restartPolicy) && !has(c.restartPolicyRules)"
+    return [
+        tenant_rule(
+            profile,
+            "secureml.noRestart",
+            "a step pod runs once: restartPolicy Never, and no container restartPolicy or "
+            "restartPolicyRules (a restart re-runs main from the emptyDirs its first run could write)",
+            f"has({policy}) && {policy} == 'Never' && {every_container(no_container_restart)}",
+            f"!has({policy}) || {policy} != 'Never' ? 'pod restartPolicy must be Never (Argo "
+            "retries a step with a new pod); a restart re-runs main from the emptyDirs its first "
+            "run could write' : "
+            + container_rule_message(
+                no_container_restart,
+                "sets restartPolicy or restartPolicyRules; remove it: a step's containers run once",
+            ),
         )
     ]

@@ -609,7 +609,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     """secureml's rules for `profile` (without the Pod Security Standards)."""
     from secureml.rules.accounts import account_rules
     from secureml.rules.confidential import confidential_rules
-    from secureml.rules.handlers import handler_rules
+    from secureml.rules.handlers import handler_rules, restart_rules
     from secureml.rules.immutable import immutable_rules
     from secureml.rules.launcher import launcher_rules
     from secureml.rules.mounts import mount_rules
@@ -629,6 +629,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
         *launcher_rules(profile),
         *mount_rules(profile),
         *handler_rules(profile),
+        *restart_rules(profile),
         *account_rules(profile),
         *trainer_node_rules(profile),
         *immutable_rules(profile),

@@ -261,6 +261,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
             "secureml.interpreterEnv",
             "secureml.mountPaths",
             "secureml.noExecHandlers",
+            "secureml.noRestart",
             "secureml.trainerNode",
         ]
     bindings = {

@@ -42,11 +42,12 @@ demo: $(STAMP) $(SHIM_LIB) ## validate profiles, compile, render a bundle, run t
 
 # The system packages the suite runs: a registry (docker-registry), image builds (buildah,
 # debootstrap, bubblewrap), the test node (containerd, runc, the CNI plugins, nftables, iproute2,
-# busybox-static for its image) and the C compiler of the fake GPU and the node's pause. apt-get
+# busybox-static for its image), the C compiler of the fake GPU and the node's pause, clang-format
+# (make lint) and promtool (prometheus: the rendered alert rules read by Prometheus). apt-get
 # on Debian, only what is missing (a no-op once installed); elsewhere it says what to install and
 # lets `make test` go on (those tests skip, or fail under CI=true).
 DEB_PACKAGES := docker-registry buildah bubblewrap debootstrap containerd runc \
-	containernetworking-plugins nftables iproute2 busybox-static gcc libc6-dev clang-format
+	containernetworking-plugins nftables iproute2 busybox-static gcc libc6-dev clang-format prometheus
 deps: ## the system packages the suite needs (apt-get on Debian)
 	@missing=""; for package in $(DEB_PACKAGES); do \
 		dpkg-query -W -f='$${db:Status-Abbrev}' $$package 2>/dev/null | grep -q '^ii' \

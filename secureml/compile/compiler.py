@@ -879,6 +879,7 @@ def _check_admission(
     from secureml.rules import evaluate, rules_for_profile
 
     rules = rules_for_profile(profile)
+    requirement = {rule.id: rule.message for rule in rules}
     reports = {step.step: step for step in ctx.steps}
     # the documents as written, without a YAML round trip; each pod judged, then dropped
     for path, pod in iter_preview_pods(documents, profile):
@@ -891,7 +892,10 @@ def _check_admission(
         for violation in evaluate(pod, rules):
             ctx.violations.append(
                 dataclasses.replace(
-                    violation, task=task, fix="see docs/admission-rules.md for this rule"
+                    violation,
+                    task=task,
+                    fix=f"change the task to meet {violation.rule}, which the cluster enforces: "
+                    f"{requirement[violation.rule]} (docs/admission-rules.md)",
                 )
             )
     _check_trainer_nodes(profile, ctx, rules)

@@ -39,7 +39,15 @@ def render_text(report: dict[str, Any]) -> str:
             f"{v['task'].ljust(width)}  [{v['rule']}] {v['what']}\n{' ' * width}  fix: {v['fix']}"
             for v in violations
         ]
-        verdict = f"{len(violations)} violation(s): not compiled (docs/rules.md explains each rule)"
+        docs = {"docs/rules.md"} | {
+            "docs/admission-rules.md"
+            for v in violations
+            if v["rule"].startswith(("secureml.", "pss."))
+        }
+        verdict = (
+            f"{len(violations)} violation(s): not compiled ({' and '.join(sorted(docs, reverse=True))} "
+            "explain each rule)"
+        )
         return f"{title}\n" + "\n".join(blocks) + f"\n{verdict}\n"
     body = render_table(
         ["TASK", "KIND", "ISOLATION", "GPU", "SCHEDULING", "IDENTITY", "SIGNED BY", "CONTROLS"],

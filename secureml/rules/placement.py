@@ -83,6 +83,12 @@ def _text(var: str, field: str, default: str) -> str:
     return f"(has({var}.{field}) ? {var}.{field} : {quote(default)})"
 
 
+def _written(parts: tuple[str, str, str, str]) -> str:
+    """A toleration as a person reads it: `key=k operator=Equal value=v effect=NoSchedule`."""
+    key, operator, value, effect = parts
+    return f"key={key} operator={operator} value={value} effect={effect}"
+
+
 def _tolerations(profile: TenantProfile) -> Rule:
     allowed = list(DEFAULT_TOLERATIONS)
     whole = profile.spec.gpu.whole_gpu
@@ -104,10 +110,19 @@ def _tolerations(profile: TenantProfile) -> Rule:
         f"(({_text('t', 'key', '')}) == '' && {_text('t', 'operator', 'Equal')} == 'Exists')"
     )
     ok = f"(!{keyless_exists} && ({shape}) in {shapes})"
-    own = ", ".join(sorted({"|".join(p) for p in allowed[len(DEFAULT_TOLERATIONS) :]})) or "none"
+    own = "; ".join(sorted({_written(p) for p in allowed[len(DEFAULT_TOLERATIONS) :]})) or "none"
     message = (
-        "tolerations only those of the tenant's own pools (key|operator|value|effect: "
-        f"{own}) and the API server's default not-ready/unreachable ones; never Exists without a key"
+        f"tolerations only those of the tenant's own pools ({own}) and the API server's default "
+        "not-ready/unreachable ones; never Exists without a key"
+    )
+    written = " + ".join(
+        f"{quote(label)} + {_text('t', field, default)}"
+        for label, field, default in (
+            ("key=", "key", ""),
+            (" operator=", "operator", "Equal"),
+            (" value=", "value", ""),
+            (" effect=", "effect", ""),
+        )
     )
     bad = f"{SPEC}.tolerations.filter(t, !{ok})"
     return tenant_rule(
@@ -115,7 +130,8 @@ def _tolerations(profile: TenantProfile) -> Rule:
         "secureml.tolerations",
         message,
         f"!has({SPEC}.tolerations) || {SPEC}.tolerations.all(t, {ok})",
-        f"'pod tolerates ' + [{bad}[0]].map(t, {shape})[0] + ', which is not one of its pools'",
+        f"'pod tolerates ' + [{bad}[0]].map(t, {written})[0] + ', which is not one of its "
+        "pools; remove it (the compiler adds the tolerations of the pools the step needs)'",
         scope=EVERY_POD,
     )
 

@@ -293,3 +293,42 @@ def test_reference_pipeline_against_every_example_profile(path: Path) -> None:
         found = sorted((v.task, v.rule) for v in err.violations)
     if path.stem in EXPECTED_BY_PROFILE:
         assert found == EXPECTED_BY_PROFILE[path.stem]
+
+
+def test_a_preview_violation_says_what_to_change_in_words_and_where_it_is_documented(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "pipeline.py"
+    source.write_text(
+        textwrap.dedent(
+            """
+            from kfp import dsl, kubernetes
+            from secureml import TimeSlice, secure_component
+
+            IMAGE = "ghcr.io/acme/ml-images/train@sha256:" + "a" * 64
+
+
+            @secure_component(image=IMAGE, gpu=TimeSlice(memory="8Gi", compute=25))
+            def train(x: int) -> int:
+                return x
+
+
+            @dsl.pipeline(name="tolerates")
+            def tolerates() -> None:
+                task = train(x=1)
+                kubernetes.add_toleration(
+                    task, key="other-team", operator="Exists", effect="NoSchedule"
+                )
+            """
+        )
+    )
+    profile = ROOT / "examples" / "profiles" / "team-a-dev.yaml"
+    result = CliRunner().invoke(
+        app, ["compile", str(source), "--profile", str(profile), "-o", str(tmp_path / "o.yaml")]
+    )
+    assert result.exit_code == 1, result.output
+    assert "key=other-team operator=Exists value= effect=NoSchedule" in result.output
+    assert "|" not in result.output.split("[secureml.tolerations]")[1].split("\n")[0]
+    assert "fix: change the task to meet secureml.tolerations" in result.output
+    assert "see docs" not in result.output
+    assert "docs/rules.md and docs/admission-rules.md explain each rule" in result.output

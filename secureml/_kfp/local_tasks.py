@@ -1,13 +1,7 @@
-"""Per-invocation settings for kfp.local's tasks: the one seam `secureml run --local` needs in kfp.
+"""Per-run env for kfp.local's tasks: the one seam `secureml run --local` needs in kfp.local.
 
-kfp.local gives every run of an executor the same container `env`, but a `dsl.ParallelFor` runs one
-executor several times, two at a time: iterations that share a simulated GPU scrub each other's
-memory, and their audit records cannot be told apart. kfp.local 2.17 builds one
-`subprocess_task_handler.SubprocessTaskHandler` per task invocation, looked up on its module at
-each call, with the task's full command (whose executor input names the task's own output folder,
-`<pipeline-root>/<run>/<loop>-iteration-<i>/<task>/`) and its env. `per_task_env` substitutes a
-subclass for the duration of a run that lets a hook adjust that env from the task's folder.
-tests/localrun/test_parallel_for.py fails if kfp changes this seam.
+kfp.local has no hook for it (docs/upstream/kfp-local-task-env.md): `per_task_env` substitutes its
+task handler class for the length of a run; tests/localrun/test_parallel_for.py fails if kfp changes.
 """
 
 from __future__ import annotations

@@ -1,47 +1,55 @@
-"""kfp's merge of a nested pipeline's platform spec, kept from overwriting the parent's executors.
+"""Undo kfp 2.17's merge of a nested pipeline's platform spec over its parent's executors.
 
-kfp 2.17 (`pipeline_spec_builder._merge_deployment_spec`) merges a nested pipeline's executors into
-its parent's, renaming a nested executor whose label the parent already has (`exec-score` becomes
-`exec-score-2`). It merges the nested pipeline's whole platform spec after *each* executor, so an
-executor not yet renamed is merged under its old label: the parent's `exec-score` then gets the
-nested task's kubernetes config. Which executors come first is protobuf map order, so the result
-varies from run to run. With secureml every task has a config (its labels, annotations, security
-context), so a component used both in a pipeline and in a pipeline it calls could get the nested
-step's labels on the parent's pod, which admission refuses (the env names the other step).
-
-During `fixed_merges()` the merge runs as kfp wrote it, and then every executor config the parent
-had before is put back: a nested pipeline's executors always land under labels the parent did not
-have, so restoring the parent's own is exactly the intended merge.
+kfp merges the nested spec before it renames colliding executor labels, so a parent's executor can
+get a nested task's config (docs/upstream/kfp-nested-merge.md); `restore_own_configs` rewrites it.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kfp.dsl.graph_component import GraphComponent
+    from kfp.dsl.pipeline_task import PipelineTask
 
 
-@contextlib.contextmanager
-def fixed_merges() -> Iterator[None]:
-    """Within the block, merging a nested pipeline never changes the parent's executor configs."""
-    from kfp.compiler import pipeline_spec_builder as builder
+def restore_own_configs(component: GraphComponent, tasks: Mapping[str, PipelineTask]) -> None:
+    """Give each container task of `tasks` (the pipeline's own, as kfp traced them) the platform
+    config kfp merged for it, where the pipeline calls another pipeline.
 
-    original = builder._merge_deployment_spec
+    kfp merged a task's config under its executor label when the label was new, so that merge
+    wrote exactly `platform_config_to_platform_spec` of the task's config; writing it again after
+    the build puts back what a nested pipeline's merge overwrote, and changes nothing else.
+    """
+    if not any(task.pipeline_spec is not None for task in tasks.values()):
+        return  # nothing nested was merged
+    from kfp.compiler.pipeline_spec_builder import platform_config_to_platform_spec
+    from kfp.dsl.utils import sanitize_task_name
 
-    def merge(*, main_platform_spec: Any, **kwargs: Any) -> None:
-        before: dict[tuple[str, str], Any] = {}
-        for platform, config in main_platform_spec.platforms.items():
-            for label, executor in config.deployment_spec.executors.items():
-                before[(platform, label)] = type(executor)()
-                before[(platform, label)].CopyFrom(executor)
-        original(main_platform_spec=main_platform_spec, **kwargs)
-        for (platform, label), executor in before.items():
-            main_platform_spec.platforms[platform].deployment_spec.executors[label].CopyFrom(
-                executor
-            )
-
-    builder._merge_deployment_spec = merge
-    try:
-        yield
-    finally:
-        builder._merge_deployment_spec = original
+    spec = component.pipeline_spec
+    platforms = component.platform_spec.platforms
+    by_name = {sanitize_task_name(name): task for name, task in tasks.items()}
+    dags: list[Any] = [spec.root]  # the pipeline's DAG and its groups' (loops, conditions, ...)
+    while dags:
+        dag_component = dags.pop()
+        in_dag = list(dag_component.dag.tasks.keys())
+        for name, task_spec in dag_component.dag.tasks.items():
+            inner = spec.components[task_spec.component_ref.name]
+            task = by_name.get(name)
+            if inner.executor_label:
+                if task is None or task.container_spec is None or not task.platform_config:
+                    continue
+                own = platform_config_to_platform_spec(
+                    task.platform_config,
+                    inner.executor_label,
+                    parent_component_inputs=dag_component.input_definitions,
+                    tasks_in_current_dag=in_dag,
+                )
+                for key, platform in own.platforms.items():
+                    executors = platform.deployment_spec.executors
+                    platforms[key].deployment_spec.executors[inner.executor_label].CopyFrom(
+                        executors[inner.executor_label]
+                    )
+            elif inner.HasField("dag") and (task is None or task.pipeline_spec is None):
+                dags.append(inner)  # a group of this pipeline; a nested pipeline's are its own

@@ -1,22 +1,6 @@
-"""`json_format.MessageToDict` (its default options) for kfp's protos, about 1.7 times faster.
-
-The compiler turns kfp's pipeline and platform specs into the documents it writes and previews
-(`compiler._documents`), and `kfp_k8s_config` writes each task's kubernetes config as a dict.
-protobuf's `MessageToDict` works out, for every field of every message, how to write it (whether
-it is a map from its type's options, its kind, a well-known type by name); `message_dict` works
-that out once per field of each message type (`_plan`) and writes the same proto3 JSON: the fields
-that are set (`ListFields`) under their lowerCamelCase names (`json_name`), maps as dicts keyed by
-strings (`true`/`false` for booleans), 64-bit integers as strings, enums by name, bytes in base64,
-doubles as floats (`Infinity`, `-Infinity`, `NaN` as strings), `Struct`, `Value` and `ListValue`
-as the JSON values they hold; equal texts as one object (`_text`).
-
-What it does not write itself is left to `MessageToDict`, which then gives its own result or its
-own error: the other well-known types (Any, Timestamp, Duration, FieldMask, the wrappers), for
-that message; and for the whole message, a 32-bit float, an extension, an enum number its closed
-enum does not name, a `Value` number that is not finite (`MessageToDict` refuses it), or anything
-else that raises. `tests/test_proto_dict.py` compares the two on every compiled reference
-pipeline and on messages with every kind of field.
-"""
+"""`json_format.MessageToDict` (default options) of kfp's protos, faster: the same dict, written
+by a plan made once per message type; what it does not write itself it leaves to `MessageToDict`
+(`tests/test_proto_dict.py` compares both)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from secureml.admission.gcpause import cycle_collection_paused
 from secureml.core.errors import InputError
 from secureml.core.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
 from secureml.core.violation import Violation
@@ -90,15 +89,13 @@ class PodCheckReport:
 
 
 def check_offline(files: Sequence[str], policy: OfflinePolicy) -> PodCheckReport:
-    """Judge the pods in `files` (`-` is stdin) by the CEL rules `policy` selects (with the cycle
-    collector paused: `secureml.admission.gcpause` says why)."""
-    with cycle_collection_paused():
-        rules, described, profile = _offline(policy)
-        pods = read_pods(files)
-        if policy.before:
-            verdicts = judge_updates(pods, _by_name(read_pods(policy.before)), rules)
-        else:
-            verdicts = judge_creates(pods, rules, profile, mutated=policy.mutated)
+    """Judge the pods in `files` (`-` is stdin) by the CEL rules `policy` selects."""
+    rules, described, profile = _offline(policy)
+    pods = read_pods(files)
+    if policy.before:
+        verdicts = judge_updates(pods, _by_name(read_pods(policy.before)), rules)
+    else:
+        verdicts = judge_creates(pods, rules, profile, mutated=policy.mutated)
     if policy.before or policy.mutated:
         described = {**described, "request": "UPDATE" if policy.before else "CREATE (mutated)"}
     return PodCheckReport(policy=described, rules=[rule.id for rule in rules], verdicts=verdicts)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -153,10 +151,6 @@ def compile_command(
         attest, attest_key, attest_trust_config, inputs, target, report
     )
 
-    from secureml._kfp.lazy_client import import_kfp
-
-    import_kfp()  # kfp's API client only if the pipeline file uses it
-    from secureml._kfp.names import remembered_names
     from secureml.compile.compiler import CompileError, compile_pipeline
     from secureml.compile.pipeline_loader import build_now, load_pipeline
     from secureml.core.errors import SecuremlError
@@ -177,9 +171,8 @@ def compile_command(
     for warning in runtime_image.warnings(tenant):
         typer.echo(f"warning: {warning}", err=True)
     # kfp builds the file's pipelines only where something reads them: compile_pipeline builds
-    # its own (secureml._kfp.deferred); what kfp does build, faster (the same spec)
-    with remembered_names():
-        graph = load_pipeline(file, pipeline, deferred=True)
+    # its own (secureml._kfp.deferred)
+    graph = load_pipeline(file, pipeline, deferred=True)
     verifier = _image_verifier(tenant, profile, bundles, fetch_bundles)
     signatures_checked = verifier is not None
     if tenant.spec.images.attestations:
@@ -191,14 +184,13 @@ def compile_command(
 
         verifier = chain(verifier, image_checks(tenant))
     try:
-        with _heap_frozen():
-            result = compile_pipeline(
-                graph,
-                tenant,
-                image_verifier=verifier,
-                entrypoint_resolver=_resolver(resolve_entrypoints),
-                keep_component=False,
-            )
+        result = compile_pipeline(
+            graph,
+            tenant,
+            image_verifier=verifier,
+            entrypoint_resolver=_resolver(resolve_entrypoints),
+            keep_component=False,
+        )
     except CompileError as err:
         data = reports.violation_report(graph.name, tenant.metadata.name, err.violations)
         if report is not None:
@@ -209,8 +201,7 @@ def compile_command(
         if not isinstance(err, SecuremlError):
             # the pipeline function raised in the compiler's trace: kfp's deferred build of it
             # says where, as the import did when kfp built it there
-            with remembered_names():
-                build_now(graph, file)
+            build_now(graph, file)
         raise
     data = result.report()
     attestation = (
@@ -233,28 +224,6 @@ def compile_command(
     if attest is not None and attestation is not None:
         write_text(attest, attestation.decode(), "--attest")
     _print(data, output_format, target, attest)
-
-
-@contextlib.contextmanager
-def _heap_frozen() -> Iterator[None]:
-    """What is loaded by now (kfp, the kubernetes client, pydantic, the user's module) frozen while
-    compiling: the collector's passes no longer walk it (they were about a tenth of a 10-step
-    compile's CPU time). The collector is on while compiling even where the program started it off
-    (`secureml.cli.program`): kfp's build of a long pipeline leaves cyclic garbage (2,000 steps
-    without it: 243 MiB at peak instead of 194). Unfrozen and as it was after, as the command may
-    run inside another program (a test's CliRunner), unless that program had frozen objects itself
-    (they stay frozen, and so do these)."""
-    frozen = gc.get_freeze_count()
-    enabled = gc.isenabled()
-    gc.freeze()
-    gc.enable()
-    try:
-        yield
-    finally:
-        if not enabled:
-            gc.disable()
-        if not frozen:
-            gc.unfreeze()
 
 
 def _attestation_inputs(

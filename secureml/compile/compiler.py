@@ -1,23 +1,7 @@
 """`secureml compile`: a KFP pipeline plus a TenantProfile in, a checked, secured pipeline YAML out.
 
-The compiler re-traces the user's pipeline function through kfp's own `GraphComponent`, with a thin
-wrapper that runs after the function has created its tasks and before kfp builds the pipeline
-spec. For each container task the wrapper
-
-1. reads what the task will do (image, command, environment, accelerator, kfp.kubernetes settings)
-   and checks it against the profile (`secureml.compile.rules`), collecting every violation;
-2. when nothing is wrong, writes the tenant's controls into the task with kfp's own API:
-   `kfp.kubernetes` for the pod (node selector and affinity, tolerations, pod labels and
-   annotations, security context, emptyDir scratch mounts, timeout); the accelerator, the
-   environment, the fully spelled image and the launcher prefix go into the task's own
-   `container_spec`, exactly what `set_accelerator_type/limit`, `set_env_variable` and
-   `set_container_image` write, without the `inspect.stack()` each of those setters pays per
-   call (it was the largest cost of compiling long pipelines).
-
-kfp then builds and writes the YAML as usual; no IR is written by hand. Nested pipelines are
-re-traced the same way (found through the names their parent's function uses). After the build,
-each task's pod is previewed (`secureml.pods.preview`) and checked against the tenant's admission rules,
-and images are checked for signatures through `secureml.supplychain` when asked to.
+The user's pipeline function is traced again through kfp's own `GraphComponent` with each task
+checked and its controls written in; kfp builds the spec, then each pod is previewed and judged.
 """
 
 from __future__ import annotations
@@ -27,16 +11,14 @@ import functools
 import gc
 import json
 import tempfile
-import types
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from secureml._kfp.executor_merge import copied_executor_configs
-from secureml._kfp.k8s_config import one_message
-from secureml._kfp.names import remembered_names
-from secureml._kfp.nested_merge import fixed_merges
+from secureml._kfp.deferred import referenced_graphs, retracing
+from secureml._kfp.nested_merge import restore_own_configs
 from secureml.compile.decorator import SecureSettings, settings_of
 from secureml.compile.rules import TaskView, check_task, task_gpu_request
 from secureml.core import contract
@@ -52,6 +34,7 @@ if TYPE_CHECKING:
     from kfp.dsl.graph_component import GraphComponent
     from kfp.dsl.pipeline_task import PipelineTask
 
+    from secureml.compile.k8s_config import TaskConfig
     from secureml.profile.model import TenantProfile
     from secureml.supplychain.compile import ImageVerification
 
@@ -140,6 +123,10 @@ class _Context:
     trainer_argv: dict[str, list[str]] = field(default_factory=dict)  # step -> command, preview
 
 
+# kfp records the pipeline being traced in a class attribute: two traces at once would mix
+_KFP_TRACING = threading.Lock()
+
+
 class _AbortBuildError(Exception):
     """Stop kfp's build: violations were found, the spec will not be written."""
 
@@ -176,10 +163,7 @@ def compile_pipeline(
         )
     ctx = _Context(profile=profile, pipeline=pipeline.name, entrypoints=entrypoint_resolver)
     try:
-        # kfp's build is quadratic in its name sanitiser, its nested-pipeline merge can give a
-        # parent's executor a nested task's config, and it rebuilds each task's config value by
-        # value to merge it (see each module)
-        with remembered_names(), fixed_merges(), copied_executor_configs():
+        with _KFP_TRACING, retracing():  # kfp traces one pipeline per process at a time
             secured = _secure_graph(pipeline, ctx, step_prefix="")
     except _AbortBuildError:
         secured = None
@@ -252,43 +236,6 @@ def _downloads_to_workspace(pipeline_dict: dict[str, Any]) -> bool:
 # --- re-tracing ---------------------------------------------------------------------------------
 
 
-def referenced_graphs(func: Callable[..., Any]) -> list[GraphComponent]:
-    """GraphComponents a pipeline function can reach by name: its globals, closure, and attributes
-    of modules it names (`other_module.inner_pipeline`). These are the nested pipelines it may call."""
-    from kfp.dsl.graph_component import GraphComponent
-
-    from secureml._kfp.deferred import spec_of
-
-    code = getattr(func, "__code__", None)
-    if code is None:
-        return []
-    names: set[str] = set()
-    stack = [code]
-    while stack:
-        current = stack.pop()
-        names.update(current.co_names)
-        stack.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
-    found: dict[int, GraphComponent] = {}
-    scope = getattr(func, "__globals__", {})
-    values = [scope[name] for name in sorted(names) if name in scope]
-    values += [cell.cell_contents for cell in (func.__closure__ or ()) if _cell_filled(cell)]
-    for value in list(values):
-        if isinstance(value, types.ModuleType):
-            values.extend(getattr(value, name) for name in sorted(names) if hasattr(value, name))
-    for value in values:
-        if isinstance(value, GraphComponent):
-            found.setdefault(id(spec_of(value)), value)
-    return list(found.values())
-
-
-def _cell_filled(cell: types.CellType) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018
-    except ValueError:
-        return False
-    return True
-
-
 def _secure_graph(component: GraphComponent, ctx: _Context, step_prefix: str) -> GraphComponent:
     """A new GraphComponent: `component`'s function traced again with every task secured."""
     from kfp.dsl import pipeline_context, structures
@@ -307,10 +254,13 @@ def _secure_graph(component: GraphComponent, ctx: _Context, step_prefix: str) ->
         except _AbortBuildError:
             ctx.failed_graphs.add(key)
 
+    tasks: dict[str, PipelineTask] = {}
+
     @functools.wraps(func)
     def traced(*args: Any, **kwargs: Any) -> Any:
         outputs = func(*args, **kwargs)
         dsl_pipeline = pipeline_context.Pipeline.get_default_pipeline()
+        tasks.update(dsl_pipeline.tasks)
         for name, task in dsl_pipeline.tasks.items():
             _secure_task(name, task, ctx, step_prefix)
         if ctx.violations:
@@ -324,9 +274,11 @@ def _secure_graph(component: GraphComponent, ctx: _Context, step_prefix: str) ->
         platform_spec=pipeline_spec_pb2.PlatformSpec(),
     )
     display_name = display_name_of(component)
-    return GraphComponent(
+    graph = GraphComponent(
         spec, traced, display_name=display_name, pipeline_config=component.pipeline_config
     )
+    restore_own_configs(graph, tasks)  # kfp's merge of a nested pipeline can overwrite them
+    return graph
 
 
 # --- one task -----------------------------------------------------------------------------------
@@ -432,9 +384,9 @@ def _command_from_image(name: str, task: PipelineTask, ctx: _Context) -> bool:
 def _explain_default_image(view: TaskView, found: list[Violation]) -> list[Violation]:
     """Image violations of a component that set no image name the default it fell back to (kfp's
     `python:3.11`), not an image the user never wrote, and say how to set one."""
-    from kfp.dsl import component_factory
+    from secureml._kfp import default_base_image
 
-    default = component_factory._DEFAULT_BASE_IMAGE  # kfp 2.17: what base_image= defaults to
+    default = default_base_image()
     if view.image != default:
         return found
     return [
@@ -525,6 +477,7 @@ def _scratch_volume(path: str) -> str:
 
 def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> StepReport:
     """Write the tenant's controls into `task` (already checked)."""
+    from secureml.compile.k8s_config import TaskConfig
     from secureml.core.image_ref import ImageRef
 
     profile = ctx.profile
@@ -551,12 +504,13 @@ def _apply(task: PipelineTask, view: TaskView, step: str, ctx: _Context) -> Step
     _write_resources(task, placed, report)
     spiffe_id = profile.spiffe_id(ctx.pipeline, step)
     shim_on = placed.isolation == ISOLATION_TIMESLICE_SHIM
-    with one_message(task):  # the kfp.kubernetes setters below parse the task's config once
-        _write_scheduling(task, placed, report)
-        _write_labels(task, ctx, step, placed, report)
-        _write_annotations(task, ctx, spiffe_id, ref.digest, step_request, shim_on, report)
-        scratch = _write_pod_security(task, ctx, settings)
-        verify_env = _verify_inputs_settings(task, ctx, settings, report)
+    config = TaskConfig(task)  # what the kfp.kubernetes setters write, parsed and written once
+    _write_scheduling(config, placed, report)
+    _write_labels(config, ctx, step, placed, report)
+    _write_annotations(config, ctx, spiffe_id, ref.digest, step_request, shim_on, report)
+    scratch = _write_pod_security(config, ctx, settings)
+    verify_env = _verify_inputs_settings(config, ctx, settings, report)
+    config.write()
     has_gpu = step_request is not None
     identity = spec.identity
     env = _launcher_env(ctx, step, placed.isolation, image, spiffe_id, step_request, shim_on)
@@ -640,32 +594,28 @@ def _write_resources(task: PipelineTask, placed: gpu.Placement, report: StepRepo
         task.container_spec.resources.accelerator_count = None
 
 
-def _write_scheduling(task: PipelineTask, placed: gpu.Placement, report: StepReport) -> None:
+def _write_scheduling(config: TaskConfig, placed: gpu.Placement, report: StepReport) -> None:
     """The task's own placement first (admission judges it on the preview), then the compiler's."""
-    from kfp import kubernetes
-
-    report.scheduling += _task_scheduling(task.platform_config.get("kubernetes", {}))
+    report.scheduling += _task_scheduling(config.task.platform_config.get("kubernetes", {}))
     for key, value in placed.node_selector.items():
-        kubernetes.add_node_selector(task, key, value)
+        config.add_node_selector(key, value)
         report.scheduling.append(f"{key}={value}")
     if placed.node_affinity:
-        kubernetes.add_node_affinity(task, match_expressions=placed.node_affinity)
+        config.add_node_affinity(placed.node_affinity)
         report.scheduling += [
             f"{e['key']} {e['operator']} ({', '.join(e['values'])})" for e in placed.node_affinity
         ]
     for toleration in placed.tolerations:
-        kubernetes.add_toleration(task, **toleration)
+        config.add_toleration(**toleration)
         report.scheduling.append(
             "tolerates " + ":".join(str(toleration.get(k, "")) for k in ("key", "value", "effect"))
         )
 
 
 def _write_labels(
-    task: PipelineTask, ctx: _Context, step: str, placed: gpu.Placement, report: StepReport
+    config: TaskConfig, ctx: _Context, step: str, placed: gpu.Placement, report: StepReport
 ) -> None:
     """The pod labels admission keys on: tenant, pipeline, step, isolation, the GPU claim."""
-    from kfp import kubernetes
-
     labels = {
         contract.LABEL_TENANT: contract.label_value(ctx.profile.metadata.name),
         contract.LABEL_PIPELINE: contract.label_value(ctx.pipeline),
@@ -676,11 +626,11 @@ def _write_labels(
     if contract.LABEL_GPU_CLAIM in placed.pod_labels:
         report.resources = f"claim {placed.pod_labels[contract.LABEL_GPU_CLAIM]}"
     for key, value in labels.items():
-        kubernetes.add_pod_label(task, key, value)
+        config.add_pod_label(key, value)
 
 
 def _write_annotations(
-    task: PipelineTask,
+    config: TaskConfig,
     ctx: _Context,
     spiffe_id: str,
     digest: str | None,
@@ -689,8 +639,6 @@ def _write_annotations(
     report: StepReport,
 ) -> None:
     """The pod annotations: SPIFFE ID, image digest, GPU request and the shim's limits file."""
-    from kfp import kubernetes
-
     annotations = {contract.ANNOTATION_SPIFFE_ID: spiffe_id}
     if digest:
         annotations[contract.ANNOTATION_IMAGE_DIGEST] = digest
@@ -710,29 +658,24 @@ def _write_annotations(
             firewall=ctx.profile.cuda_firewall(),
         )
     for key, value in annotations.items():
-        kubernetes.add_pod_annotation(task, key, value)
+        config.add_pod_annotation(key, value)
 
 
 def _write_pod_security(
-    task: PipelineTask, ctx: _Context, settings: SecureSettings | None
+    config: TaskConfig, ctx: _Context, settings: SecureSettings | None
 ) -> list[str]:
     """User and group, non-root, the scratch emptyDirs (returned) and the step's timeout."""
-    from kfp import kubernetes
-
     hardening = ctx.profile.spec.hardening
-    kubernetes.set_security_context(
-        task,
-        run_as_user=hardening.run_as_user,
-        run_as_group=hardening.run_as_group,
-        run_as_non_root=True,
+    config.set_security_context(
+        run_as_user=hardening.run_as_user, run_as_group=hardening.run_as_group
     )
     scratch = list(
         dict.fromkeys([*hardening.scratch_mounts, *(settings.scratch_mounts if settings else ())])
     )
     for path in scratch:
-        kubernetes.empty_dir_mount(task, volume_name=_scratch_volume(path), mount_path=path)
+        config.empty_dir_mount(volume_name=_scratch_volume(path), mount_path=path)
     if settings and settings.timeout_seconds:
-        kubernetes.set_timeout(task, settings.timeout_seconds)
+        config.set_timeout(settings.timeout_seconds)
     return scratch
 
 
@@ -776,12 +719,10 @@ def _launcher_env(
 
 
 def _verify_inputs_settings(
-    task: PipelineTask, ctx: _Context, settings: SecureSettings | None, report: StepReport
+    config: TaskConfig, ctx: _Context, settings: SecureSettings | None, report: StepReport
 ) -> dict[str, str]:
     """`verify_inputs=`: the annotation and the launcher's variables that make it verify those
     inputs' model signatures against the profile's `spec.models` (docs/supply-chain.md)."""
-    from kfp import kubernetes
-
     from secureml.supplychain import verify_inputs
     from secureml.supplychain.model_trust import profile_trust_json
 
@@ -801,7 +742,7 @@ def _verify_inputs_settings(
         )
         return {}
     wire = verify_inputs.to_json(settings.verify_inputs)
-    kubernetes.add_pod_annotation(task, contract.ANNOTATION_VERIFY_INPUTS, wire)
+    config.add_pod_annotation(contract.ANNOTATION_VERIFY_INPUTS, wire)
     return {contract.ENV_VERIFY_INPUTS: wire, contract.ENV_MODEL_TRUST: trust}
 
 

@@ -79,10 +79,11 @@ def pipelines_in(path: str | Path, *, deferred: bool = False) -> dict[str, Graph
     sys.modules[module_name] = module  # kept: kfp and dataclasses look a function's module up
     try:
         if deferred:
-            from secureml._kfp.deferred import deferred_builds
+            from secureml._kfp.deferred import HOOK, deferred_code, deferring
 
-            with deferred_builds():
-                _run_user_code(file, functools.partial(spec.loader.exec_module, module))
+            code = deferred_code(file.read_bytes(), spec.origin or str(file))
+            vars(module)[HOOK] = deferring
+            _run_user_code(file, functools.partial(exec, code, vars(module)))
         else:
             _run_user_code(file, functools.partial(spec.loader.exec_module, module))
     finally:
@@ -199,6 +200,6 @@ def top_level(found: dict[str, GraphComponent]) -> dict[str, GraphComponent]:
 
 
 def _inner(pipeline: GraphComponent) -> list[GraphComponent]:
-    from secureml.compile.compiler import referenced_graphs
+    from secureml._kfp.deferred import referenced_graphs
 
     return [g for g in referenced_graphs(pipeline.pipeline_func) if g is not pipeline]

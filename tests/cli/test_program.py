@@ -1,6 +1,5 @@
-"""`secureml` as a program (`secureml.cli.program`): the commands in FAST_EXIT end with
-`os._exit` after the atexit handlers and a flush, and still give their whole output, the files
-they write and their exit codes; the others exit as Python does."""
+"""`secureml` as a program (`secureml.cli.program`): every command gives its whole output, the
+files it writes and its exit code, and exits as Python does (atexit handlers and the teardown)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from secureml.cli.program import FAST_EXIT, exit_status
 from tests.cli.processes import run_source
 
 # Runs the program as the console script does, after registering an atexit handler and an object
@@ -32,7 +30,7 @@ def program(*argv: str) -> subprocess.CompletedProcess[str]:
     return run_source(PROBE, *argv)
 
 
-def test_a_compile_writes_everything_and_skips_only_the_teardown(tmp_path: Path) -> None:
+def test_a_compile_writes_everything_and_exits_as_python_does(tmp_path: Path) -> None:
     output, report = tmp_path / "p.yaml", tmp_path / "r.json"
     done = program(
         "compile",
@@ -51,7 +49,7 @@ def test_a_compile_writes_everything_and_skips_only_the_teardown(tmp_path: Path)
     assert output.read_text().startswith("# PIPELINE DEFINITION")
     assert json.loads(report.read_text())["result"] == "compliant"
     assert "ATEXIT" in done.stderr
-    assert "TEARDOWN" not in done.stderr
+    assert "TEARDOWN" in done.stderr
 
 
 def test_exit_codes_of_violations_and_of_unusable_input(tmp_path: Path) -> None:
@@ -71,21 +69,9 @@ def test_exit_codes_of_violations_and_of_unusable_input(tmp_path: Path) -> None:
 
 
 def test_other_commands_exit_as_python_does() -> None:
-    assert "run" not in FAST_EXIT and "doctor" not in FAST_EXIT and "image" not in FAST_EXIT
     done = program("run", "--help")
     assert done.returncode == 0 and "Usage: secureml run" in done.stdout
     assert "ATEXIT" in done.stderr and "TEARDOWN" in done.stderr
-
-
-@pytest.mark.parametrize(
-    ("code", "status", "printed"),
-    [(None, 0, ""), (0, 0, ""), (2, 2, ""), (256 + 3, 3, ""), (True, 1, ""), ("bad", 1, "bad\n")],
-)
-def test_exit_status_is_what_sys_exit_gives(
-    code: str | int | None, status: int, printed: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert exit_status(code) == status
-    assert capsys.readouterr().err == printed
 
 
 @pytest.mark.parametrize(
@@ -136,47 +122,3 @@ def test_a_rendered_bundle_is_written_whole(tmp_path: Path) -> None:
         for p in (tmp_path / "program").rglob("*")
         if p.is_file()
     } == written
-
-
-def test_the_collector_is_off_at_start_and_on_while_kfp_builds(tmp_path: Path) -> None:
-    """What start-up loads stays loaded; the compile (kfp's build of a long pipeline leaves
-    cyclic garbage) runs with the collector on, and leaves it as it found it."""
-    import gc
-
-    from secureml.cli import compile as compile_module
-
-    probe = (
-        "import gc, sys; sys.argv = ['secureml', *sys.argv[1:]]\n"
-        "import secureml.cli.compile as c\n"
-        "frozen = c._heap_frozen\n"
-        "def noted():\n"
-        "    print('AT START', gc.isenabled(), file=sys.stderr)\n"
-        "    context = frozen()\n"
-        "    class Noting:\n"
-        "        def __enter__(self):\n"
-        "            context.__enter__(); print('COMPILING', gc.isenabled(), file=sys.stderr)\n"
-        "        def __exit__(self, *exc):\n"
-        "            return context.__exit__(*exc)\n"
-        "    return Noting()\n"
-        "c._heap_frozen = noted\n"
-        "from secureml.cli.program import main\n"
-        "main()\n"
-    )
-    done = run_source(
-        probe,
-        "compile",
-        "pipelines/secure_finetune.py",
-        "--profile",
-        "examples/profiles/team-a-dev.yaml",
-        "-o",
-        str(tmp_path / "p.yaml"),
-    )
-    assert done.returncode == 0, done.stderr
-    assert "AT START False" in done.stderr and "COMPILING True" in done.stderr
-    was = gc.isenabled()
-    for start in (False, True):
-        (gc.disable if not start else gc.enable)()
-        with compile_module._heap_frozen():
-            assert gc.isenabled()
-        assert gc.isenabled() is start
-    (gc.enable if was else gc.disable)()

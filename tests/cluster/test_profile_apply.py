@@ -225,9 +225,8 @@ def _pod_policy(name: str, validations: list[dict[str, str]]) -> dict[str, Any]:
 def test_the_program_applies_and_ends_with_everything_stored(
     k8s_cluster: ControlPlane, tmp_path: Path
 ) -> None:
-    """`secureml profile apply` as the program runs it (its fast exit, the collector off at start:
-    `secureml.cli.program`): every object is stored before the process ends, and the output and
-    exit code are whole."""
+    """`secureml profile apply` as the program runs it (`secureml.cli.program`): every object is
+    stored before the process ends, and the output and exit code are whole."""
     import subprocess
     import sys
 

@@ -29,6 +29,16 @@ def to_json(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=2, sort_keys=True) + "\n"
 
 
+# Said once under the violations when an image's signature is missing or does not verify.
+SIGNATURES_REQUIRED = (
+    "why signatures: profile {profile} requires them (spec.images.signatures.required, the "
+    "default), and the cluster's image policy refuses an unsigned image whoever submits the pod. "
+    "In development, sign your image with cosign (`cosign sign --new-bundle-format IMAGE@sha256:...`"
+    " and pass --fetch-bundles), or compile against a profile that does not require signatures, "
+    "e.g. examples/profiles/team-a-dev.yaml (docs/supply-chain.md)"
+)
+
+
 def render_text(report: dict[str, Any]) -> str:
     """The terminal form: one row per step (or per violation), then a one-line verdict."""
     title = f"pipeline {report['pipeline']}  profile {report['profile']}"
@@ -44,10 +54,13 @@ def render_text(report: dict[str, Any]) -> str:
             for v in violations
             if v["rule"].startswith(("secureml.", "pss."))
         }
+        explain = "explain" if len(docs) > 1 else "explains"
         verdict = (
             f"{len(violations)} violation(s): not compiled ({' and '.join(sorted(docs, reverse=True))} "
-            "explain each rule)"
+            f"{explain} each rule)"
         )
+        if any(v["rule"].startswith("image.signature") for v in violations):
+            verdict += "\n" + SIGNATURES_REQUIRED.format(profile=report["profile"])
         return f"{title}\n" + "\n".join(blocks) + f"\n{verdict}\n"
     body = render_table(
         ["TASK", "KIND", "ISOLATION", "GPU", "SCHEDULING", "IDENTITY", "SIGNED BY", "CONTROLS"],

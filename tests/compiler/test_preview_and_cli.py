@@ -332,3 +332,24 @@ def test_a_preview_violation_says_what_to_change_in_words_and_where_it_is_docume
     assert "fix: change the task to meet secureml.tolerations" in result.output
     assert "see docs" not in result.output
     assert "docs/rules.md and docs/admission-rules.md explain each rule" in result.output
+
+
+def test_missing_signatures_say_why_they_are_required_and_how_to_sign_in_development(
+    tmp_path: Path,
+) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "compile",
+            str(ROOT / "pipelines" / "secure_finetune.py"),
+            "--profile",
+            str(ROOT / "profiles" / "team-a.yaml"),
+            "-o",
+            str(tmp_path / "o.yaml"),
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    assert "[image.signature-missing]" in result.output
+    (why,) = [line for line in result.output.splitlines() if line.startswith("why signatures:")]
+    assert "spec.images.signatures.required" in why and "cosign sign" in why
+    assert "examples/profiles/team-a-dev.yaml" in why and "docs/supply-chain.md" in why

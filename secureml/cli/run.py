@@ -118,7 +118,14 @@ def run(
     if result.simulated_gpu:
         typer.echo("GPU: SIMULATED (fake libcuda.so.1 / libnvidia-ml.so.1, no real device)")
     typer.echo(render_text(result.summary_records(), simulated_gpu=result.simulated_gpu))
-    if result.steps_without_record:
+    if result.steps_without_record and result.succeeded:
+        # A pipeline that succeeded ran every step it reached: the others were on a dsl.If,
+        # dsl.Elif or dsl.Else branch its conditions did not take.
+        typer.echo(
+            "not run (on a condition branch that was not taken): "
+            + ", ".join(result.steps_without_record)
+        )
+    elif result.steps_without_record:
         typer.echo(
             "no audit record (the step did not run, or its launcher stopped before writing one): "
             + ", ".join(result.steps_without_record)

@@ -104,6 +104,16 @@ def sweep() -> None:
         on_mig(value=value)
 
 
+@dsl.pipeline(name="branches")
+def branches(value: int = 1) -> None:
+    """A dsl.If whose branch is taken and a dsl.Else whose branch is not."""
+    made = make_numbers(count=value)
+    with dsl.If(value > 0):
+        on_mig(value=value).set_display_name("taken").after(made)
+    with dsl.Else():
+        scaled(lr=0.1, epochs=1, tags=[], verbose=False).after(made)
+
+
 @dsl.pipeline(name="inner-breaks")
 def inner_breaks(code: int = 4) -> None:
     fail_on_purpose(value=code)

@@ -142,3 +142,10 @@ def test_a_failed_run_shows_the_end_of_the_log(tmp_path: Path) -> None:
     assert code == 1
     assert f"last lines of {tmp_path / 'out' / 'run.log'}" in output
     assert "Task 'fail-on-purpose' finished with status FAILURE" in output
+
+
+def test_a_branch_not_taken_is_reported_as_not_run_not_as_a_failure(tmp_path: Path) -> None:
+    code, output = _run(tmp_path / "out", "branches", "--simulate-gpu")
+    assert code == 0, output
+    (line,) = [line for line in output.splitlines() if "not run" in line or "no audit" in line]
+    assert line == "not run (on a condition branch that was not taken): scaled"

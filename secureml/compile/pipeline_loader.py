@@ -67,6 +67,8 @@ def pipelines_in(path: str | Path, *, deferred: bool = False) -> dict[str, Graph
             f"pipeline file {file} does not exist",
             fix="pass the path of a .py file with a @dsl.pipeline",
         )
+    if file.suffix.lower() in (".yaml", ".yml", ".json"):
+        raise _compiled_pipeline_error(file)
     module_name = "_secureml_pipeline_" + "".join(ch if ch.isalnum() else "_" for ch in file.stem)
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
@@ -203,3 +205,17 @@ def _inner(pipeline: GraphComponent) -> list[GraphComponent]:
     from secureml._kfp.deferred import referenced_graphs
 
     return [g for g in referenced_graphs(pipeline.pipeline_func) if g is not pipeline]
+
+
+def _compiled_pipeline_error(file: Path) -> InputError:
+    """`secureml compile pipeline.yaml`: what to do instead, plainly."""
+    return InputError(
+        "this is a compiled pipeline (YAML or JSON), not a pipeline's Python source",
+        why="secureml compiles from the @dsl.pipeline function: the compiled file no longer says "
+        "what @secure_component adds to each step (its GPU request, its pinned and signed image, "
+        "the launcher), and re-securing a finished YAML would skip kfp's own compile",
+        fix="run secureml compile on the .py file that defines the pipeline; for a component you "
+        "only have as YAML, load it with kfp.components.load_component_from_file(...) in a "
+        "pipeline file and wrap it with @secure_component(gpu=...) there",
+        where=str(file),
+    )

@@ -353,3 +353,16 @@ def test_missing_signatures_say_why_they_are_required_and_how_to_sign_in_develop
     (why,) = [line for line in result.output.splitlines() if line.startswith("why signatures:")]
     assert "spec.images.signatures.required" in why and "cosign sign" in why
     assert "examples/profiles/team-a-dev.yaml" in why and "docs/supply-chain.md" in why
+
+
+def test_compiling_a_compiled_yaml_says_plainly_what_to_do(tmp_path: Path) -> None:
+    compiled = tmp_path / "pipeline.yaml"
+    compiled.write_text("pipelineInfo: {name: p}\nroot: {}\n")
+    result = CliRunner().invoke(
+        app,
+        ["compile", str(compiled), "--profile", str(ROOT / "profiles" / "team-a.yaml")],
+    )
+    assert result.exit_code == 2, result.output
+    assert f"{compiled}: this is a compiled pipeline (YAML or JSON)" in result.output
+    assert "run secureml compile on the .py file" in result.output
+    assert "load_component_from_file" in result.output and "Traceback" not in result.output

@@ -29,6 +29,18 @@ def _arguments(pairs: list[str]) -> dict[str, str]:
     return arguments
 
 
+# What a local run does and does not check, said at its start and in its summary.
+NOT_CHECKED = (
+    "image signatures and the image policy (no image is pulled: the steps run in this Python "
+    "environment), NetworkPolicy, quotas and node placement"
+)
+LOCAL_CHECKS = (
+    "local run: the profile's compile rules and admission rules on the pods the pipeline "
+    "becomes, then every step under the launcher (identity, GPU preflight and scrub, quota shim, "
+    f"audit record); not checked: {NOT_CHECKED}"
+)
+
+
 @run_cli
 def run(
     file: Annotated[
@@ -79,6 +91,14 @@ def run(
             "--verbose", help="Show kfp.local's task logs as they run (always in DIR/run.log)."
         ),
     ] = False,
+    allow_unverified_images: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unverified-images",
+            help="Run although the profile requires signed images: a local run verifies none "
+            "(it pulls no image). Without it such a profile is refused.",
+        ),
+    ] = False,
     output: FormatOption = "text",
 ) -> None:
     """Compile the pipeline against the profile and run it locally, every step under the launcher.
@@ -96,6 +116,8 @@ def run(
     from secureml.compile.compiler import CompileError
 
     layout = RunLayout(output_dir or default_output_dir(file))
+    if output != "json":
+        typer.echo(LOCAL_CHECKS)
     try:
         result = run_pipeline_file(
             file,
@@ -106,6 +128,7 @@ def run(
             dev_identity=dev_identity,
             simulate_gpu=simulate_gpu,
             verbose=verbose,
+            allow_unverified_images=allow_unverified_images,
         )
     except CompileError as err:  # the pipeline breaks the profile: an answer of no, exit 1
         typer.echo(f"error: {err.diagnostics()}", err=True)
@@ -130,6 +153,7 @@ def run(
             "no audit record (the step did not run, or its launcher stopped before writing one): "
             + ", ".join(result.steps_without_record)
         )
+    typer.echo(f"not checked in this local run: {NOT_CHECKED}")
     typer.echo(
         f"\nrun files: {layout.root} (audit records in {layout.audit_dir}, "
         f"task logs in {layout.log})"

@@ -629,12 +629,28 @@ def run_pipeline_file(
     dev_identity: bool = False,
     simulate_gpu: bool = False,
     verbose: bool = False,
+    allow_unverified_images: bool = False,
 ) -> RunResult:
-    """`secureml run FILE --profile PROFILE --local`: load, compile and run one pipeline."""
+    """`secureml run FILE --profile PROFILE --local`: load, compile and run one pipeline.
+
+    A profile that requires signed images is refused unless `allow_unverified_images`: `compile`
+    would refuse an image it cannot verify, and a local run verifies none (it pulls no image)."""
     from secureml.compile.pipeline_loader import load_pipeline
     from secureml.profile.model import load_profile
 
     profile = load_profile(profile_path)
+    if profile.spec.images.signatures.required and not allow_unverified_images:
+        raise InputError(
+            f"profile {profile.metadata.name} requires signed images, and a local run verifies "
+            "no signature",
+            why="a local run pulls no image: its steps run in this Python environment, so the "
+            "images the pipeline names are neither fetched nor verified, where `secureml compile` "
+            "and the cluster's image policy refuse an image they cannot verify",
+            fix="pass --allow-unverified-images to run anyway (the summary says signatures were "
+            "skipped), and check the images with `secureml compile --fetch-bundles`; or run "
+            "against a development profile that does not require signatures",
+            where=str(profile_path),
+        )
     pipeline = load_pipeline(file, pipeline_name)
     return run_pipeline(
         pipeline,

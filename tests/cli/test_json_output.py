@@ -108,7 +108,8 @@ def test_compile_compliant_and_refused(tmp_path: Path) -> None:
 def test_run(tmp_path: Path) -> None:
     code, document = invoke(
         "run", str(REPO / "tests" / "localrun" / "pipelines.py"), "--pipeline", "numbers",
-        "--profile", str(PROFILE), "--local", "--dev-identity",
+        "--profile", str(PROFILE), "--local",
+            "--allow-unverified-images", "--dev-identity",
         "--output-dir", str(tmp_path / "out"), "--arg", "count=3", "--format", "json",
     )  # fmt: skip
     assert code == 0

@@ -24,6 +24,7 @@ def test_run_prints_the_audit_summary(tmp_path: Path) -> None:
             "--profile",
             str(PROFILE),
             "--local",
+            "--allow-unverified-images",
             "--dev-identity",
             "--output-dir",
             str(tmp_path / "out"),
@@ -57,6 +58,7 @@ def test_refusals_are_one_message_and_exit_codes(tmp_path: Path) -> None:
             "--profile",
             str(PROFILE),
             "--local",
+            "--allow-unverified-images",
             "--output-dir",
             str(tmp_path / "a"),
         ],
@@ -66,7 +68,17 @@ def test_refusals_are_one_message_and_exit_codes(tmp_path: Path) -> None:
     not_local = runner.invoke(app, ["run", str(PIPELINES), "--profile", str(PROFILE)])
     assert not_local.exit_code == 2 and "--local" in not_local.output
     bad_arg = runner.invoke(
-        app, ["run", str(PIPELINES), "--profile", str(PROFILE), "--local", "--arg", "novalue"]
+        app,
+        [
+            "run",
+            str(PIPELINES),
+            "--profile",
+            str(PROFILE),
+            "--local",
+            "--allow-unverified-images",
+            "--arg",
+            "novalue",
+        ],
     )
     assert bad_arg.exit_code == 2 and "NAME=VALUE" in bad_arg.output
 
@@ -82,6 +94,7 @@ def test_a_failing_step_exits_1_with_the_table(tmp_path: Path) -> None:
             "--profile",
             str(PROFILE),
             "--local",
+            "--allow-unverified-images",
             "--dev-identity",
             "--output-dir",
             str(tmp_path / "out"),
@@ -103,6 +116,7 @@ def test_a_pipeline_that_breaks_the_profile_never_runs(tmp_path: Path) -> None:
             "--profile",
             str(PROFILE),
             "--local",
+            "--allow-unverified-images",
             "--dev-identity",
             "--output-dir",
             str(tmp_path / "out"),
@@ -111,3 +125,45 @@ def test_a_pipeline_that_breaks_the_profile_never_runs(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "from-elsewhere" in result.output and "docker.io" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_local_run_says_what_it_checks_and_refuses_unverifiable_images_by_default(
+    tmp_path: Path,
+) -> None:
+    refused = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(PIPELINES),
+            "--profile",
+            str(PROFILE),
+            "--local",
+            "--dev-identity",
+            "--output-dir",
+            str(tmp_path / "refused"),
+        ],  # fmt: skip
+    )
+    assert refused.exit_code == 2, refused.output
+    assert "requires signed images, and a local run verifies no signature" in refused.output
+    assert "--allow-unverified-images" in refused.output
+    assert not (tmp_path / "refused").exists()
+    ran = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(PIPELINES),
+            "--pipeline",
+            "numbers",
+            "--profile",
+            str(PROFILE),
+            "--local",
+            "--allow-unverified-images",
+            "--dev-identity",
+            "--output-dir",
+            str(tmp_path / "ran"),
+        ],  # fmt: skip
+    )
+    assert ran.exit_code == 0, ran.output
+    first = ran.output.splitlines()[0]
+    assert first.startswith("local run: the profile's compile rules") and "not checked:" in first
+    assert "not checked in this local run: image signatures" in ran.output

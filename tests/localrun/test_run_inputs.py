@@ -30,6 +30,7 @@ def _run(out: Path, pipeline: str, *extra: str) -> tuple[int, str]:
             "--profile",
             str(PROFILE),
             "--local",
+            "--allow-unverified-images",
             "--dev-identity",
             "--output-dir",
             str(out),

@@ -78,3 +78,4 @@ _.ctr  # debugging helper docs/testing.md names (tests/harness/node.py)
 _.log_errors  # re2.Options is configured by attribute (secureml/profile/model.py)
 _.run_as_non_root  # unused attribute (secureml/compile/k8s_config.py:70), a protobuf field
 _.active_deadline_seconds  # unused attribute (secureml/compile/k8s_config.py:82), a protobuf field
+reads_a_secret  # a pipeline the tests run by name (tests/localrun/pipelines.py)

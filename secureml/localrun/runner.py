@@ -46,6 +46,18 @@ ROOT_SUBDIR = "pipeline-root"
 COMPILED_FILE = "pipeline.yaml"
 
 
+# kfp.kubernetes settings that hand a step a cluster's objects (the executor config's fields): a
+# local run has none of them, and kfp.local ignores the settings, so the step would start without.
+CLUSTER_INPUTS = {
+    "secretAsVolume": "a Secret as a volume",
+    "secretAsEnv": "a Secret as environment variables",
+    "configMapAsVolume": "a ConfigMap as a volume",
+    "configMapAsEnv": "a ConfigMap as environment variables",
+    "pvcMount": "a PersistentVolumeClaim mount",
+    "genericEphemeralVolume": "a generic ephemeral volume",
+}
+
+
 @dataclass
 class LocalStep:
     """One executor of the compiled pipeline, with what the cluster would know about it."""
@@ -54,6 +66,9 @@ class LocalStep:
     tasks: list[str]
     container: dict[str, Any]
     annotations: dict[str, str]
+    cluster_inputs: tuple[
+        str, ...
+    ] = ()  # kfp.kubernetes inputs only a cluster has (CLUSTER_INPUTS)
 
     @property
     def name(self) -> str:
@@ -158,6 +173,11 @@ class LocalPipeline:
                 container=executor["container"],
                 annotations=dict(
                     k8s_executors.get(label, {}).get("podMetadata", {}).get("annotations", {})
+                ),
+                cluster_inputs=tuple(
+                    what
+                    for field, what in CLUSTER_INPUTS.items()
+                    if k8s_executors.get(label, {}).get(field)
                 ),
             )
             for label, executor in sorted(executors.items())
@@ -273,6 +293,15 @@ def check_before_running(
             why="the launcher's GPU stages (preflight, scrub, shim, watchdog) need a CUDA driver",
             fix="add --simulate-gpu to run the GPU stages against the fake CUDA driver and NVML "
             "(clearly labelled as simulated), or run on a machine with a GPU",
+        )
+    from_cluster = [f"{s.name} ({', '.join(s.cluster_inputs)})" for s in steps if s.cluster_inputs]
+    if from_cluster:
+        raise SecuremlError(
+            f"step(s) {'; '.join(from_cluster)} read Kubernetes objects a local run does not have",
+            why="kfp.local ignores kfp.kubernetes settings: the step would start without its "
+            "secret, config or volume and fail part-way through the run",
+            fix="run the pipeline in a cluster (`secureml compile`, then submit it); to try it "
+            "locally, pass what the step reads as a pipeline parameter instead",
         )
     platform = [
         s.name for s in steps if s.container.get("image") in contract.KFP_PLATFORM_OP_IMAGES

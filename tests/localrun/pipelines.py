@@ -124,3 +124,13 @@ def nested_breaks() -> None:
     """The same component at the top (exits 0) and in a nested pipeline (exits 4)."""
     top = fail_on_purpose(value=0)
     inner_breaks(code=4).after(top)
+
+
+@dsl.pipeline(name="reads-a-secret")
+def reads_a_secret() -> None:
+    """A step that mounts a Secret and one that mounts a PVC (kfp.kubernetes)."""
+    from kfp import kubernetes
+
+    made = make_numbers(count=1)
+    kubernetes.use_secret_as_volume(made, secret_name="creds", mount_path="/data/creds")
+    kubernetes.mount_pvc(on_mig(value=1).after(made), pvc_name="shared", mount_path="/data/shared")

@@ -167,3 +167,28 @@ def test_a_local_run_says_what_it_checks_and_refuses_unverifiable_images_by_defa
     first = ran.output.splitlines()[0]
     assert first.startswith("local run: the profile's compile rules") and "not checked:" in first
     assert "not checked in this local run: image signatures" in ran.output
+
+
+def test_secrets_and_claims_are_refused_before_the_run_not_halfway(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(PIPELINES),
+            "--pipeline",
+            "reads-a-secret",
+            "--profile",
+            str(PROFILE),
+            "--local",
+            "--allow-unverified-images",
+            "--dev-identity",
+            "--simulate-gpu",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],  # fmt: skip
+    )
+    assert result.exit_code == 2, result.output
+    assert "read Kubernetes objects a local run does not have" in result.output
+    assert "a Secret as a volume" in result.output
+    assert "a PersistentVolumeClaim mount" in result.output
+    assert not (tmp_path / "out" / "audit").exists()

@@ -59,6 +59,9 @@ class PodCheckReport:
     policy: dict[str, Any]
     rules: list[str]
     verdicts: list[PodVerdict] = field(default_factory=list)
+    # rule id -> what the rule requires (offline checks): a denied pod's fix
+    requirements: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what a person should know about the input
 
     @property
     def denied(self) -> int:
@@ -98,7 +101,23 @@ def check_offline(files: Sequence[str], policy: OfflinePolicy) -> PodCheckReport
         verdicts = judge_creates(pods, rules, profile, mutated=policy.mutated)
     if policy.before or policy.mutated:
         described = {**described, "request": "UPDATE" if policy.before else "CREATE (mutated)"}
-    return PodCheckReport(policy=described, rules=[rule.id for rule in rules], verdicts=verdicts)
+    notes = []
+    if profile is not None:
+        own = profile.spec.namespace
+        notes = [
+            f"{pod.kind}/{pod.name} ({pod.file}#{pod.doc_index}) is in namespace {pod.namespace}, "
+            f"not {own}: the cluster judges it by the profile of {pod.namespace}'s tenant, not by "
+            f"{profile.metadata.name}'s (judged here as if it were in {own})"
+            for pod in pods
+            if pod.namespace not in (None, own)
+        ]
+    return PodCheckReport(
+        policy=described,
+        rules=[rule.id for rule in rules],
+        verdicts=verdicts,
+        requirements={rule.id: rule.message for rule in rules},
+        notes=notes,
+    )
 
 
 def judge_offline(pods: Iterable[PodObject], rules: Sequence[Rule]) -> list[PodVerdict]:

@@ -142,6 +142,11 @@ def _print(report: PodCheckReport, output: OutputFormat) -> None:
     for v in report.verdicts:
         for finding in v.findings:
             typer.echo(f"{v.pod.kind}/{v.pod.name}: {finding.rule}: {finding.what}")
+            requirement = report.requirements.get(finding.rule)
+            if requirement:
+                typer.echo(f"  fix: meet {finding.rule}: {requirement}")
+    for note in report.notes:
+        typer.echo(f"note: {note}")
     counts = report.summary()
     typer.echo(
         f"{counts['objects']} object(s): {counts['allowed']} allowed, {counts['denied']} denied"

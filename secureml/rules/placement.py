@@ -248,7 +248,11 @@ def _gpu_free_off_gpu_nodes(profile: TenantProfile) -> Rule | None:
         "secureml.gpuFreeOffGpuNodes",
         message,
         f"({asks_gpu}) || {required_ok}",
-        quote(f"pod asks for no GPU but does not exclude the GPU pools ({wanted})"),
+        quote(
+            "pod holds no GPU this tenant is granted (no granted GPU resource, no claim), so it "
+            f"must keep off the GPU pools: give it a required node affinity that excludes {wanted} "
+            "(the compiler writes it), or ask for a GPU the profile grants"
+        ),
         STEP_POD,
     )
 

@@ -132,8 +132,11 @@ class _Catalogue:
                 "secureml.isolationLevel",
                 f"tier {self.spec.tier} allows isolation {', '.join(allowed)} only",
                 _label_in(allowed),
-                f"'pod isolation ' + ((has({_LABELS}) && {key} in {_LABELS}) ? {_ISOLATION} : '(none set)')"
-                f" + ' is weaker than this tenant allows ({', '.join(allowed)})'",
+                f"(has({_LABELS}) && {key} in {_LABELS}) ? 'pod isolation label ' + {_ISOLATION} + "
+                f"' is not one tier {self.spec.tier} allows ({', '.join(allowed)}): ask for a GPU of "
+                "that isolation (the compiler sets the label from the request)' : "
+                f"'pod has no {contract.LABEL_ISOLATION} label; tier {self.spec.tier} allows "
+                f"{', '.join(allowed)}: compile the step with secureml, which sets it'",
             )
         ]
 

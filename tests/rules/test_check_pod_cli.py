@@ -146,3 +146,29 @@ def test_an_unquoted_date_is_a_string_as_kubernetes_reads_it(tmp_path: Path) -> 
         assert result.exit_code in (0, 1), result.output
         report = json.loads(result.stdout)
         assert report["summary"]["objects"] == 1
+
+
+def _pod_text(name: str, **changes: str) -> str:
+    text = (ATTACKS_DIR.parent / "allowed" / f"{name}.yaml").read_text()
+    for old, new in changes.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+def test_each_refusal_has_a_fix_and_a_foreign_namespace_is_named(tmp_path: Path) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        _pod_text("team-a-timeslice", **{"namespace: team-a": "namespace: team-b"}).replace(
+            "    secureml.dev/isolation: timeslice-shim\n", ""
+        )
+    )
+    result = run(str(pod), "--profile", str(PROFILES_DIR / "team-a.yaml"))
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    refusals = [i for i, line in enumerate(lines) if line.startswith("Pod/train: secureml.")]
+    assert refusals and all(lines[i + 1].startswith("  fix: meet secureml.") for i in refusals)
+    isolation = next(line for line in lines if "secureml.isolationLevel:" in line)
+    assert "has no secureml.dev/isolation label" in isolation and "weaker" not in isolation
+    (note,) = [line for line in lines if line.startswith("note: ")]
+    assert "is in namespace team-b, not team-a" in note

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -127,41 +128,24 @@ def test_a_pipeline_that_breaks_the_profile_never_runs(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def run_local(*options: str) -> Any:
+    """`secureml run PIPELINES --profile PROFILE --local --dev-identity OPTIONS...`."""
+    return CliRunner().invoke(
+        app,
+        ["run", str(PIPELINES), "--profile", str(PROFILE), "--local", "--dev-identity", *options],
+    )
+
+
 def test_a_local_run_says_what_it_checks_and_refuses_unverifiable_images_by_default(
     tmp_path: Path,
 ) -> None:
-    refused = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(PIPELINES),
-            "--profile",
-            str(PROFILE),
-            "--local",
-            "--dev-identity",
-            "--output-dir",
-            str(tmp_path / "refused"),
-        ],  # fmt: skip
-    )
+    refused = run_local("--output-dir", str(tmp_path / "refused"))
     assert refused.exit_code == 2, refused.output
     assert "requires signed images, and a local run verifies no signature" in refused.output
     assert "--allow-unverified-images" in refused.output
     assert not (tmp_path / "refused").exists()
-    ran = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(PIPELINES),
-            "--pipeline",
-            "numbers",
-            "--profile",
-            str(PROFILE),
-            "--local",
-            "--allow-unverified-images",
-            "--dev-identity",
-            "--output-dir",
-            str(tmp_path / "ran"),
-        ],  # fmt: skip
+    ran = run_local(
+        "--pipeline", "numbers", "--allow-unverified-images", "--output-dir", str(tmp_path / "ran")
     )
     assert ran.exit_code == 0, ran.output
     first = ran.output.splitlines()[0]
@@ -170,22 +154,9 @@ def test_a_local_run_says_what_it_checks_and_refuses_unverifiable_images_by_defa
 
 
 def test_secrets_and_claims_are_refused_before_the_run_not_halfway(tmp_path: Path) -> None:
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(PIPELINES),
-            "--pipeline",
-            "reads-a-secret",
-            "--profile",
-            str(PROFILE),
-            "--local",
-            "--allow-unverified-images",
-            "--dev-identity",
-            "--simulate-gpu",
-            "--output-dir",
-            str(tmp_path / "out"),
-        ],  # fmt: skip
+    result = run_local(
+        *("--pipeline", "reads-a-secret", "--allow-unverified-images", "--simulate-gpu"),
+        *("--output-dir", str(tmp_path / "out")),
     )
     assert result.exit_code == 2, result.output
     assert "read Kubernetes objects a local run does not have" in result.output

@@ -97,3 +97,21 @@ def test_a_forgotten_image_is_named_as_kfps_default() -> None:
         assert v.fix.startswith(
             "set image='REGISTRY/REPOSITORY@sha256:<digest>' on @secure_component"
         )
+
+
+def test_a_step_without_an_image_is_warned_about_at_its_own_line() -> None:
+    import warnings
+
+    from secureml import secure_component
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+
+        @secure_component
+        def no_image(x: int) -> int:
+            return x
+
+    (warning,) = [w for w in caught if "sets no image" in str(w.message)]
+    assert warning.filename == __file__
+    assert "image='REGISTRY/REPO@sha256:<digest>'" in str(warning.message)
+    assert not [w for w in caught if "decorator.py" in w.filename]

@@ -24,6 +24,10 @@ from secureml.cli.options import (
 from secureml.cli.output import emit_json, print_table, run_cli
 from secureml.core.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
 
+# A log's findings quote whole log lines: in a pipe their table is wrapped at this width (its JSON,
+# --format json, keeps every line whole).
+PIPED_WIDTH = 120
+
 app = typer.Typer(
     help="Check a GPU node, a cluster or a node's logs: each check pass / warn / fail, what was "
     "seen, and the fix. Exit 0 when nothing failed, 1 when a check failed, 2 on unusable input.",
@@ -71,6 +75,7 @@ def logs(
             ("status", "check", "seen", "fix"),
             ((c.status, c.title, c.seen, c.fix) for c in report.checks),
             title=title,
+            piped_width=PIPED_WIDTH,
         )
         counts = report.counts()
         typer.echo(

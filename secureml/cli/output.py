@@ -54,10 +54,15 @@ def emit_json(document: dict[str, Any]) -> None:
 
 
 def print_table(
-    headers: Sequence[str], rows: Iterable[Sequence[str]], *, title: str | None = None
+    headers: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    *,
+    title: str | None = None,
+    piped_width: int | None = None,
 ) -> None:
-    """A table on stdout: fitted to a terminal's width, at its natural width in a pipe."""
+    """A table on stdout: fitted to a terminal's width; in a pipe at its natural width, or wrapped
+    at `piped_width` (for tables of long free text, which read no better on one line)."""
     from secureml.core.text_table import render_table
 
-    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else piped_width
     typer.echo(render_table(headers, rows, title=title, width=width))

@@ -213,3 +213,13 @@ def test_cli_unusable_input_is_exit_2(tmp_path: Path) -> None:
     log.write_text("")
     result = runner.invoke(app, ["doctor", "logs", str(log), "--audit-dir", str(tmp_path / "no")])
     assert result.exit_code == 2 and "audit folder" in result.output
+
+
+def test_piped_text_is_wrapped_and_json_keeps_each_line_whole(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("\n".join([JOURNAL + XID_79, JOURNAL + XID_13]) + "\n")
+    code, text = _invoke(str(log))
+    assert code == 1
+    assert max(len(line) for line in text.splitlines()) <= 120, text
+    code, out = _invoke(str(log), "--format", "json")
+    assert XID_79.strip() in out.replace('\\"', '"')

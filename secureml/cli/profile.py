@@ -154,10 +154,12 @@ def render(
     Exit 0: written. 2: an unusable profile or output folder.
     """
     from secureml.bundle import write_bundle
+    from secureml.core.output_paths import check_output_folder
     from secureml.profile import runtime_image
     from secureml.profile.cross_checks import refuse_shared_namespaces
     from secureml.profile.model import load_profile
 
+    check_output_folder(output, "-o")
     options = bundle_options(
         k8s_version, image_policy, kubeflow_profile, kfp_namespace, api_server_cidr
     )

@@ -1,9 +1,10 @@
-"""Where a command may write: never onto one of its own inputs, never into a folder that is not there.
+"""Where a command may write: one rule for every command's output option, never onto an input.
 
-A compiled pipeline written over the pipeline's source, or a report over the profile, destroys the
-very file that was checked (and a signed profile's bytes). `check_output(path, flag, inputs)`
-refuses, before any work is done, an output that is a directory, whose folder does not exist, or
-that is the same file (same inode: a symlink or hard link counts) as any input.
+`-o FILE` writes that file and `-o DIR` writes into that folder; a missing folder is created
+either way. A path of the other kind (a folder where a file is written, a file where a folder is)
+is refused before any work is done, and so is an output that is the same file (same inode: a
+symlink or hard link counts) as any input: a compiled pipeline written over the pipeline's source
+destroys the very file that was checked.
 """
 
 from __future__ import annotations
@@ -16,20 +17,22 @@ from secureml.core.errors import InputError
 
 
 def check_output(path: Path, flag: str, inputs: Iterable[Path]) -> None:
-    """Raise `InputError` unless `path` can be written as the output of option `flag`."""
+    """Raise `InputError` unless `path` can be written as the output file of option `flag`."""
     if path.is_dir():
         raise InputError(
             f"{flag} {path} is a directory",
-            why=f"{flag} names the file to write",
+            why=f"{flag} names the file to write (a missing folder on its way is created)",
             fix=f"give a file name, e.g. {flag} {path / 'pipeline.yaml'}",
         )
-    folder = path.parent
-    if not folder.is_dir():
-        raise InputError(
-            f"{flag} {path}: folder {folder} does not exist",
-            why="secureml does not create folders for its outputs",
-            fix=f"create it first (mkdir -p {folder}) or write somewhere else",
-        )
+    for folder in path.parents:
+        if folder.exists():
+            if not folder.is_dir():
+                raise InputError(
+                    f"{flag} {path}: {folder} is a file, not a folder",
+                    why=f"{flag} names a file inside folders, which are created where missing",
+                    fix="write somewhere else, or move that file away",
+                )
+            break
     if not path.exists():
         return
     for source in inputs:
@@ -39,6 +42,17 @@ def check_output(path: Path, flag: str, inputs: Iterable[Path]) -> None:
                 why="writing there would overwrite a file this command reads",
                 fix=f"write the output to another file, e.g. {flag} {path.with_suffix('.out.yaml')}",
             )
+
+
+def check_output_folder(path: Path, flag: str) -> None:
+    """Raise `InputError` unless `path` can be the output folder of option `flag` (it is one, or
+    it is missing and will be created)."""
+    if path.exists() and not path.is_dir():
+        raise InputError(
+            f"{flag} {path} is a file",
+            why=f"{flag} names the folder to write into (created if missing)",
+            fix=f"give a folder, e.g. {flag} {path.parent / 'deploy'}",
+        )
 
 
 # Characters encoded and written at a time by `save_text`.
@@ -58,6 +72,7 @@ def save_text(path: str | Path, text: str) -> None:
 def write_text(path: Path, text: str, flag: str) -> None:
     """Write an output file; an OS refusal (permissions, full disk) is unusable input, not a crash."""
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         save_text(path, text)
     except OSError as err:
         raise InputError(

@@ -36,16 +36,36 @@ def compile_to(inputs: tuple[Path, Path], *extra: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_missing_folder_and_directory(inputs: tuple[Path, Path], tmp_path: Path) -> None:
-    code, output = compile_to(inputs, "-o", str(tmp_path / "no" / "such" / "p.yaml"))
-    assert code == 2 and "does not exist" in output and "mkdir -p" in output
+def test_missing_folders_are_created_and_a_path_of_the_other_kind_refused(
+    inputs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    code, output = compile_to(
+        inputs,
+        *("-o", str(tmp_path / "no" / "such" / "p.yaml")),
+        *("--report", str(tmp_path / "x" / "r.json")),
+    )
+    assert code == 0, output
+    assert (tmp_path / "no" / "such" / "p.yaml").is_file()
+    assert (tmp_path / "x" / "r.json").is_file()
     code, output = compile_to(inputs, "-o", str(tmp_path))
     assert code == 2 and "is a directory" in output
-    code, output = compile_to(
-        inputs, "-o", str(tmp_path / "p.yaml"), "--report", str(tmp_path / "x" / "r.json")
-    )
-    assert code == 2 and "--report" in output and "does not exist" in output
-    assert not (tmp_path / "p.yaml").exists(), "refused before anything was written"
+    (tmp_path / "afile").write_text("")
+    code, output = compile_to(inputs, "-o", str(tmp_path / "afile" / "p.yaml"))
+    assert code == 2 and "is a file, not a folder" in output
+
+
+def test_render_takes_a_folder_by_the_same_rule(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from secureml.cli import app
+
+    profile = str(Path(__file__).resolve().parents[2] / "profiles" / "team-a.yaml")
+    made = CliRunner().invoke(app, ["profile", "render", profile, "-o", str(tmp_path / "a" / "b")])
+    assert made.exit_code == 0 and (tmp_path / "a" / "b" / "team-a").is_dir(), made.output
+    (tmp_path / "afile").write_text("")
+    refused = CliRunner().invoke(app, ["profile", "render", profile, "-o", str(tmp_path / "afile")])
+    assert refused.exit_code == 2 and "-o " in refused.output and "is a file" in refused.output
+    assert "Errno" not in refused.output
 
 
 @pytest.mark.parametrize("which", [0, 1])
@@ -86,8 +106,9 @@ def test_check_output_alone(tmp_path: Path) -> None:
     check_output(tmp_path / "new.yaml", "-o", [source])  # a new file in an existing folder
     with pytest.raises(InputError, match="is the input"):
         check_output(source, "-o", [source])
-    with pytest.raises(InputError, match="does not exist"):
-        check_output(tmp_path / "missing" / "f", "-o", [])
+    check_output(tmp_path / "missing" / "f", "-o", [])  # a missing folder is created
+    with pytest.raises(InputError, match="is a file, not a folder"):
+        check_output(source / "f", "-o", [])
 
 
 def test_an_output_is_written_whole_in_slices(tmp_path: Path) -> None:

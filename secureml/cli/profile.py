@@ -235,6 +235,15 @@ def apply(
             "and name that manager).",
         ),
     ] = False,
+    prune: Annotated[
+        bool,
+        typer.Option(
+            "--prune",
+            help="Also delete the tenant's bundle objects (by the bundle's labels) that the "
+            "current render no longer has, e.g. a NetworkPolicy removed from the profile; with "
+            "--dry-run, list them. Namespaces are never deleted.",
+        ),
+    ] = False,
     type_check_wait: Annotated[
         float,
         typer.Option(
@@ -259,6 +268,8 @@ def apply(
     """
     from secureml.bundle import render_objects
     from secureml.cluster import apply_bundle, connect
+    from secureml.cluster.prune import delete_objects, stale_objects
+    from secureml.cluster.refusal import object_ref
     from secureml.profile.cross_checks import refuse_shared_namespaces
     from secureml.profile.model import load_profile
 
@@ -270,8 +281,9 @@ def apply(
     cluster = connect(kubeconfig, context)
     warned = False
     for profile in loaded:
+        rendered = render_objects(profile, options)
         result = apply_bundle(
-            render_objects(profile, options),
+            rendered,
             dry_run=dry_run is not None,
             force_conflicts=force_conflicts,
             cluster=cluster,
@@ -281,6 +293,13 @@ def apply(
         typer.echo(f"tenant {profile.metadata.name} -> {cluster.server}{suffix}")
         for obj in result.objects:
             typer.echo(f"  {obj.outcome:10} {obj.ref}")
+        if prune:
+            stale = stale_objects(cluster, profile.metadata.name, rendered)
+            if not result.dry_run:
+                delete_objects(cluster, stale)
+            verb = "would delete" if result.dry_run else "deleted"
+            for gone in stale:
+                typer.echo(f"  {verb:10} {object_ref(gone)}")
         for note in result.notes:
             typer.echo(f"  note: {note}")
         for warning in result.warnings:

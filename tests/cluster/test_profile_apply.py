@@ -251,3 +251,46 @@ def test_the_program_applies_and_ends_with_everything_stored(
     assert all(stored(cluster, obj) is not None for obj in objects)
     again = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert again.returncode == 0 and "created    " not in again.stdout, again.stdout
+
+
+def test_prune_deletes_what_the_profile_no_longer_renders(
+    k8s_cluster: ControlPlane, tmp_path: Path
+) -> None:
+    import yaml
+
+    path, name = fresh_profile(tmp_path)
+    code, output = _apply(k8s_cluster, str(path), "--type-check-wait", "0")
+    assert code == 0, output
+    rule = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "secureml-gpu-alerts", "namespace": name},
+    }
+    cluster = admin(k8s_cluster)
+    assert stored(cluster, rule) is not None
+    document = yaml.safe_load(path.read_text())
+    document["spec"]["monitoring"]["alerts"] = False  # the alerts leave the profile
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    code, output = _apply(k8s_cluster, str(path), "--prune", "--dry-run", "server")
+    assert code == 0, output
+    assert f"would delete PrometheusRule/{name}/secureml-gpu-alerts" in output
+    assert stored(cluster, rule) is not None  # a dry run deletes nothing
+    code, output = _apply(k8s_cluster, str(path), "--prune", "--type-check-wait", "0")
+    assert code == 0, output
+    assert f"deleted    PrometheusRule/{name}/secureml-gpu-alerts" in output
+    assert stored(cluster, rule) is None
+    assert f"Namespace/{name}" not in output.split("deleted")[-1]
+    code, output = _apply(k8s_cluster, str(path), "--prune", "--type-check-wait", "0")
+    assert code == 0 and "deleted" not in output, output  # nothing left to prune
+
+
+def test_every_kind_a_bundle_renders_is_one_prune_knows() -> None:
+    from secureml.cluster.prune import BUNDLE_KINDS
+
+    for profile in PROFILES:
+        for engine in ("policy-controller", "kyverno"):
+            for version in ("1.34", "1.36"):
+                options = BundleOptions(image_policy=engine, k8s_version=version)
+                for obj in render_objects(load_profile(profile), options):
+                    if obj["kind"] != "Namespace":
+                        assert (obj["apiVersion"], obj["kind"]) in BUNDLE_KINDS, obj["kind"]

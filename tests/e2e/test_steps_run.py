@@ -49,7 +49,16 @@ def submitted(compiled: list[dict[str, Any]], e2e: E2E) -> dict[str, dict[str, A
     return steps.previewed(compiled, e2e.profile, mutate=False)
 
 
-_RUNS: dict[str, dict[str, Any]] = {}
+@pytest.fixture(scope="module")
+def runs(
+    e2e: E2E,
+    compiled: list[dict[str, Any]],
+    preview: dict[str, dict[str, Any]],
+    submitted: dict[str, dict[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """The three step pods run in the pipeline's order (each reads what the one before wrote),
+    once per test process: the tests below only read them, so xdist may spread them."""
+    return {step: run_step(e2e, compiled, submitted[step], preview[step], step) for step in POOLS}
 
 
 def run_step(
@@ -77,14 +86,13 @@ def run_step(
         for c in ("init", "kfp-launcher", contract.RUNTIME_INIT_CONTAINER, "wait", "main")
     }
     print(f"\n{step}: pod {done['status']['phase']} in {seconds:.1f} s")
-    _RUNS[step] = {
+    return {
         "pod": done,
         "logs": logs,
         "seconds": seconds,
         "expected": wanted,
         "node": e2e.node.name,
     }
-    return _RUNS[step]
 
 
 def _log(e2e: E2E, name: str, container: str) -> str:
@@ -104,16 +112,15 @@ def _check_record(record: dict[str, Any], pod: dict[str, Any], step: str) -> dic
     assert record["expected_spiffe_id"] == annotations[contract.ANNOTATION_SPIFFE_ID]
     assert record["image_digest"] == annotations[contract.ANNOTATION_IMAGE_DIGEST]
     assert record["exit_code"] == 0, record
-    return {stage["name"]: stage["status"] for stage in record["stages"]}
+    stages = {stage["name"]: stage["status"] for stage in record["stages"]}
+    print(f"{step}: audit stages {stages}")
+    return stages
 
 
 def test_prep_runs_to_succeeded(
-    e2e: E2E,
-    compiled: list[dict[str, Any]],
-    preview: dict[str, Any],
-    submitted: dict[str, Any],
+    e2e: E2E, runs: dict[str, dict[str, Any]], preview: dict[str, Any]
 ) -> None:
-    run = run_step(e2e, compiled, submitted["prep"], preview["prep"], "prep")
+    run = runs["prep"]
     assert run["pod"]["status"]["phase"] == "Succeeded", _explain(run)
     assert run["pod"]["spec"]["nodeName"] == e2e.node.name
     record = steps.audit_record(run["logs"]["main"])
@@ -126,14 +133,8 @@ def test_prep_runs_to_succeeded(
 
 
 @pytest.mark.parametrize("step", ["train", "evaluate"])
-def test_gpu_step_runs(
-    e2e: E2E,
-    compiled: list[dict[str, Any]],
-    preview: dict[str, Any],
-    submitted: dict[str, Any],
-    step: str,
-) -> None:
-    run = run_step(e2e, compiled, submitted[step], preview[step], step)
+def test_gpu_step_runs(runs: dict[str, dict[str, Any]], preview: dict[str, Any], step: str) -> None:
+    run = runs[step]
     assert run["pod"]["status"]["phase"] == "Succeeded", _explain(run)
     record = steps.audit_record(run["logs"]["main"])
     stages = _check_record(record, preview[step], step)
@@ -147,14 +148,12 @@ BOUND = (".spec.nodeName:",)
 
 
 @pytest.mark.parametrize("step", list(POOLS))
-def test_the_stored_pod_is_the_preview(step: str) -> None:
+def test_the_stored_pod_is_the_preview(runs: dict[str, dict[str, Any]], step: str) -> None:
     """The pod the server stored (after defaulting, the ServiceAccount admission, the tenant's
     MutatingAdmissionPolicy with the runtime injection, and the run) against the preview with
     KFP's run-time values filled in: any other difference fails (tests/cluster/admission.py's
     `differences` lists what the server adds that the preview leaves to it)."""
-    run = _RUNS.get(step)
-    if run is None:
-        pytest.fail(f"{step}'s pod was not created (see its test above)")
+    run = runs[step]
     found = admission.differences(run["expected"], run["pod"])
     assert [d for d in found if not d.startswith(BOUND)] == [], found
     assert run["pod"]["spec"]["nodeName"] == run["node"]

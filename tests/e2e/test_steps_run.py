@@ -17,9 +17,13 @@ from node import pods as node_pods
 from secureml.core import contract
 from tests.cluster import admission
 from tests.e2e import steps
-from tests.e2e.environment import E2E
+from tests.e2e.environment import E2E, IDENTITY_REQUIRED
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
+
+# The identity stage: skipped while the profile does not require it (no SPIRE agent or SPIFFE CSI
+# driver on the node yet: tests/e2e/environment.py), then the SVID checked.
+IDENTITY = "ok" if IDENTITY_REQUIRED else "skipped"
 
 # The node's pool per step: the labels a step's node selector or affinity asks for, and the
 # GPU its container requests comes from the node's fake device plugins (tests/e2e/environment.py).
@@ -126,7 +130,9 @@ def test_prep_runs_to_succeeded(
     record = steps.audit_record(run["logs"]["main"])
     stages = _check_record(record, preview["prep"], "prep")
     assert stages["run"] == "ok" and stages["config"] == "ok", record["stages"]
-    assert stages["identity"] in ("ok", "skipped", "warn"), record["stages"]
+    assert stages["identity"] == IDENTITY, record["stages"]
+    gpu_stages = ("shim-claim", "preflight", "scrub-before", "shim", "scrub-after")
+    assert {stages[name] for name in gpu_stages} == {"skipped"}, record["stages"]  # no GPU
     dataset = steps.run_root(run["pod"]["metadata"]["labels"]["pipeline/runid"])
     key = f"{dataset.removeprefix('minio://')}/prep/dataset"
     assert len(json.loads(e2e.store.objects[key])) == steps.ROWS  # uploaded by the stand-in
@@ -138,9 +144,11 @@ def test_gpu_step_runs(runs: dict[str, dict[str, Any]], preview: dict[str, Any],
     assert run["pod"]["status"]["phase"] == "Succeeded", _explain(run)
     record = steps.audit_record(run["logs"]["main"])
     stages = _check_record(record, preview[step], step)
-    assert stages["scrub-before"] == stages["scrub-after"] == "ok", record["stages"]
-    if step == "evaluate":
-        assert stages["shim"] == "ok", record["stages"]
+    assert stages["identity"] == IDENTITY, record["stages"]
+    assert stages["preflight"] == stages["scrub-before"] == stages["scrub-after"] == "ok", stages
+    shim = "ok" if step == "evaluate" else "skipped"  # the time-sliced share runs under the shim
+    assert stages["shim-claim"] == stages["shim"] == shim, record["stages"]
+    assert stages["run"] == "ok", record["stages"]
 
 
 # What the stored pod has that neither defaulting nor mutation gives it: the scheduler's binding.

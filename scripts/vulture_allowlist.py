@@ -79,3 +79,4 @@ _.log_errors  # re2.Options is configured by attribute (secureml/profile/model.p
 _.run_as_non_root  # unused attribute (secureml/compile/k8s_config.py:70), a protobuf field
 _.active_deadline_seconds  # unused attribute (secureml/compile/k8s_config.py:82), a protobuf field
 reads_a_secret  # a pipeline the tests run by name (tests/localrun/pipelines.py)
+_.do_PUT  # http.server's handler (tests/e2e/environment.py: the launcher stand-in's store)

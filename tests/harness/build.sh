@@ -2,7 +2,7 @@
 # Build the test harness's Go programs from the Go module proxy, once per machine.
 #
 #   tests/harness/build.sh [controlplane|controlplane-1.34|node|spire|spire-controller-manager|
-#                           spiffe-csi|network-policies|all]
+#                           spiffe-csi|network-policies|e2e|all]
 #
 # Each Go module under tests/harness/ (controlplane: kube-apiserver + etcd of v1.36, the version
 # that must work; controlplane-1.34: the same of v1.34, where MutatingAdmissionPolicy is beta behind
@@ -172,6 +172,34 @@ build_network_policies() {
     rm -rf "$work"
 }
 
+build_e2e() {  # argoexec (Argo's own module), the kfp-launcher STAND-IN and the fake GPU's device plugin (tests/e2e)
+    local out module version source scratch start=$SECONDS
+    out="$(module_dir e2e)"
+    if [[ -f "$out/.built" ]]; then
+        echo "$out"
+        return
+    fi
+    read -r module version < <(awk '$2 == "argoexec:" {print $3, $4}' "$here/e2e/go.mod")
+    echo "building argoexec $version, the kfp-launcher stand-in and the fake device plugin (first time: many minutes) ..." >&2
+    mkdir -p "$out/bin.tmp"
+    (cd "$here/e2e" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+        -o "$out/bin.tmp/kfp-launcher-standin" ./kfp-launcher-standin \
+        && go build -trimpath -o "$out/bin.tmp/fake-device-plugin" ./fake-device-plugin) >&2
+    # The module zip drops the symlink workflow/executor/osspecific/signal_linux.go -> signal_darwin.go
+    # (argoproj/argo-workflows#9590): build from a scratch copy with that file restored.
+    source="$(GOFLAGS= go mod download -json "$module@$version" | awk -F'"' '$2 == "Dir" {print $4}')"
+    scratch="$(mktemp -d /var/tmp/argo-workflows-XXXXXX)"
+    cp -r "$source/." "$scratch" && chmod -R u+w "$scratch"
+    cp "$scratch/workflow/executor/osspecific/signal_darwin.go" "$scratch/workflow/executor/osspecific/signal_linux.go"
+    (cd "$scratch" && CGO_ENABLED=0 go build -trimpath \
+        -ldflags "-s -w -X github.com/argoproj/argo-workflows/v4.version=$version" \
+        -o "$out/bin.tmp/argoexec" ./cmd/argoexec) >&2
+    rm -rf "$scratch"
+    rm -rf "$out/bin" && mv "$out/bin.tmp" "$out/bin" && touch "$out/.built"
+    echo "built argoexec, the kfp-launcher stand-in and the fake device plugin in $((SECONDS - start)) s: $out/bin" >&2
+    echo "$out"
+}
+
 if ! command -v go >/dev/null 2>&1; then
     echo "error: the test harness is built with Go (1.26 or newer), and 'go' is not on PATH" >&2
     exit 2
@@ -183,8 +211,9 @@ case "${1:-all}" in
     spire-controller-manager) build_spire_controller_manager ;;
     spiffe-csi) build_spiffe_csi ;;
     network-policies) build_network_policies ;;
+    e2e) build_e2e ;;
     all) build_controlplane controlplane; build_node; build_controlplane controlplane-1.34; build_spire
-        build_spire_controller_manager; build_spiffe_csi; build_network_policies ;;
-    *) echo "usage: $0 [controlplane|controlplane-1.34|node|spire|spire-controller-manager|spiffe-csi|network-policies|all]" >&2
+        build_spire_controller_manager; build_spiffe_csi; build_network_policies; build_e2e ;;
+    *) echo "usage: $0 [controlplane|controlplane-1.34|node|spire|spire-controller-manager|spiffe-csi|network-policies|e2e|all]" >&2
         exit 2 ;;
 esac

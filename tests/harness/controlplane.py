@@ -190,6 +190,12 @@ def _certificate(
     return builder.sign(issuer_key, hashes.SHA256())
 
 
+# The Service range; its first address is the `kubernetes` Service's, which in-cluster clients
+# (KUBERNETES_SERVICE_HOST) dial, so the serving certificate names it, as kubeadm's does.
+SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+
+
 def _write_pki(folder: Path, address: str = "127.0.0.1") -> None:
     """CA, serving and client certificates, and the service-account signing key.
 
@@ -211,7 +217,7 @@ def _write_pki(folder: Path, address: str = "127.0.0.1") -> None:
             x509.DNSName("kubernetes.default.svc"),
             *(
                 x509.IPAddress(ipaddress.ip_address(ip))
-                for ip in dict.fromkeys(("127.0.0.1", address))
+                for ip in dict.fromkeys(("127.0.0.1", address, KUBERNETES_SERVICE_IP))
             ),
         ],
     )
@@ -475,7 +481,7 @@ class ControlPlane:
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc",
-                "--service-cluster-ip-range=10.96.0.0/16",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 f"--authorization-mode={','.join(AUTHORIZATION_MODES)}",
                 f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
                 # towards kubelets (pod logs, exec): the API server's own client certificate, and

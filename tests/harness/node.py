@@ -567,6 +567,17 @@ class Node:
             f'server = "http://{host}"\n\n[host."http://{host}"]\n  capabilities = ["pull", "resolve"]\n'
         )
 
+    def mirror_registry(self, upstream: str, mirror: str) -> None:
+        """Pull images named `upstream/...` (`ghcr.io`, `quay.io`) from plain-HTTP registry
+        `mirror` (`host:port`), as a node behind a platform's pull-through mirror does: the pod
+        keeps the image's real name, containerd asks the mirror first (`hosts.toml`)."""
+        folder = self.directory / "containerd" / "certs.d" / upstream
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "hosts.toml").write_text(
+            f'server = "https://{upstream}"\n\n[host."http://{mirror}"]\n'
+            '  capabilities = ["pull", "resolve"]\n'
+        )
+
     # --- lifecycle --------------------------------------------------------------------------
 
     def __enter__(self) -> Node:

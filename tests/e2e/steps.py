@@ -14,7 +14,6 @@ filled in.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -111,22 +110,6 @@ def as_run(pod: dict[str, Any], values: dict[str, str], name: str | None = None)
     left = [arg for arg in main["command"] if arg in PLACEHOLDERS]
     assert not left, left
     return filled
-
-
-def wait_for_end(
-    cluster: Any, namespace: str, name: str, timeout_s: float = 240.0
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    current: Any = None
-    while time.monotonic() < deadline:
-        status, current = cluster.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
-        assert status == 200, f"reading pod {name}: HTTP {status}: {current}"
-        if current["status"].get("phase") in ("Succeeded", "Failed"):
-            return dict(current)
-        time.sleep(0.2)
-    raise AssertionError(
-        f"pod {namespace}/{name} did not end in {timeout_s} s: {current['status']}"
-    )
 
 
 def audit_record(log: str) -> dict[str, Any]:

@@ -81,7 +81,7 @@ def test_the_running_step_cannot_write_its_root_or_the_runtime(
     e2e.pool({})
     status, answer = e2e.cluster.request("POST", f"/api/v1/namespaces/{e2e.namespace}/pods", pod)
     assert status == 201, answer
-    done = steps.wait_for_end(e2e.cluster, e2e.namespace, "probe-readonly")
+    done = node_pods.wait_for_end(e2e.cluster, e2e.namespace, "probe-readonly", timeout_s=240.0)
     log = node_pods.log(e2e.cluster, e2e.namespace, "probe-readonly", "main")
     assert done["status"]["phase"] == "Succeeded", (steps.container_states(done), log)
     seen = json.loads(next(ln for ln in log.splitlines() if ln.startswith("PROBE "))[6:])

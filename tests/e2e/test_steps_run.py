@@ -83,7 +83,7 @@ def run_step(
         "POST", f"/api/v1/namespaces/{e2e.namespace}/pods", manifest
     )
     assert status == 201, f"creating {step}'s pod: HTTP {status}: {answer}"
-    done = steps.wait_for_end(e2e.cluster, e2e.namespace, name)
+    done = node_pods.wait_for_end(e2e.cluster, e2e.namespace, name, timeout_s=240.0)
     seconds = time.monotonic() - started
     logs = {
         c: _log(e2e, name, c)

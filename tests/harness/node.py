@@ -79,14 +79,15 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from .controlplane import (
-    STATE_FILE as CONTROLPLANE_STATE,
-)
-from .controlplane import (
+    CRDS,
     ControlPlane,
     HarnessError,
     _die_with_parent,
     _ours,
     _terminate,
+)
+from .controlplane import (
+    STATE_FILE as CONTROLPLANE_STATE,
 )
 from .controlplane import (
     down as controlplane_down,
@@ -180,7 +181,8 @@ def _built(module: str, names: tuple[str, ...], override: Path | None) -> Path:
 
 
 def missing_requirements() -> list[str]:
-    """What this machine lacks to run a node (empty when it can): root, programs, CNI plugins."""
+    """What this machine lacks to run a node (empty when it can): root, programs, CNI plugins,
+    and the real CRDs (a checkout without ../shared/fixtures)."""
     missing = []
     if os.geteuid() != 0:
         missing.append("root (the node makes network namespaces, cgroups and mounts)")
@@ -194,6 +196,8 @@ def missing_requirements() -> list[str]:
         missing.append(f"{BUSYBOX} (Debian package busybox-static)")
     if missing:
         missing.append("`make deps` installs them on Debian")
+    if not CRDS.is_dir():  # the node's SPIRE needs the ClusterSPIFFEID CRD, as the bundle does
+        missing.append(f"the real CRDs of ../shared/fixtures/crds ({CRDS} is absent)")
     return missing
 
 

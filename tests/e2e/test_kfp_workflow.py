@@ -57,6 +57,9 @@ UPSTREAM_IMAGES = KfpSystemImages(
 PROFILE = REPO / "examples" / "profiles" / "team-a-dev.yaml"
 ARGO_WORKFLOW_CRD = "manifests/base/crds/full/argoproj.io_workflows.yaml"
 IMAGE = "ghcr.io/acme/ml-images/train@sha256:" + "ab" * 32
+# team-a's GPUs by device plugin, team-dra's by DRA claims (team-restricted and team-conf: their
+# tiers require signed images, which nothing signs here).
+TENANTS = (REPO / "profiles" / "team-a.yaml", REPO / "profiles" / "team-dra.yaml")
 
 
 def _golden(name: str) -> dict[str, Any]:
@@ -134,6 +137,22 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     return compile_reference(IMAGE, PROFILE, tmp_path_factory.mktemp("reference"))
 
 
+@pytest.fixture(scope="module", params=[PROFILE, *TENANTS], ids=lambda path: path.stem)
+def tenant_reference(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[dict[str, Any]], Path]:
+    """The reference pipeline compiled for team-a-dev, team-a and team-dra (the last two with
+    signatures not required: nothing here signs the image), and the profile it was compiled for."""
+    folder = tmp_path_factory.mktemp("tenant")
+    profile = request.param
+    if profile != PROFILE:
+        spec = yaml.safe_load(profile.read_text())
+        spec["spec"]["images"]["signatures"]["required"] = False
+        profile = folder / profile.name
+        profile.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return compile_reference(IMAGE, profile, folder), profile
+
+
 def test_kfp_workflow_is_the_compilers_with_the_api_servers_changes(
     reference: list[dict[str, Any]],
 ) -> None:
@@ -190,9 +209,12 @@ def _argo_workflow_schema() -> dict[str, Any]:
     return dict(_strict(schema))
 
 
-def test_reference_workflow_fits_argos_crd(reference: list[dict[str, Any]]) -> None:
+def test_reference_workflow_fits_argos_crd(
+    tenant_reference: tuple[list[dict[str, Any]], Path],
+) -> None:
+    reference, path = tenant_reference
     workflow = kfp_workflow(
-        reference, name="secure-finetune-x1", namespace="team-a",
+        reference, name="secure-finetune-x1", namespace=load_profile(path).spec.namespace,
         service_account=contract.RUNNER_NAME,
     )  # fmt: skip
     validator = jsonschema.Draft7Validator(_argo_workflow_schema())
@@ -218,9 +240,10 @@ def _substitute(value: Any, parameters: dict[str, str]) -> Any:
 
 
 def test_driver_patch_turns_the_impl_template_into_the_previewed_pod(
-    reference: list[dict[str, Any]],
+    tenant_reference: tuple[list[dict[str, Any]], Path],
 ) -> None:
-    profile = load_profile(PROFILE)
+    reference, path = tenant_reference
+    profile = load_profile(path)
     pods = preview_pods(reference, profile, mutate=False)
     labels = next(iter(pods.values()))["metadata"]["labels"]
     name, run_id = labels["workflows.argoproj.io/workflow"], labels[RUN_ID_LABEL]

@@ -180,7 +180,7 @@ build_e2e() {  # argoexec (Argo's own module), the kfp-launcher and kfp-driver S
         return
     fi
     read -r module version < <(awk '$2 == "argoexec:" {print $3, $4}' "$here/e2e/go.mod")
-    echo "building argoexec $version, the kfp-launcher stand-in and the fake device plugin (first time: many minutes) ..." >&2
+    echo "building argoexec $version, the KFP stand-ins and the fake device plugin (first time: many minutes) ..." >&2
     mkdir -p "$out/bin.tmp"
     (cd "$here/e2e" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
         -o "$out/bin.tmp/kfp-launcher-standin" ./kfp-launcher-standin \
@@ -197,7 +197,7 @@ build_e2e() {  # argoexec (Argo's own module), the kfp-launcher and kfp-driver S
         -o "$out/bin.tmp/argoexec" ./cmd/argoexec) >&2
     rm -rf "$scratch"
     rm -rf "$out/bin" && mv "$out/bin.tmp" "$out/bin" && touch "$out/.built"
-    echo "built argoexec, the kfp-launcher stand-in and the fake device plugin in $((SECONDS - start)) s: $out/bin" >&2
+    echo "built argoexec, the KFP stand-ins and the fake device plugin in $((SECONDS - start)) s: $out/bin" >&2
     echo "$out"
 }
 

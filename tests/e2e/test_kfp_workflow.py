@@ -28,6 +28,7 @@ import pytest
 import yaml
 from harness.kfp_workflow import (
     ISTIO_INJECT,
+    PLACEHOLDERS,
     RUN_ID_LABEL,
     RUN_NAME_ANNOTATION,
     UNSET,
@@ -38,6 +39,7 @@ from harness.kfp_workflow import (
     go_json,
     kfp_workflow,
     patch_key,
+    pipeline_from_workflow,
     preview_run_id,
 )
 
@@ -67,41 +69,10 @@ def _golden(name: str) -> dict[str, Any]:
     return dict(yaml.safe_load(path.read_text()))
 
 
-def _recovered(golden: dict[str, Any]) -> list[dict[str, Any]]:
-    """The PipelineSpec and platform spec KFP compiled the golden from, out of its arguments."""
-    arguments = {p["name"]: p["value"] for p in golden["spec"]["arguments"]["parameters"]}
-
-    def argument(placeholder: str) -> Any:
-        return json.loads(arguments[placeholder.removeprefix("{{workflow.parameters.")[:-2]])
-
-    templates = {t["name"]: t for t in golden["spec"]["templates"]}
-    components: dict[str, Any] = {}
-    executors: dict[str, Any] = {}
-    kubernetes: dict[str, Any] = {}
-    for task in templates["root"]["dag"]["tasks"]:
-        if task["template"] != "system-container-driver":
-            continue
-        given = {p["name"]: p["value"] for p in task["arguments"]["parameters"]}
-        component = argument(given["component"])
-        components[json.loads(given["task"])["componentRef"]["name"]] = component
-        executors[component["executorLabel"]] = {"container": argument(given["container"])}
-        if "kubernetes-config" in given:
-            kubernetes[component["executorLabel"]] = argument(given["kubernetes-config"])
-    driver_args = templates["system-container-driver"]["container"]["args"]
-    spec = {
-        "components": components,
-        "deploymentSpec": {"executors": executors},
-        "pipelineInfo": {"name": driver_args[driver_args.index("--pipeline_name") + 1]},
-        "root": json.loads(arguments["components-root"]),
-        "schemaVersion": "2.1.0",
-    }
-    return [spec, {"platforms": {"kubernetes": {"deploymentSpec": {"executors": kubernetes}}}}]
-
-
 @pytest.mark.parametrize("name", GOLDEN)
 def test_golden_workflow_from_its_own_pipeline(name: str) -> None:
     golden = _golden(name)
-    docs = _recovered(golden)
+    docs = pipeline_from_workflow(golden)
     assert compile_workflow(docs, images=UPSTREAM_IMAGES, settings=UNSET) == golden
 
 
@@ -292,6 +263,20 @@ def test_driver_patch_turns_the_impl_template_into_the_previewed_pod(
         if not main["resources"]:
             del main["resources"]
         assert argo_made == as_run(pod, values[task]), task
+
+
+def test_driver_patches_of_the_goldens() -> None:
+    """hello_world's patch runs `echo hello world` under the launcher; secret_as_volume's names
+    its secret by a pipeline input, which only KFP's driver resolves: refused, not half-made."""
+    docs = pipeline_from_workflow(_golden("hello_world"))
+    values = {"echo": {placeholder: "v" for placeholder in PLACEHOLDERS}}
+    (main,) = json.loads(driver_patches(docs, values)["echo"])["containers"]
+    assert main["image"] == "registry.access.redhat.com/ubi9/python-311:latest"
+    assert main["command"][0] == "/kfp-launcher/launch" and main["command"][-1] == "--"
+    assert main["args"] == ["echo", "hello world"]
+    docs = pipeline_from_workflow(_golden("secret_as_volume"))
+    with pytest.raises(ValueError, match=r"task comp: .* volume\(s\) \['secret-0'\] without"):
+        driver_patches(docs, {"comp": values["echo"]})
 
 
 def test_patch_key_names_run_and_task() -> None:

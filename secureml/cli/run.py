@@ -241,10 +241,9 @@ def run(
             f"{', '.join(remote_only)}: only for --host runs",
             why="a local run verifies no image and submits nothing",
         )
+    from secureml.compile.compiler import CompileError
     from secureml.components.audit_report import render_text
     from secureml.localrun.runner import RunLayout, default_output_dir, run_pipeline_file
-
-    from secureml.compile.compiler import CompileError
 
     layout = RunLayout(output_dir or default_output_dir(file))
     if output != "json":

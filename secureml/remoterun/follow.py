@@ -184,6 +184,9 @@ def _collect_records(submission: Submission, outcome: Outcome, steps: list[str])
         if step not in steps:
             continue
         seen.add(step)
+        if _REFUSED in str(node.get("message") or ""):
+            outcome.unreached[step] = "the step pod never ran: refused at admission"
+            continue
         if node.get("phase") not in ("Succeeded", "Failed", "Error", "Running"):
             outcome.unreached[step] = f"the step pod never ran (Argo: {node.get('phase')})"
             continue

@@ -198,7 +198,7 @@ class Submission:
 
     def _auth(self) -> dict[str, Any]:
         """The cookie and header kfp.Client sends, for the requests made beside it."""
-        api = self.client._run_api.api_client  # noqa: SLF001 (the client's own credentials)
+        api = self.client._run_api.api_client
         headers = dict(api.default_headers)
         if getattr(api, "cookie", None):
             headers["Cookie"] = api.cookie

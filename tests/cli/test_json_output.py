@@ -42,6 +42,7 @@ def test_every_schema_is_a_valid_json_schema() -> None:
             "image-check",
             "profile-diff",
             "profile-validate",
+            "run-remote",
             "run",
             "verify-pipeline",
             "verify",

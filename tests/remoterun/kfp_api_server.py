@@ -133,6 +133,17 @@ class Run:
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
 
+def _in_order(tasks: Any) -> list[str]:
+    """The DAG's task names, each after the tasks it depends on (Argo's order for a chain)."""
+    done: list[str] = []
+    pending = sorted(tasks)
+    while pending:
+        ready = [t for t in pending if set(tasks[t].dependent_tasks) <= set(done)]
+        done.extend(ready or pending)
+        pending = [t for t in pending if t not in done]
+    return done
+
+
 def refusal_text(pod: str, tenant: str, policy: str, message: str) -> str:
     """What the API server answers a create the bundle's ValidatingAdmissionPolicy denies."""
     name = f"secureml-{tenant}-{policy}"
@@ -291,7 +302,7 @@ class KfpApiServer:
         workflow = f"{spec.pipeline_info.name}-{run.run_id[:5]}"
         steps = [
             Step(task, f"{workflow}-{index + 1:010d}")
-            for index, task in enumerate(spec.root.dag.tasks)
+            for index, task in enumerate(_in_order(spec.root.dag.tasks))
         ]
         script, refused, refusal = self.script, self.refused_step, ""
         if script in ("refuse", "pending-refused"):
@@ -488,10 +499,10 @@ def _handler(server: KfpApiServer) -> type[BaseHTTPRequestHandler]:
                     {"code": refused.code, "message": refused.message, "details": []},
                 )
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             self._serve("GET")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             self._serve("POST")
 
     return Handler

@@ -156,22 +156,24 @@ def compile_command(
 
     compiled = compile_secured(
         CompileInputs(
-        file,
-        profile,
-        pipeline,
-        bundles,
-        fetch_bundles,
-        check_images,
-        resolve_entrypoints,
-        require_signed_profile,
-        profile_bundle,
-        (certificate_identity, certificate_identity_regexp, certificate_oidc_issuer),
-        trusted_root,
+            file,
+            profile,
+            pipeline,
+            bundles,
+            fetch_bundles,
+            check_images,
+            resolve_entrypoints,
+            require_signed_profile,
+            profile_bundle,
+            (certificate_identity, certificate_identity_regexp, certificate_oidc_issuer),
+            trusted_root,
         )
     )
     result, content, tenant = compiled.result, compiled.profile_bytes, compiled.tenant
     if result is None:
-        data = reports.violation_report(compiled.pipeline, tenant.metadata.name, compiled.violations)
+        data = reports.violation_report(
+            compiled.pipeline, tenant.metadata.name, compiled.violations
+        )
         if report is not None:
             write_text(report, reports.to_json(data), "--report")
         _print(data, output_format, None)

@@ -91,7 +91,9 @@ def run(
     run_name: Annotated[
         str | None,
         typer.Option(
-            "--run-name", metavar="NAME", help="With --host: the run's name (default: pipeline and time)."
+            "--run-name",
+            metavar="NAME",
+            help="With --host: the run's name (default: pipeline and time).",
         ),
     ] = None,
     bundles: Annotated[

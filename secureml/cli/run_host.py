@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from secureml.remoterun.host import Host
 
 SCHEMA = "secureml.dev/run-remote/v1"
-DEFAULT_EXPERIMENT = "secureml"
 
 
 @dataclass(frozen=True)
@@ -92,12 +91,14 @@ def run_on_host(inputs: CompileInputs, how: HostRun) -> None:
     if compiled.result is None:
         from secureml.compile.report import render_text, violation_report
 
-        data = violation_report(compiled.pipeline, compiled.tenant.metadata.name, compiled.violations)
+        data = violation_report(
+            compiled.pipeline, compiled.tenant.metadata.name, compiled.violations
+        )
         typer.echo(render_text(data), err=True, nl=False)
         typer.echo("error: not submitted: the pipeline breaks the profile's rules", err=True)
         raise typer.Exit(NO)
     result, tenant = compiled.result, compiled.tenant
-    steps = [step.task for step in result.steps if step.kind in ('secure', 'plain')]
+    steps = [step.task for step in result.steps if step.kind in ("secure", "plain")]
     submission = Submission(host, tenant.spec.namespace)
     name = how.run_name or f"{compiled.pipeline} {time.strftime('%Y-%m-%d %H-%M-%S')}"
     run_id = submission.create(
@@ -135,7 +136,9 @@ def follow_run(submission: Any, steps: list[str], how: HostRun, out: TextIO) -> 
 def print_summary(outcome: Outcome) -> None:
     from secureml.components.audit_report import render_text
 
-    typer.echo(f"\nrun {outcome.run_id}: {outcome.state or 'unknown'} after {outcome.seconds:.1f} s")
+    typer.echo(
+        f"\nrun {outcome.run_id}: {outcome.state or 'unknown'} after {outcome.seconds:.1f} s"
+    )
     records = [r for step in outcome.records.values() for r in step]
     if records:
         typer.echo(render_text(records))
@@ -147,7 +150,9 @@ def print_summary(outcome: Outcome) -> None:
 def report_end(outcome: Outcome, timeout: float) -> None:
     """The verdict on stderr and the exit: 0 succeeded, 1 refused, failed or timed out."""
     for step, finding in outcome.violations():
-        typer.echo(f"error: step {step} refused at admission: [{finding.rule}] {finding.what}", err=True)
+        typer.echo(
+            f"error: step {step} refused at admission: [{finding.rule}] {finding.what}", err=True
+        )
     for step, message in sorted(outcome.failures.items()):
         typer.echo(f"error: step {step} failed: {message}", err=True)
     if outcome.refusals:
@@ -158,7 +163,9 @@ def report_end(outcome: Outcome, timeout: float) -> None:
             err=True,
         )
     elif outcome.timed_out:
-        waiting = [f"{s} {t}" for s, t in outcome.tasks.items() if t not in ("SUCCEEDED", "SKIPPED")]
+        waiting = [
+            f"{s} {t}" for s, t in outcome.tasks.items() if t not in ("SUCCEEDED", "SKIPPED")
+        ]
         typer.echo(
             f"error: the run did not end within --timeout {timeout:g} s (run "
             f"{outcome.state or 'unknown'}; {', '.join(waiting) or 'no step started'}); it goes "

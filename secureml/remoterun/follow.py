@@ -81,13 +81,13 @@ def follow(
     while True:
         run = submission.get()
         state = str(run.state or "")
-        if state != outcome.state:
-            on_change("run", outcome.state or None, state)
-            outcome.state = state
         for name, task_state in _task_states(run, steps).items():
             if outcome.tasks.get(name) != task_state:
                 on_change(name, outcome.tasks.get(name), task_state)
                 outcome.tasks[name] = task_state
+        if state != outcome.state:
+            on_change("run", outcome.state or None, state)
+            outcome.state = state
         finished = state in FINISHED
         if finished or any(s in ("PENDING", "FAILED") for s in outcome.tasks.values()):
             workflow = submission.workflow()

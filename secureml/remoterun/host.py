@@ -184,7 +184,10 @@ class Submission:
             query["podnamespace"] = namespace
         try:
             response = requests.get(
-                f"{self.host.url}/k8s/pod/logs", params=query, timeout=self.host.timeout, **self._auth()
+                f"{self.host.url}/k8s/pod/logs",
+                params=query,
+                timeout=self.host.timeout,
+                **self._auth(),
             )
         except requests.RequestException as err:
             raise ClusterError(f"pod log {pod}", why=_reason(err)) from None

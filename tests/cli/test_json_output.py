@@ -39,6 +39,7 @@ def test_every_schema_is_a_valid_json_schema() -> None:
             "doctor-cluster",
             "doctor-logs",
             "doctor-node",
+            "doctor-pipeline",
             "image-check",
             "profile-diff",
             "profile-validate",

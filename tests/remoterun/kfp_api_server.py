@@ -10,7 +10,7 @@ What it speaks, and from where it was learned (kubeflow/pipelines 2.17.0; no cod
   and `attribute_map`); an unknown field, a wrong JSON type or a value outside an enum is refused
   with 400 and grpc-gateway's `{"code": 3, "message": ...}`, as the real gateway refuses it. The
   run's `pipeline_spec` is parsed into the `PipelineSpec` (and `PlatformSpec`) messages of
-  kfp-pipeline-spec, unknown fields refused. Refused as `CreateRun` refuses (run_server.go,
+  kfp-pipeline-spec, unknown fields refused. RefusedError as `CreateRun` refuses (run_server.go,
   api_converter.go `toModelRun`): an empty display name, no pipeline source, `plugins_output`
   set by the client, an unknown experiment; in multi-user mode a run or experiment outside the
   namespace the server was started for (KFP's SubjectAccessReview answers 403).
@@ -51,41 +51,51 @@ GRPC_INVALID_ARGUMENT, GRPC_NOT_FOUND, GRPC_PERMISSION_DENIED = 3, 5, 7
 FORBID_ENV = 'secureml.forbiddenEnv: container "main" sets LD_PRELOAD: no container may set it'
 
 
-class Refused(Exception):
+class RefusedError(Exception):
     def __init__(self, status: int, code: int, message: str) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
 
 
 def parse_model(data: Any, klass: str, where: str = "") -> Any:
-    """`data` (JSON) as the kfp_server_api model `klass`; Refused as grpc-gateway refuses it."""
+    """`data` (JSON) as the kfp_server_api model `klass`; RefusedError as grpc-gateway refuses it."""
     if klass in ("object", "str", "int", "bool", "datetime", "float"):
         expected = {"str": str, "int": (int, str), "bool": bool, "datetime": str, "float": float}
         if klass != "object" and not isinstance(data, expected[klass]):
-            raise Refused(400, GRPC_INVALID_ARGUMENT, f"proto: syntax error: {where} wants {klass}")
+            raise RefusedError(
+                400, GRPC_INVALID_ARGUMENT, f"proto: syntax error: {where} wants {klass}"
+            )
         return data
     if klass.startswith("list["):
         if not isinstance(data, list):
-            raise Refused(400, GRPC_INVALID_ARGUMENT, f"proto: syntax error: {where} wants a list")
+            raise RefusedError(
+                400, GRPC_INVALID_ARGUMENT, f"proto: syntax error: {where} wants a list"
+            )
         return [parse_model(item, klass[5:-1], where) for item in data]
     if klass.startswith("dict("):
         if not isinstance(data, dict):
-            raise Refused(400, GRPC_INVALID_ARGUMENT, f"proto: syntax error: {where} wants a map")
+            raise RefusedError(
+                400, GRPC_INVALID_ARGUMENT, f"proto: syntax error: {where} wants a map"
+            )
         inner = klass[5:-1].split(", ", 1)[1]
         return {k: parse_model(v, inner, f"{where}.{k}") for k, v in data.items()}
     model = getattr(kfp_server_api.models, klass)
     if not model.openapi_types:  # an enum
         allowed = [v for k, v in vars(model).items() if k.isupper() and isinstance(v, str)]
         if data not in allowed:
-            raise Refused(400, GRPC_INVALID_ARGUMENT, f"invalid value for enum {klass}: {data!r}")
+            raise RefusedError(
+                400, GRPC_INVALID_ARGUMENT, f"invalid value for enum {klass}: {data!r}"
+            )
         return data
     if not isinstance(data, dict):
-        raise Refused(400, GRPC_INVALID_ARGUMENT, f"proto: syntax error: {where} wants an object")
+        raise RefusedError(
+            400, GRPC_INVALID_ARGUMENT, f"proto: syntax error: {where} wants an object"
+        )
     by_json = {json_name: attr for attr, json_name in model.attribute_map.items()}
     values = {}
     for key, value in data.items():
         if key not in by_json:
-            raise Refused(400, GRPC_INVALID_ARGUMENT, f'proto: unknown field "{key}"')
+            raise RefusedError(400, GRPC_INVALID_ARGUMENT, f'proto: unknown field "{key}"')
         attr = by_json[key]
         values[attr] = parse_model(value, model.openapi_types[attr], f"{where}.{key}".strip("."))
     return model(**values)
@@ -95,7 +105,7 @@ def parse_pipeline_spec(spec: Any) -> pipeline_spec_pb2.PipelineSpec:
     """The run's pipeline_spec as KFP's API server reads it: the PipelineSpec, or the pair of
     `pipeline_spec` and `platform_spec` a pipeline with Kubernetes settings carries."""
     if not isinstance(spec, dict):
-        raise Refused(400, GRPC_INVALID_ARGUMENT, "Invalid input error: pipeline_spec")
+        raise RefusedError(400, GRPC_INVALID_ARGUMENT, "Invalid input error: pipeline_spec")
     try:
         if "pipeline_spec" in spec:
             platform = pipeline_spec_pb2.PlatformSpec()
@@ -104,7 +114,7 @@ def parse_pipeline_spec(spec: Any) -> pipeline_spec_pb2.PipelineSpec:
         message = pipeline_spec_pb2.PipelineSpec()
         json_format.ParseDict(spec, message)
     except json_format.ParseError as err:
-        raise Refused(
+        raise RefusedError(
             400, GRPC_INVALID_ARGUMENT, f"Failed to parse the pipeline spec: {err}"
         ) from None
     return message
@@ -148,7 +158,7 @@ def refusal_text(pod: str, tenant: str, policy: str, message: str) -> str:
     """What the API server answers a create the bundle's ValidatingAdmissionPolicy denies."""
     name = f"secureml-{tenant}-{policy}"
     return (
-        f'pods "{pod}" is forbidden: ValidatingAdmissionPolicy \'{name}\' with binding '
+        f"pods \"{pod}\" is forbidden: ValidatingAdmissionPolicy '{name}' with binding "
         f"'{name}' denied request: {message}"
     )
 
@@ -238,11 +248,11 @@ class KfpApiServer:
                 "run": {"id": run.run_id, "name": run.body.display_name},
                 "pipeline_runtime": {"workflow_manifest": json.dumps(self._workflow(run))},
             }
-        raise Refused(404, GRPC_NOT_FOUND, f"Not Found: {method} {path}")
+        raise RefusedError(404, GRPC_NOT_FOUND, f"Not Found: {method} {path}")
 
     def _authorize(self, namespace: str | None) -> None:
         if self.multi_user and namespace != self.namespace:
-            raise Refused(
+            raise RefusedError(
                 403,
                 GRPC_PERMISSION_DENIED,
                 f"PermissionDenied: User 'user@example.com' is not authorized with reason: "
@@ -253,10 +263,9 @@ class KfpApiServer:
         if method == "POST":
             experiment = parse_model(body, "V2beta1Experiment")
             if not experiment.display_name:
-                raise Refused(400, GRPC_INVALID_ARGUMENT, "Experiment name cannot be empty")
+                raise RefusedError(400, GRPC_INVALID_ARGUMENT, "Experiment name cannot be empty")
             self._authorize(experiment.namespace if self.multi_user else self.namespace)
             experiment.experiment_id = str(uuid.uuid4())
-            experiment.storage_state = "AVAILABLE"
             self.experiments[experiment.experiment_id] = experiment
             return experiment.to_dict()
         if self.multi_user:
@@ -275,25 +284,25 @@ class KfpApiServer:
 
     def _create_run(self, run: Any) -> Any:
         if run.plugins_output is not None:
-            raise Refused(
+            raise RefusedError(
                 400, GRPC_INVALID_ARGUMENT, "plugins_output must not be set by the client"
             )
         if not run.display_name:
-            raise Refused(400, GRPC_INVALID_ARGUMENT, "Run name cannot be empty")
+            raise RefusedError(400, GRPC_INVALID_ARGUMENT, "Run name cannot be empty")
         if run.pipeline_spec is None and run.pipeline_version_reference is None:
-            raise Refused(400, GRPC_INVALID_ARGUMENT, "Failed to parse the pipeline source")
+            raise RefusedError(400, GRPC_INVALID_ARGUMENT, "Failed to parse the pipeline source")
         if run.pipeline_version_reference is not None:
-            raise Refused(404, GRPC_NOT_FOUND, "pipeline version not found (none uploaded)")
+            raise RefusedError(404, GRPC_NOT_FOUND, "pipeline version not found (none uploaded)")
         spec = parse_pipeline_spec(run.pipeline_spec)
         experiment = self.experiments.get(run.experiment_id or "")
         if experiment is None:
-            raise Refused(404, GRPC_NOT_FOUND, f"Experiment {run.experiment_id} not found")
+            raise RefusedError(404, GRPC_NOT_FOUND, f"Experiment {run.experiment_id} not found")
         namespace = experiment.namespace if self.multi_user else self.namespace
         self._authorize(namespace)
         declared = spec.root.input_definitions.parameters
         for name in (run.runtime_config.parameters or {}) if run.runtime_config else {}:
             if name not in declared:
-                raise Refused(
+                raise RefusedError(
                     400,
                     GRPC_INVALID_ARGUMENT,
                     f"Invalid input error: Unrecognized input parameter: {name}",
@@ -326,7 +335,7 @@ class KfpApiServer:
     def _run(self, run_id: str) -> Run:
         run = self.runs.get(run_id)
         if run is None:
-            raise Refused(404, GRPC_NOT_FOUND, f"Run {run_id} not found")
+            raise RefusedError(404, GRPC_NOT_FOUND, f"Run {run_id} not found")
         self._authorize(run.namespace)
         return run
 
@@ -350,7 +359,9 @@ class KfpApiServer:
             if refused_here and run.script == "pending-refused":
                 current.message = run.refusal
             elif refused_here and run.script == "stuck":
-                current.message = "Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+                current.message = (
+                    "Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+                )
         elif current.phase == "Pending":
             if refused_here and run.script in ("pending-refused", "stuck"):
                 return
@@ -378,8 +389,12 @@ class KfpApiServer:
         with self._lock:
             if advance:
                 self._advance(run)
-            body = kfp_server_api.V2beta1Run(**{k: getattr(run.body, k) for k in ("display_name",
-                "experiment_id", "service_account", "runtime_config")})
+            body = kfp_server_api.V2beta1Run(
+                **{
+                    k: getattr(run.body, k)
+                    for k in ("display_name", "experiment_id", "service_account", "runtime_config")
+                }
+            )
             body.run_id = run.run_id
             body.state = self._run_state(run)
             body.created_at = run.created
@@ -469,7 +484,9 @@ def _handler(server: KfpApiServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *_: object) -> None:  # quiet
             return
 
-        def _answer(self, status: int, payload: Any, content_type: str = "application/json") -> None:
+        def _answer(
+            self, status: int, payload: Any, content_type: str = "application/json"
+        ) -> None:
             data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", content_type)
@@ -490,9 +507,9 @@ def _handler(server: KfpApiServer) -> type[BaseHTTPRequestHandler]:
                 try:
                     body = json.loads(raw) if raw else {}
                 except ValueError:
-                    raise Refused(400, GRPC_INVALID_ARGUMENT, "proto: syntax error") from None
+                    raise RefusedError(400, GRPC_INVALID_ARGUMENT, "proto: syntax error") from None
                 self._answer(200, server.handle(method, url.path, query, body))
-            except Refused as refused:
+            except RefusedError as refused:
                 server.refusals.append(refused.message)
                 self._answer(
                     refused.status,

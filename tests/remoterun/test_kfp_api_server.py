@@ -66,7 +66,15 @@ def test_a_run_as_another_service_account_has_its_first_step_refused(tmp_path) -
         CompileInputs(
             repo / "pipelines" / "secure_finetune.py",
             repo / "examples" / "profiles" / "team-a-dev.yaml",
-            None, None, False, False, False, False, None, (None, None, None), None,
+            None,
+            None,
+            False,
+            False,
+            False,
+            False,
+            None,
+            (None, None, None),
+            None,
         )
     )
     assert compiled.result is not None

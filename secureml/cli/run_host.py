@@ -98,11 +98,12 @@ def run_on_host(inputs: CompileInputs, how: HostRun) -> None:
         typer.echo("error: not submitted: the pipeline breaks the profile's rules", err=True)
         raise typer.Exit(NO)
     result, tenant = compiled.result, compiled.tenant
+    arguments = _bound(result.yaml_text, how.arguments, compiled.pipeline)
     steps = [step.task for step in result.steps if step.kind in ("secure", "plain")]
     submission = Submission(host, tenant.spec.namespace)
     name = how.run_name or f"{compiled.pipeline} {time.strftime('%Y-%m-%d %H-%M-%S')}"
     run_id = submission.create(
-        result.yaml_text, run_name=name, experiment=how.experiment, arguments=how.arguments
+        result.yaml_text, run_name=name, experiment=how.experiment, arguments=arguments
     )
     out = sys.stderr if how.json else sys.stdout
     out.write(f"run {run_id} created on {host.url} as {_runner()}\nlogs: {host.run_url(run_id)}\n")
@@ -113,6 +114,16 @@ def run_on_host(inputs: CompileInputs, how: HostRun) -> None:
     else:
         print_summary(outcome)
     report_end(outcome, how.timeout)
+
+
+def _bound(pipeline_yaml: str, arguments: dict[str, str], pipeline: str) -> dict[str, Any]:
+    """The --arg values as the pipeline's declared types, checked before anything is submitted."""
+    import yaml
+
+    from secureml.compile.pipeline_args import bind_arguments
+
+    spec = next(yaml.safe_load_all(pipeline_yaml))
+    return bind_arguments(spec, arguments, pipeline=pipeline)
 
 
 def _runner() -> str:

@@ -134,7 +134,7 @@ class Submission:
         self.run_id = ""
 
     def create(
-        self, pipeline_yaml: str, *, run_name: str, experiment: str, arguments: dict[str, str]
+        self, pipeline_yaml: str, *, run_name: str, experiment: str, arguments: dict[str, Any]
     ) -> str:
         """Create the run as the bundle's runner service account; its id."""
         with tempfile.TemporaryDirectory(prefix="secureml-run-") as folder:

@@ -148,3 +148,57 @@ def test_an_unreachable_host_is_exit_2_without_compiling() -> None:
 def test_local_only_flags_are_refused_with_host() -> None:
     code, _, err = run("http://127.0.0.1:1", "--simulate-gpu")
     assert code == 2 and "--simulate-gpu: only for --local runs" in err
+
+
+def test_arguments_are_sent_as_the_declared_types() -> None:
+    with KfpApiServer() as server:
+        code, _, err = run(server.url, "--arg", "epochs=3", "--arg", "rows=10")
+        (created,) = server.runs.values()
+    assert code == 0, err
+    assert created.body.runtime_config.parameters == {"epochs": 3, "rows": 10}
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [("nosuch=1", "'nosuch' is not a parameter"), ("epochs=x", "epochs is declared as int")],
+)
+def test_bad_arguments_are_exit_2_and_submit_nothing(arg: str, message: str) -> None:
+    with KfpApiServer() as server:
+        code, _, err = run(server.url, "--arg", arg)
+        assert not server.runs
+    assert code == 2
+    assert message in err
+
+
+def test_a_terminal_gets_a_live_table() -> None:
+    import io
+
+    from secureml.cli.run_host import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    progress = Progress(screen, ["prep", "train"])
+    progress.change("prep", None, "RUNNING")
+    progress.change("run", None, "RUNNING")
+    progress.stop()
+    shown = screen.getvalue()
+    assert "run: RUNNING" in shown
+    assert "prep" in shown and "RUNNING" in shown and "train" in shown
+    assert "->" not in shown  # no plain progress lines on a terminal
+
+
+def test_pod_names_follow_kfp() -> None:
+    from secureml.remoterun.follow import pod_name
+
+    workflow = {"metadata": {"name": "p-abc12"}}
+    node = {"id": "p-abc12-1234", "name": "p-abc12.root.train.executor"}
+    assert pod_name(workflow, {**node, "templateName": "system-container-impl"}) == (
+        "p-abc12-system-container-impl-1234"
+    )
+    assert pod_name(workflow, {**node, "name": "p-abc12.inline"}) == "p-abc12-1234"
+    assert pod_name({"metadata": {"name": "p-abc12"}}, {"id": "x", "name": "p-abc12"}) == "p-abc12"
+    v1 = {"metadata": {"name": "p", "annotations": {"workflows.argoproj.io/pod-name-format": "v1"}}}
+    assert pod_name(v1, node) == "p-abc12-1234"

@@ -1,4 +1,5 @@
-"""`secureml doctor`: is this GPU node, this cluster, or this node's log healthy for secureml.
+"""`secureml doctor`: is this GPU node, this cluster, this node's log, or a secured pipeline run
+on the platform's KFP healthy for secureml.
 
 Each subcommand lives with its checks in `secureml.doctor` and is added to `app` here; this module
 imports only typer so that `secureml --help` stays fast.
@@ -30,8 +31,8 @@ from secureml.core.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
 PIPED_WIDTH = 120
 
 app = typer.Typer(
-    help="Check a GPU node, a cluster or a node's logs: each check pass / warn / fail, what was "
-    "seen, and the fix. Exit 0 when nothing failed, 1 when a check failed, 2 on unusable input.",
+    help="Check a GPU node, a cluster, a node's logs or a pipeline run on your KFP: each check "
+    "pass / warn / fail, what was seen, and the fix. Exit 0 when nothing failed, 1 when a check failed, 2 on unusable input.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )

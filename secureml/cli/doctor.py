@@ -317,12 +317,12 @@ def pipeline(
     the profile). 2: unusable input (URL, profile, image) or a KFP server that cannot be reached or
     refuses the run."""
     from secureml.cli.compile import CompileInputs, compile_secured
-    from secureml.cli.run_host import HostRun, follow_run
+    from secureml.cli.run_host import REQUEST_TIMEOUT, HostRun, follow_run
     from secureml.doctor.check import Check, Report
     from secureml.remoterun import smoke
     from secureml.remoterun.host import Submission, connect
 
-    kfp = connect(host)
+    kfp = connect(host, timeout=min(REQUEST_TIMEOUT, timeout))
     report = Report(f"doctor pipeline: {kfp.url}")
     report.add(
         Check(

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from secureml.remoterun.host import Host
 
 SCHEMA = "secureml.dev/run-remote/v1"
+REQUEST_TIMEOUT = 10.0  # seconds for one request to the KFP server
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ def run_on_host(inputs: CompileInputs, how: HostRun) -> None:
     from secureml.cli.compile import compile_secured
     from secureml.remoterun.host import Submission, connect
 
-    host = connect(how.url)  # before compiling: an unusable --host costs no compile
+    # before compiling: an unusable --host costs no compile; no one request outlasts --timeout
+    host = connect(how.url, timeout=min(REQUEST_TIMEOUT, how.timeout))
     compiled = compile_secured(inputs)
     if compiled.result is None:
         from secureml.compile.report import render_text, violation_report

@@ -155,8 +155,16 @@ class Submission:
         return self.run_id
 
     def get(self) -> Any:
-        """The run as kfp.Client reads it (a kfp_server_api V2beta1Run)."""
-        return self._call("read the run", lambda: self.client.get_run(self.run_id))
+        """The run as kfp.Client's `get_run` reads it (a kfp_server_api V2beta1Run), through the
+        client's own run API so that a server that stops answering cannot outlast --timeout."""
+        api = self.client._run_api
+        return self._call(
+            "read the run",
+            # (connect, read) seconds: the generated client takes a lone number only as an int
+            lambda: api.run_service_get_run(
+                run_id=self.run_id, _request_timeout=(self.host.timeout, self.host.timeout)
+            ),
+        )
 
     def workflow(self) -> dict[str, Any] | None:
         """The run's Argo Workflow from the v1beta1 API; None where the server does not give it."""

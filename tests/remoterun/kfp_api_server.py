@@ -202,10 +202,13 @@ class KfpApiServer:
         refused_step: int = 0,
         serve_workflow: bool = True,
         serve_logs: bool = True,
+        hang_after: int | None = None,
     ) -> None:
         self.multi_user, self.namespace, self.tenant = multi_user, namespace, tenant
         self.script, self.refused_step = script, refused_step
         self.serve_workflow, self.serve_logs = serve_workflow, serve_logs
+        self.hang_after = hang_after  # GET runs/{id} stops answering after this many reads
+        self._stop = threading.Event()
         self.experiments: dict[str, Any] = {}
         self.runs: dict[str, Run] = {}
         self.requests: list[tuple[str, str]] = []
@@ -223,6 +226,7 @@ class KfpApiServer:
         return self
 
     def __exit__(self, *_: object) -> None:
+        self._stop.set()
         self._http.shutdown()
         self._http.server_close()
 
@@ -241,7 +245,10 @@ class KfpApiServer:
             self._run(rest.removesuffix(":terminate")).terminated = True
             return {}
         if prefix == "/apis/v2beta1" and method == "GET":
-            return self._get_run(self._run(rest))
+            run = self._run(rest)
+            if self.hang_after is not None and run.tick >= self.hang_after:
+                self._stop.wait(30)  # a server that stopped answering (released at exit)
+            return self._get_run(run)
         if prefix == "/apis/v1beta1" and method == "GET" and self.serve_workflow:
             run = self._run(rest)
             return {
@@ -492,7 +499,10 @@ def _handler(server: KfpApiServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up waiting (hang_after)
 
         def _serve(self, method: str) -> None:
             url = urllib.parse.urlsplit(self.path)

@@ -202,3 +202,15 @@ def test_pod_names_follow_kfp() -> None:
     assert pod_name({"metadata": {"name": "p-abc12"}}, {"id": "x", "name": "p-abc12"}) == "p-abc12"
     v1 = {"metadata": {"name": "p", "annotations": {"workflows.argoproj.io/pod-name-format": "v1"}}}
     assert pod_name(v1, node) == "p-abc12-1234"
+
+
+def test_a_server_that_stops_answering_is_exit_2_not_a_hang() -> None:
+    import time
+
+    with KfpApiServer(hang_after=2) as server:
+        started = time.monotonic()
+        code, _, err = run(server.url, "--timeout", "2")
+        seconds = time.monotonic() - started
+    assert code == 2
+    assert f"cannot read the run: the KFP server at {server.url} stopped answering" in err
+    assert seconds < 25  # the compile, then urllib3's retries of one 2 s request

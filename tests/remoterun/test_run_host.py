@@ -214,3 +214,15 @@ def test_a_server_that_stops_answering_is_exit_2_not_a_hang() -> None:
     assert code == 2
     assert f"cannot read the run: the KFP server at {server.url} stopped answering" in err
     assert seconds < 25  # the compile, then urllib3's retries of one 2 s request
+
+
+def test_a_pipeline_that_breaks_the_profile_is_exit_1_and_not_submitted() -> None:
+    with KfpApiServer() as server:
+        result = CliRunner().invoke(
+            app,
+            ["run", str(REPO / "examples" / "rule_breaker.py"), "--profile", str(PROFILE)]
+            + ["--host", server.url],
+        )
+        assert not server.runs
+    assert result.exit_code == 1, result.output
+    assert "error: not submitted: the pipeline breaks the profile's rules" in result.stderr

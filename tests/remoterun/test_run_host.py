@@ -115,10 +115,11 @@ def test_logs_the_server_does_not_give_are_named() -> None:
 
 def test_multi_user_runs_in_the_tenant_namespace() -> None:
     with KfpApiServer(multi_user=True, namespace="team-a") as server:
-        code, _, err = run(server.url)
+        code, out, err = run(server.url)
         (experiment,) = server.experiments.values()
     assert code == 0, err
     assert experiment.namespace == "team-a"
+    assert "3 of 3 step(s) passed." in out  # the logs read with podnamespace, as KFP requires
 
 
 def test_multi_user_namespace_the_user_may_not_use_is_exit_2() -> None:

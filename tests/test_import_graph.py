@@ -37,6 +37,7 @@ LAYERS: tuple[str, ...] = (
     "compile",  # the decorator, compile rules, the compiler
     "doctor",  # diagnoses, as data
     "components",  # the KFP component library
+    "remoterun",  # secureml run --host, doctor pipeline: a run on a KFP server through kfp.Client
     "localrun",  # secureml run --local
     "cli",  # the command line
 )

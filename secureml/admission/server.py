@@ -156,6 +156,12 @@ def findings_of(refusal: ServerRefusedError) -> list[Violation]:
         return [Violation("k8s.validation", text) for text in causes] or [
             Violation("k8s.validation", message)
         ]
+    return message_findings(message)
+
+
+def message_findings(message: str) -> list[Violation]:
+    """The findings of a refusal's message alone (a Forbidden create, as a controller that tried
+    the create reports it: Argo's node message, `pods "x" is forbidden: ...`)."""
     vap = _VAP.search(message)
     if vap:
         text = vap.group("message").strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -19,7 +20,10 @@ from secureml.cli.options import (
 from secureml.cli.output import NO, emit_json, run_cli
 
 if TYPE_CHECKING:
-    from secureml.compile.compiler import ImageVerifier
+    from kfp.dsl.graph_component import GraphComponent
+
+    from secureml.compile.compiler import CompiledPipeline, ImageVerifier
+    from secureml.core.violation import Violation
     from secureml.profile.model import TenantProfile
     from secureml.supplychain.compile import ImageVerification
     from secureml.supplychain.dsse_key import SigningKey
@@ -139,7 +143,6 @@ def compile_command(
     """
     from secureml.compile import report as reports
     from secureml.core.output_paths import check_output, write_text
-    from secureml.profile import runtime_image
     from secureml.supplychain.profiles import default_profile_bundle
 
     target = output or Path(file.stem + ".yaml")
@@ -151,58 +154,30 @@ def compile_command(
         attest, attest_key, attest_trust_config, inputs, target, report
     )
 
-    from secureml.compile.compiler import CompileError, compile_pipeline
-    from secureml.compile.pipeline_loader import build_now, load_pipeline
-    from secureml.core.errors import SecuremlError
-    from secureml.profile.model import parse_profile, read_profile_bytes
-
-    content = read_profile_bytes(profile)
-    if require_signed_profile:
-        _verify_profile(
+    compiled = compile_secured(
+        CompileInputs(
+            file,
             profile,
-            content,
+            pipeline,
+            bundles,
+            fetch_bundles,
+            check_images,
+            resolve_entrypoints,
+            require_signed_profile,
             profile_bundle,
-            certificate_identity,
-            certificate_identity_regexp,
-            certificate_oidc_issuer,
+            (certificate_identity, certificate_identity_regexp, certificate_oidc_issuer),
             trusted_root,
         )
-    tenant = parse_profile(content, source=str(profile))
-    for warning in runtime_image.warnings(tenant):
-        typer.echo(f"warning: {warning}", err=True)
-    # kfp builds the file's pipelines only where something reads them: compile_pipeline builds
-    # its own (secureml._kfp.deferred)
-    graph = load_pipeline(file, pipeline, deferred=True)
-    verifier = _image_verifier(tenant, profile, bundles, fetch_bundles)
-    signatures_checked = verifier is not None
-    if tenant.spec.images.attestations:
-        from secureml.images.compilecheck import chain
-
-        verifier = chain(verifier, _attestation_verifier(tenant, profile, bundles, fetch_bundles))
-    if check_images:
-        from secureml.images.compilecheck import chain, image_checks
-
-        verifier = chain(verifier, image_checks(tenant))
-    try:
-        result = compile_pipeline(
-            graph,
-            tenant,
-            image_verifier=verifier,
-            entrypoint_resolver=_resolver(resolve_entrypoints),
-            keep_component=False,
+    )
+    result, content, tenant = compiled.result, compiled.profile_bytes, compiled.tenant
+    if result is None:
+        data = reports.violation_report(
+            compiled.pipeline, tenant.metadata.name, compiled.violations
         )
-    except CompileError as err:
-        data = reports.violation_report(graph.name, tenant.metadata.name, err.violations)
         if report is not None:
             write_text(report, reports.to_json(data), "--report")
         _print(data, output_format, None)
         raise typer.Exit(NO) from None
-    except Exception as err:
-        if not isinstance(err, SecuremlError):
-            # the pipeline function raised in the compiler's trace: kfp's deferred build of it
-            # says where, as the import did when kfp built it there
-            build_now(graph, file)
-        raise
     data = result.report()
     attestation = (
         _attestation(
@@ -210,7 +185,7 @@ def compile_command(
             target,
             (profile, content, tenant),
             data,
-            signatures=signatures_checked,
+            signatures=compiled.signatures_checked,
             image_checks=check_images,
             signing_key=signing_key,
             trust_config=attest_trust_config,
@@ -224,6 +199,87 @@ def compile_command(
     if attest is not None and attestation is not None:
         write_text(attest, attestation.decode(), "--attest")
     _print(data, output_format, target, attest)
+
+
+@dataclass(frozen=True)
+class CompileInputs:
+    """What `compile` and `run --host` compile from: the same options, the same checks."""
+
+    file: Path
+    profile: Path
+    pipeline: str | None
+    bundles: Path | None
+    fetch_bundles: bool
+    check_images: bool
+    resolve_entrypoints: bool
+    require_signed_profile: bool
+    profile_bundle: Path | None
+    identity: tuple[str | None, str | None, str | None]  # identity, its regexp, the OIDC issuer
+    trusted_root: str | None
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A compile's outcome: the secured pipeline, or (`result` None) the violations."""
+
+    pipeline: str
+    tenant: TenantProfile
+    profile_bytes: bytes
+    result: CompiledPipeline | None
+    violations: list[Violation]
+    signatures_checked: bool
+
+
+def compile_secured(inputs: CompileInputs, graph: GraphComponent | None = None) -> Compiled:
+    """Read the profile (verified when asked), load the pipeline (or take `graph`, built in code)
+    and compile it for the tenant: warnings on stderr, unusable input as a SecuremlError (exit 2)."""
+    from secureml.compile.compiler import CompileError, compile_pipeline
+    from secureml.compile.pipeline_loader import build_now, load_pipeline
+    from secureml.core.errors import SecuremlError
+    from secureml.profile import runtime_image
+    from secureml.profile.model import parse_profile, read_profile_bytes
+
+    profile = inputs.profile
+    content = read_profile_bytes(profile)
+    if inputs.require_signed_profile:
+        _verify_profile(
+            profile, content, inputs.profile_bundle, *inputs.identity, inputs.trusted_root
+        )
+    tenant = parse_profile(content, source=str(profile))
+    for warning in runtime_image.warnings(tenant):
+        typer.echo(f"warning: {warning}", err=True)
+    # kfp builds the file's pipelines only where something reads them: compile_pipeline builds
+    # its own (secureml._kfp.deferred)
+    if graph is None:
+        graph = load_pipeline(inputs.file, inputs.pipeline, deferred=True)
+    bundles, fetch = inputs.bundles, inputs.fetch_bundles
+    verifier = _image_verifier(tenant, profile, bundles, fetch)
+    signatures_checked = verifier is not None
+    if tenant.spec.images.attestations:
+        from secureml.images.compilecheck import chain
+
+        verifier = chain(verifier, _attestation_verifier(tenant, profile, bundles, fetch))
+    if inputs.check_images:
+        from secureml.images.compilecheck import chain, image_checks
+
+        verifier = chain(verifier, image_checks(tenant))
+    try:
+        result = compile_pipeline(
+            graph,
+            tenant,
+            image_verifier=verifier,
+            entrypoint_resolver=_resolver(inputs.resolve_entrypoints),
+            keep_component=False,
+        )
+    except CompileError as err:
+        return Compiled(graph.name, tenant, content, None, list(err.violations), signatures_checked)
+    except Exception as err:
+        if not isinstance(err, SecuremlError):
+            # the pipeline function raised in the compiler's trace: kfp's deferred build of it
+            # says where, as the import did when kfp built it there
+            build_now(graph, inputs.file)
+        raise
+    return Compiled(graph.name, tenant, content, result, [], signatures_checked)
 
 
 def _attestation_inputs(

@@ -1,4 +1,5 @@
-"""`secureml doctor`: is this GPU node, this cluster, or this node's log healthy for secureml.
+"""`secureml doctor`: is this GPU node, this cluster, this node's log, or a secured pipeline run
+on the platform's KFP healthy for secureml.
 
 Each subcommand lives with its checks in `secureml.doctor` and is added to `app` here; this module
 imports only typer so that `secureml --help` stays fast.
@@ -6,6 +7,7 @@ imports only typer so that `secureml --help` stays fast.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -29,8 +31,8 @@ from secureml.core.k8s_versions import DEFAULT_K8S_VERSION, K8sVersion
 PIPED_WIDTH = 120
 
 app = typer.Typer(
-    help="Check a GPU node, a cluster or a node's logs: each check pass / warn / fail, what was "
-    "seen, and the fix. Exit 0 when nothing failed, 1 when a check failed, 2 on unusable input.",
+    help="Check a GPU node, a cluster, a node's logs or a pipeline run on your KFP: each check "
+    "pass / warn / fail, what was seen, and the fix. Exit 0 when nothing failed, 1 when a check failed, 2 on unusable input.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -251,3 +253,134 @@ def node(
         if interval is None:
             raise typer.Exit(report.exit_code())
         time.sleep(interval)
+
+
+@app.command("pipeline")
+@run_cli
+def pipeline(
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            metavar="URL",
+            help="The Kubeflow Pipelines endpoint kfp.Client takes (the KFP UI, which also serves "
+            "the pods' logs, or the ml-pipeline service).",
+        ),
+    ],
+    profile: Annotated[
+        Path,
+        typer.Option(
+            "--profile", metavar="FILE", help="The tenant profile whose bundle the cluster runs."
+        ),
+    ],
+    image: Annotated[
+        str,
+        typer.Option(
+            "--image",
+            metavar="IMAGE@sha256:...",
+            help="Step image for the doctor's two steps: digest-pinned, with Python, allowed by "
+            "the profile (a step image the tenant already runs).",
+        ),
+    ],
+    bundles: Annotated[
+        Path | None,
+        typer.Option(
+            "--bundles",
+            metavar="DIR",
+            help="Folder of image Sigstore bundles, as `compile --bundles`.",
+        ),
+    ] = None,
+    fetch_bundles: Annotated[
+        bool,
+        typer.Option(
+            "--fetch-bundles", help="Read the image's bundle from the registry, as `compile`."
+        ),
+    ] = False,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout", metavar="SECONDS", min=1.0, help="Stop waiting for the run after SECONDS."
+        ),
+    ] = 600.0,
+    poll: Annotated[
+        float,
+        typer.Option("--poll", metavar="SECONDS", min=0.01, help="Seconds between two reads."),
+    ] = 2.0,
+    output: FormatOption = "text",
+) -> None:
+    """Run a tiny secured pipeline (two CPU steps passing a word) on your own KFP, compiled for
+    PROFILE, and check every step: its pod admitted by the bundle, run to Succeeded, its audit
+    record read from its log and passed. Leaves the run in the experiment secureml-doctor.
+
+    Exit 0: every step admitted, run and audited (warnings allowed: an audit record the server
+    does not give). 1: a check failed (refused at admission, failed, timed out, or the image breaks
+    the profile). 2: unusable input (URL, profile, image) or a KFP server that cannot be reached or
+    refuses the run."""
+    from secureml.cli.compile import CompileInputs, compile_secured
+    from secureml.cli.run_host import REQUEST_TIMEOUT, HostRun, follow_run
+    from secureml.doctor.check import Check, Report
+    from secureml.remoterun import smoke
+    from secureml.remoterun.host import Submission, connect
+
+    kfp = connect(host, timeout=min(REQUEST_TIMEOUT, timeout))
+    report = Report(f"doctor pipeline: {kfp.url}")
+    report.add(
+        Check(
+            "host",
+            "a KFP API server answers",
+            "pass",
+            f"{kfp.url} ({'multi-user' if kfp.multi_user else 'single-user'})",
+        )
+    )
+    compiled = compile_secured(
+        CompileInputs(
+            Path(smoke.__file__),
+            profile,
+            None,
+            bundles,
+            fetch_bundles,
+            False,
+            False,
+            False,
+            None,
+            (None, None, None),
+            None,
+        ),
+        smoke.smoke_pipeline(image),
+    )
+    report.add(smoke.compile_checks(compiled.violations))
+    if compiled.result is not None:
+        submission = Submission(kfp, compiled.tenant.spec.namespace)
+        run_id = submission.create(
+            compiled.result.yaml_text,
+            run_name=f"{smoke.PIPELINE_NAME} {time.strftime('%Y-%m-%d %H-%M-%S')}",
+            experiment=smoke.PIPELINE_NAME,
+            arguments={},
+        )
+        report.add(
+            Check(
+                "submit",
+                "the run created as the runner service account",
+                "pass",
+                f"run {run_id} in "
+                f"{compiled.tenant.spec.namespace if kfp.multi_user else 'single-user KFP'}",
+            )
+        )
+        how = HostRun(host, smoke.PIPELINE_NAME, None, {}, timeout, poll, output == "json")
+        out = sys.stderr if output == "json" else sys.stdout
+        outcome = follow_run(submission, list(smoke.STEPS), how, out)
+        smoke.run_report(report, outcome, timeout)
+    if output == "json":
+        emit_json(
+            {"schema": "secureml.dev/doctor-pipeline/v1", **report.to_json(), "host": kfp.url}
+        )
+    else:
+        print_table(
+            ("status", "check", "seen", "fix"),
+            ((c.status, c.title, c.seen, c.fix) for c in report.checks),
+            title=report.subject,
+            piped_width=PIPED_WIDTH,
+        )
+        counts = report.counts()
+        typer.echo(f"{counts['fail']} failed, {counts['warn']} warning(s), {counts['pass']} passed")
+    raise typer.Exit(report.exit_code())

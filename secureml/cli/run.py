@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from secureml.cli.options import FormatOption
+from secureml.cli.options import (
+    FormatOption,
+    IdentityOption,
+    IdentityRegexpOption,
+    IssuerOption,
+    TrustedRootOption,
+)
 from secureml.cli.output import NO, emit_json, run_cli
 from secureml.core.errors import InputError
 
@@ -53,6 +59,77 @@ def run(
     local: Annotated[
         bool, typer.Option("--local", help="Run on this machine with kfp.local.")
     ] = False,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            "--host",
+            metavar="URL",
+            help="Run on this Kubeflow Pipelines server instead (the URL kfp.Client takes: the "
+            "KFP UI or the ml-pipeline service): compiled as `compile` does, submitted as the "
+            "bundle's runner service account, followed to its end.",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            min=1.0,
+            help="With --host: stop waiting after SECONDS (exit 1; the run goes on in KFP).",
+        ),
+    ] = 3600.0,
+    poll: Annotated[
+        float,
+        typer.Option(
+            "--poll", metavar="SECONDS", min=0.01, help="With --host: seconds between two reads."
+        ),
+    ] = 2.0,
+    experiment: Annotated[
+        str,
+        typer.Option("--experiment", metavar="NAME", help="With --host: the KFP experiment."),
+    ] = "secureml",
+    run_name: Annotated[
+        str | None,
+        typer.Option(
+            "--run-name",
+            metavar="NAME",
+            help="With --host: the run's name (default: pipeline and time).",
+        ),
+    ] = None,
+    bundles: Annotated[
+        Path | None,
+        typer.Option(
+            "--bundles",
+            metavar="DIR",
+            help="With --host: folder of image Sigstore bundles, as `compile --bundles`.",
+        ),
+    ] = None,
+    fetch_bundles: Annotated[
+        bool,
+        typer.Option(
+            "--fetch-bundles",
+            help="With --host: read missing image bundles from the registry, as `compile`.",
+        ),
+    ] = False,
+    require_signed_profile: Annotated[
+        bool,
+        typer.Option(
+            "--require-signed-profile",
+            help="With --host: refuse a profile whose Sigstore bundle does not verify, as `compile`.",
+        ),
+    ] = False,
+    profile_bundle: Annotated[
+        Path | None,
+        typer.Option(
+            "--profile-bundle",
+            metavar="FILE",
+            help="With --host: the profile's bundle (default: PROFILE.sigstore.json).",
+        ),
+    ] = None,
+    certificate_identity: IdentityOption = None,
+    certificate_identity_regexp: IdentityRegexpOption = None,
+    certificate_oidc_issuer: IssuerOption = None,
+    trusted_root: TrustedRootOption = None,
     pipeline: Annotated[
         str | None,
         typer.Option(
@@ -101,19 +178,74 @@ def run(
     ] = False,
     output: FormatOption = "text",
 ) -> None:
-    """Compile the pipeline against the profile and run it locally, every step under the launcher.
+    """Compile the pipeline against the profile and run it: locally, every step under the
+    launcher (--local), or on a Kubeflow Pipelines server (--host URL), following its steps to the
+    end and reading their audit records back.
 
-    Exit 0: every step passed. 1: the pipeline does not comply, or a step failed. 2: unusable input (pipeline file, profile, --arg) or a missing machine requirement.
+    Exit 0: every step passed (--host: the run Succeeded). 1: the pipeline does not comply, a step failed, a step was refused at admission, or --timeout passed. 2: unusable input (pipeline file, profile, --arg, --host URL) or environment (a missing machine requirement, a KFP server that cannot be reached or refuses the run).
     """
-    from secureml.components.audit_report import render_text
-    from secureml.localrun.runner import RunLayout, default_output_dir, run_pipeline_file
-
-    if not local:
+    if local == (host is not None):
         raise InputError(
-            "only local runs are supported: add --local",
-            why="to run in a cluster, compile with `secureml compile` and submit the YAML to KFP",
+            "give one of --local and --host URL",
+            why="--local runs on this machine, --host on a Kubeflow Pipelines server",
+            fix="add --local, or --host http://localhost:8080 (your KFP endpoint)",
+        )
+    if host is not None:
+        given = [
+            flag
+            for flag, value in (
+                ("--output-dir", output_dir is not None),
+                ("--dev-identity", dev_identity),
+                ("--simulate-gpu", simulate_gpu),
+                ("--verbose", verbose),
+                ("--allow-unverified-images", allow_unverified_images),
+            )
+            if value
+        ]
+        if given:
+            raise InputError(
+                f"{', '.join(given)}: only for --local runs",
+                fix="drop them: on a KFP server the cluster provides identity, GPUs and logs",
+            )
+        from secureml.cli.compile import CompileInputs
+        from secureml.cli.run_host import HostRun, run_on_host
+
+        run_on_host(
+            CompileInputs(
+                file,
+                profile,
+                pipeline,
+                bundles,
+                fetch_bundles,
+                False,
+                False,
+                require_signed_profile,
+                profile_bundle,
+                (certificate_identity, certificate_identity_regexp, certificate_oidc_issuer),
+                trusted_root,
+            ),
+            HostRun(host, experiment, run_name, _arguments(args), timeout, poll, output == "json"),
+        )
+        return
+    remote_only = [
+        flag
+        for flag, value in (
+            ("--bundles", bundles is not None),
+            ("--fetch-bundles", fetch_bundles),
+            ("--require-signed-profile", require_signed_profile),
+            ("--profile-bundle", profile_bundle is not None),
+            ("--run-name", run_name is not None),
+        )
+        if value
+    ]
+    if remote_only:
+        raise InputError(
+            f"{', '.join(remote_only)}: only for --host runs",
+            why="a local run verifies no image and submits nothing",
         )
     from secureml.compile.compiler import CompileError
+    from secureml.components.audit_report import render_text
+    from secureml.localrun.runner import RunLayout, default_output_dir, run_pipeline_file
 
     layout = RunLayout(output_dir or default_output_dir(file))
     if output != "json":

@@ -392,7 +392,9 @@ def test_cli_render_and_diff(tmp_path: Path) -> None:
         (ROOT / "profiles" / "team-a.yaml").read_text().replace("maxCompute: 50", "maxCompute: 40")
     )
     differs = runner.invoke(app, ["profile", "diff", profiles[0], str(changed)])
-    assert differs.exit_code == 1 and "validatingadmissionpolicy.yaml" in differs.output
+    assert differs.exit_code == 1
+    assert "  spec.gpu.timeSlice.maxCompute: 50 -> 40\n" in differs.output
+    assert "  secureml.shimLimits: now allows something else\n" in differs.output
     broken = tmp_path / "broken.yaml"
     broken.write_text(
         "apiVersion: secureml.dev/v1alpha1\nkind: TenantProfile\nmetadata: {name: x}\nspec: {}\n"

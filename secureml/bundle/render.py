@@ -27,6 +27,7 @@ from secureml.bundle import (
     trainer,
     validating,
 )
+from secureml.bundle.cel_layout import fold_policy
 from secureml.bundle.common import BundleOptions, Manifest
 from secureml.bundle.mutation import policy as mutation_policy
 from secureml.core.errors import InputError
@@ -67,10 +68,10 @@ def _renderers(options: BundleOptions) -> list[Renderer]:
 
 
 def render_objects(profile: TenantProfile, options: BundleOptions) -> list[Manifest]:
-    """Every object of the tenant's bundle."""
+    """Every object of the tenant's bundle; the policies' CEL folded over lines (`cel_layout`)."""
     objects: list[Manifest] = []
     for renderer in _renderers(options):
-        objects.extend(renderer(profile, options))
+        objects.extend(fold_policy(obj) for obj in renderer(profile, options))
     return objects
 
 

@@ -43,7 +43,7 @@ ProfilesArgument = Annotated[
 
 app = typer.Typer(
     name="profile",
-    help="Tenant profiles: schema, validate, render, diff, apply, verify.",
+    help="Tenant profiles: schema, validate, explain, render, diff, apply, verify.",
     no_args_is_help=True,
 )
 
@@ -133,6 +133,37 @@ def validate(files: ProfilesArgument, output: FormatOption = "text") -> None:
         raise typer.Exit(UNUSABLE)
 
 
+@app.command("explain", short_help="What a profile's bundle allows, requires and refuses.")
+@run_cli
+def explain(
+    profile_file: Annotated[Path, typer.Argument(metavar="PROFILE", help="A TenantProfile.")],
+    k8s_version: K8sVersionOption = DEFAULT_K8S_VERSION,
+    output: Annotated[
+        Literal["text", "markdown", "json"],
+        typer.Option(
+            "--format",
+            help="text for people, markdown for a review, json for programs (schema in "
+            "docs/cli.md).",
+        ),
+    ] = "text",
+) -> None:
+    """Summarise what the tenant's bundle enforces: per GPU pool what a step may ask for (or why
+    the pool is refused) and the rules that hold it there, what every step is required to do, and
+    every admission rule by id.
+
+    Exit 0: explained. 2: an unusable profile.
+    """
+    from secureml.bundle.explain import as_markdown, as_text
+    from secureml.bundle.explain import explain as explained
+    from secureml.profile.model import load_profile
+
+    data = explained(load_profile(profile_file), k8s_version)
+    if output == "json":
+        emit_json({**data, "file": str(profile_file)})
+    else:
+        typer.echo(as_markdown(data) if output == "markdown" else as_text(data), nl=False)
+
+
 @app.command("render", short_help="Write each tenant's bundle as a kustomize folder.")
 @run_cli
 def render(
@@ -183,18 +214,27 @@ def diff(
     kfp_namespace: KfpNamespaceOption = "kubeflow",
     api_server_cidr: ApiServerOption = None,
     output: FormatOption = "text",
+    unified: Annotated[
+        bool,
+        typer.Option("--unified", help="Print the unified diff of the rendered YAML instead."),
+    ] = False,
 ) -> None:
-    """Show what a profile change does to the tenant bundle, as a unified diff.
+    """Show what a profile change does to the tenant bundle: the profile fields that changed, the
+    admission rules added, removed or allowing something else (old and new wording, by rule id),
+    and the other bundle objects that changed, field by field. `--unified` prints the unified diff
+    of the rendered files instead.
 
     Exit 0: no change to the bundle. 1: the bundle changes. 2: an unusable profile.
     """
     from secureml.bundle import bundle_diff
+    from secureml.bundle.diff import bundle_changes, changes_text
     from secureml.profile.model import load_profile
 
     options = bundle_options(
         k8s_version, image_policy, kubeflow_profile, kfp_namespace, api_server_cidr
     )
-    text = bundle_diff(load_profile(old), load_profile(new), options)
+    before, after = load_profile(old), load_profile(new)
+    text = bundle_diff(before, after, options)
     if output == "json":
         emit_json(
             {
@@ -203,12 +243,16 @@ def diff(
                 "new": str(new),
                 "changed": bool(text),
                 "diff": text,
+                **bundle_changes(before, after, options),
             }
         )
-    elif text:
+    elif not text:
+        typer.echo("no change to the bundle")
+    elif unified:
         typer.echo(text, nl=False)
     else:
-        typer.echo("no change to the bundle")
+        changes = bundle_changes(before, after, options)
+        typer.echo(changes_text(changes), nl=False)
     if text:
         raise typer.Exit(1)
 

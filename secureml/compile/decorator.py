@@ -53,31 +53,17 @@ def _check_settings(
     where: str,
     nodes: object = 1,
     trainer_runtime: object = None,
+    problems: tuple[SecuremlError, ...] = (),
 ) -> SecureSettings:
-    if gpu is not None and not isinstance(gpu, (MIG, TimeSlice, WholeGPU)):
-        raise SecuremlError(
-            f"gpu={gpu!r} is not a GPU request",
-            fix="use gpu=MIG('1g.10gb'), gpu=TimeSlice(memory='8Gi', compute=25) or gpu=WholeGPU(1)",
-            where=where,
-        )
-    if isinstance(gpu, TimeSlice):
-        gpu.check_as_written(where)
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1
-    ):
-        raise SecuremlError(
-            f"timeout={timeout!r} must be a whole number of seconds >= 1", where=where
-        )
-    if not _absolute_paths(scratch):
-        raise SecuremlError(
-            f"scratch={scratch!r} must be a list of absolute paths",
-            fix="write e.g. scratch=['/workspace']",
-            where=where,
-        )
-    _check_trainer(nodes, trainer_runtime, where)
+    """The settings, or one error naming every problem with them (and `problems` found before)
+    at once: a component with several never reports them one fix at a time (issue 34, point 19)."""
+    found = [*problems, *_setting_problems(gpu, timeout, scratch, where, nodes, trainer_runtime)]
+    if found:
+        raise _all_at_once(found, where)
     assert isinstance(nodes, int) and (trainer_runtime is None or isinstance(trainer_runtime, str))
+    assert isinstance(scratch, Iterable) and (timeout is None or isinstance(timeout, int))
     return SecureSettings(
-        gpu=gpu,
+        gpu=gpu,  # type: ignore[arg-type]  # checked above: None, MIG, TimeSlice or WholeGPU
         timeout_seconds=timeout,
         scratch_mounts=tuple(scratch),
         nodes=nodes,
@@ -85,24 +71,82 @@ def _check_settings(
     )
 
 
-def _check_trainer(nodes: object, runtime: object, where: str) -> None:
+def _all_at_once(problems: list[SecuremlError], where: str) -> SecuremlError:
+    """One error for several: each problem numbered with its own why and fix."""
+    if len(problems) == 1:
+        return problems[0]
+    lines = [f"{len(problems)} problems:"]
+    for number, problem in enumerate(problems, 1):
+        lines.append(f"  {number}. {problem.what}")
+        if problem.why:
+            lines.append(f"     why: {problem.why}")
+        if problem.fix:
+            lines.append(f"     fix: {problem.fix}")
+    return SecuremlError("\n".join(lines), fix="fix each problem above", where=where)
+
+
+def _setting_problems(
+    gpu: object, timeout: object, scratch: object, where: str, nodes: object, runtime: object
+) -> list[SecuremlError]:
+    problems: list[SecuremlError] = []
+    if gpu is not None and not isinstance(gpu, (MIG, TimeSlice, WholeGPU)):
+        problems.append(
+            SecuremlError(
+                f"gpu={gpu!r} is not a GPU request",
+                fix="use gpu=MIG('1g.10gb'), gpu=TimeSlice(memory='8Gi', compute=25) or "
+                "gpu=WholeGPU(1)",
+                where=where,
+            )
+        )
+    if isinstance(gpu, TimeSlice):
+        try:
+            gpu.check_as_written(where)
+        except SecuremlError as err:
+            problems.append(err)
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1
+    ):
+        problems.append(
+            SecuremlError(
+                f"timeout={timeout!r} must be a whole number of seconds >= 1", where=where
+            )
+        )
+    if not _absolute_paths(scratch):
+        problems.append(
+            SecuremlError(
+                f"scratch={scratch!r} must be a list of absolute paths",
+                fix="write e.g. scratch=['/workspace']",
+                where=where,
+            )
+        )
+    return problems + _trainer_problems(nodes, runtime, where)
+
+
+def _trainer_problems(nodes: object, runtime: object, where: str) -> list[SecuremlError]:
     """`nodes=` is a whole number >= 1 and needs `trainer_runtime=` above 1 (docs/trainer.md)."""
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise SecuremlError(f"nodes={nodes!r} must be a whole number >= 1", where=where)
+    problems: list[SecuremlError] = []
+    whole = not isinstance(nodes, bool) and isinstance(nodes, int) and nodes >= 1
+    if not whole:
+        problems.append(SecuremlError(f"nodes={nodes!r} must be a whole number >= 1", where=where))
     if runtime is not None and (not isinstance(runtime, str) or not runtime):
-        raise SecuremlError(
-            f"trainer_runtime={runtime!r} must name a ClusterTrainingRuntime",
-            fix="write e.g. trainer_runtime='torch-distributed'",
-            where=where,
+        problems.append(
+            SecuremlError(
+                f"trainer_runtime={runtime!r} must name a ClusterTrainingRuntime",
+                fix="write e.g. trainer_runtime='torch-distributed'",
+                where=where,
+            )
         )
-    if nodes > 1 and runtime is None:
-        raise SecuremlError(
-            f"nodes={nodes} needs trainer_runtime=",
-            why="a step on more than one node runs as a Kubeflow Trainer TrainJob, which names "
-            "its runtime",
-            fix="add trainer_runtime='torch-distributed' (a runtime the profile allows)",
-            where=where,
+    if whole and nodes > 1 and runtime is None:  # type: ignore[operator]  # whole: an int
+        problems.append(
+            SecuremlError(
+                f"nodes={nodes} needs trainer_runtime=",
+                why="a step on more than one node runs as a Kubeflow Trainer TrainJob, which "
+                "names its runtime",
+                fix="add trainer_runtime='torch-distributed' (a runtime the profile allows)",
+                where=where,
+            )
         )
+    return problems
 
 
 def _absolute_paths(value: object) -> TypeGuard[Iterable[str]]:
@@ -202,17 +246,24 @@ def secure_component(
             *_component_keywords(),
         ]
         unknown = sorted(set(component_kwargs) - set(known))
-        if unknown:
-            raise SecuremlError(
-                "unknown keyword(s) "
-                + ", ".join(f"{name}={did_you_mean(name, known)}" for name in unknown),
-                why="@secure_component takes image=, gpu=, timeout=, scratch=, nodes=, trainer_runtime=, "
-                "verify_inputs= and the keywords of kfp.dsl.component",
-                fix="use image=, gpu=, timeout=, scratch=, nodes=, trainer_runtime=, verify_inputs= or a "
-                "keyword of kfp.dsl.component",
-                where=where,
+        problems = (
+            (
+                SecuremlError(
+                    "unknown keyword(s) "
+                    + ", ".join(f"{name}={did_you_mean(name, known)}" for name in unknown),
+                    why="@secure_component takes image=, gpu=, timeout=, scratch=, nodes=, "
+                    "trainer_runtime=, verify_inputs= and the keywords of kfp.dsl.component",
+                    fix="use image=, gpu=, timeout=, scratch=, nodes=, trainer_runtime=, "
+                    "verify_inputs= or a keyword of kfp.dsl.component",
+                    where=where,
+                ),
             )
-        settings = _check_settings(gpu, timeout, scratch, where, nodes, trainer_runtime)
+            if unknown
+            else ()
+        )
+        settings = _check_settings(
+            gpu, timeout, scratch, where, nodes, trainer_runtime, problems=problems
+        )
         if isinstance(target, base_component.BaseComponent):
             if image is not None or component_kwargs:
                 raise SecuremlError(

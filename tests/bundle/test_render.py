@@ -9,10 +9,12 @@ import yaml
 from typer.testing import CliRunner
 
 from secureml.bundle import BundleOptions, bundle_diff, render_bundle, write_bundle
+from secureml.bundle.cel_layout import fold, tokens
 from secureml.cli import app
 from secureml.core import contract
 from secureml.profile.model import TenantProfile
 from secureml.rules import rules_for_level, rules_for_profile
+from secureml.rules.cel.text import quote
 from secureml.rules.scope import EVERY_POD, STEP_POD
 from tests.bundle.conftest import ROOT, load, rendered
 
@@ -173,6 +175,10 @@ def test_network_policies_default_deny_then_allow_list() -> None:
     }
 
 
+def _cel_tokens(expression: str) -> list[str]:
+    return [token.text for token in tokens(expression)]
+
+
 def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None:
     """Two policies, one per rule scope: every pod (no match condition) and the step pods (the
     scope as the only matchCondition); together they hold every rule once, in catalogue order."""
@@ -192,16 +198,20 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
     every_pod = policies[f"secureml-{tenant}-validate-pods"]
     steps = policies[f"secureml-{tenant}-validate-steps"]
     assert "matchConditions" not in every_pod["spec"]
-    assert steps["spec"]["matchConditions"] == [
-        {"name": "secureml-step-pod", "expression": STEP_POD}
-    ]
+    [condition] = steps["spec"]["matchConditions"]
+    assert condition["name"] == "secureml-step-pod"
+    assert _cel_tokens(condition["expression"]) == _cel_tokens(STEP_POD)
     for policy, scope in ((every_pod, EVERY_POD), (steps, STEP_POD)):
         in_scope = [rule for rule in rules if rule.scope == scope]
         validations = policy["spec"]["validations"]
-        assert [v["expression"] for v in validations] == [rule.expression for rule in in_scope]
+        # the rules' own CEL, only laid out over lines (secureml.bundle.cel_layout)
+        assert [v["expression"] for v in validations] == [fold(r.expression) for r in in_scope]
         for validation, rule in zip(validations, in_scope, strict=True):
+            assert _cel_tokens(validation["expression"]) == _cel_tokens(rule.expression)
             assert validation["message"].startswith(f"{rule.id}: ")
-            assert rule.message_expression in validation["messageExpression"]
+            assert _cel_tokens(validation["messageExpression"]) == _cel_tokens(
+                f"{quote(rule.id + ': ')} + ({rule.message_expression})"
+            )
             assert validation["reason"] == "Forbidden"
         assert policy["spec"]["failurePolicy"] == "Fail"
         assert policy["spec"]["matchConstraints"]["resourceRules"] == [
@@ -382,7 +392,9 @@ def test_cli_render_and_diff(tmp_path: Path) -> None:
         (ROOT / "profiles" / "team-a.yaml").read_text().replace("maxCompute: 50", "maxCompute: 40")
     )
     differs = runner.invoke(app, ["profile", "diff", profiles[0], str(changed)])
-    assert differs.exit_code == 1 and "validatingadmissionpolicy.yaml" in differs.output
+    assert differs.exit_code == 1
+    assert "  spec.gpu.timeSlice.maxCompute: 50 -> 40\n" in differs.output
+    assert "  secureml.shimLimits: now allows something else\n" in differs.output
     broken = tmp_path / "broken.yaml"
     broken.write_text(
         "apiVersion: secureml.dev/v1alpha1\nkind: TenantProfile\nmetadata: {name: x}\nspec: {}\n"

@@ -82,7 +82,7 @@ def test_commands_in_the_order_a_user_meets_them() -> None:
     names = [
         line.split()[0] for line in profile.splitlines() if line.startswith("  ") and line[2] != " "
     ]
-    assert names == ["schema", "validate", "render", "diff", "apply", "verify"]
+    assert names == ["schema", "validate", "explain", "render", "diff", "apply", "verify"]
 
 
 def test_version() -> None:
@@ -105,7 +105,7 @@ def test_help_states_the_exit_codes(path: str) -> None:
     text = " ".join(help_text(path).split())
     assert "Exit 0" in text, text
     if path != "profile schema":
-        no_verdict = {"profile validate", "profile render", "image sbom"} | {
+        no_verdict = {"profile validate", "profile explain", "profile render", "image sbom"} | {
             p for p in COMMANDS if p.startswith("image build")
         }
         assert re.search(r"\b1: ", text) or path in no_verdict

@@ -42,6 +42,7 @@ def test_every_schema_is_a_valid_json_schema() -> None:
             "doctor-pipeline",
             "image-check",
             "profile-diff",
+            "profile-explain",
             "profile-validate",
             "run-remote",
             "run",
@@ -83,6 +84,15 @@ def test_profile_diff(tmp_path: Path) -> None:
     check("profile-diff", same)
     check("profile-diff", document)
     assert document["changed"] and document["diff"].startswith("---")  # type: ignore[index]
+    assert {"field": "spec.tier", "old": '"internal"', "new": '"public"'} in document["fields"]  # type: ignore[index]
+    assert same["fields"] == same["rules"] == same["objects"] == []  # type: ignore[index]
+
+
+def test_profile_explain() -> None:
+    code, document = invoke("profile", "explain", str(PROFILE), "--format", "json")
+    assert code == 0
+    check("profile-explain", document)
+    assert document["tenant"] == "team-a" and document["rules"]  # type: ignore[index]
 
 
 def test_compile_compliant_and_refused(tmp_path: Path) -> None:

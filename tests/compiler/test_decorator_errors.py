@@ -115,3 +115,64 @@ def test_a_step_without_an_image_is_warned_about_at_its_own_line() -> None:
     assert warning.filename == __file__
     assert "image='REGISTRY/REPO@sha256:<digest>'" in str(warning.message)
     assert not [w for w in caught if "decorator.py" in w.filename]
+
+
+def _plain(x: int) -> int:
+    return x
+
+
+def test_one_component_reports_every_problem_at_once() -> None:
+    """Issue 34, point 19: a component with several bad arguments names them all in one error,
+    numbered, each with its fix, instead of one per attempt."""
+    with pytest.raises(SecuremlError) as caught:
+        secure_component(
+            image=IMAGE,
+            gpu="big",
+            timeout=0,
+            scratch="/tmp",
+            nodes=0,
+            colour=1,
+            trainer_runtime="",
+        )(_plain)
+
+    text = caught.value.diagnostics()
+    assert text.startswith("@secure_component on '_plain': 6 problems:\n")
+    for number, what in enumerate(
+        [
+            "unknown keyword(s) colour=",
+            "gpu='big' is not a GPU request",
+            "timeout=0 must be a whole number of seconds >= 1",
+            "scratch='/tmp' must be a list of absolute paths",
+            "nodes=0 must be a whole number >= 1",
+            "trainer_runtime='' must name a ClusterTrainingRuntime",
+        ],
+        1,
+    ):
+        assert f"\n  {number}. {what}" in text
+    assert "     fix: write e.g. scratch=['/workspace']" in text
+
+
+def test_nodes_without_a_runtime_is_one_of_them() -> None:
+    with pytest.raises(SecuremlError) as caught:
+        secure_component(image=IMAGE, nodes=2, timeout=0)(_plain)
+
+    assert "2 problems:" in caught.value.what and "\n  2. nodes=2 needs trainer_runtime=" in (
+        caught.value.what
+    )
+
+
+def test_a_timeslice_problem_is_one_of_them() -> None:
+    from secureml import TimeSlice
+
+    with pytest.raises(SecuremlError) as caught:
+        secure_component(image=IMAGE, gpu=TimeSlice(memory="16", compute=20), timeout=-1)(_plain)
+
+    text = caught.value.diagnostics()
+    assert "2 problems:" in text and "timeout=-1" in text and "memory" in text
+
+
+def test_a_single_problem_reads_as_before() -> None:
+    with pytest.raises(SecuremlError) as caught:
+        secure_component(image=IMAGE, timeout=0)(_plain)
+
+    assert caught.value.what == "timeout=0 must be a whole number of seconds >= 1"

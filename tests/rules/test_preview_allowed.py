@@ -37,7 +37,8 @@ def test_previewed_pods_are_allowed(pipeline_path) -> None:
         assert pods
         for task, pod in pods.items():
             names = [c["name"] for c in pod["spec"]["initContainers"] + pod["spec"]["containers"]]
-            assert names == ["init", "kfp-launcher", "wait", "main"], (name, task)
+            runtime = ["secureml-runtime"] if profile.spec.runtime.image else []  # injected first
+            assert names == [*runtime, "init", "kfp-launcher", "wait", "main"], (name, task)
         drivers = preview_driver_pods(documents, profile)
         assert len(drivers) == len(pods) + 1  # the root DAG's driver and one per task
         for task, pod in {**pods, **drivers}.items():

@@ -619,6 +619,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     from secureml.rules.placement import placement_rules
     from secureml.rules.resources import resource_rules
     from secureml.rules.runtime_class import runtime_class_rules
+    from secureml.rules.system_shape import system_container_rules
     from secureml.rules.trainer_node import trainer_node_rules
     from secureml.rules.volumes import volume_rules
 
@@ -630,6 +631,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
         *runtime_class_rules(profile),
         *volume_rules(profile),
         *launcher_rules(profile),
+        *system_container_rules(profile),
         *mount_rules(profile),
         *handler_rules(profile),
         *restart_rules(profile),

@@ -233,6 +233,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
         "secureml.csiVolume",
         "secureml.imageVolume",
         "secureml.ephemeralVolume",
+        "secureml.systemContainers",
         "secureml.serviceAccount",
         "secureml.groupNotRoot",
         "secureml.platformMetadataImmutable",

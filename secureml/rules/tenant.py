@@ -613,6 +613,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     from secureml.rules.accounts import account_rules
     from secureml.rules.confidential import confidential_rules
     from secureml.rules.handlers import handler_rules, restart_rules
+    from secureml.rules.identity import pipeline_identity_rules
     from secureml.rules.immutable import immutable_rules
     from secureml.rules.launcher import launcher_rules
     from secureml.rules.mounts import mount_rules
@@ -638,4 +639,5 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
         *account_rules(profile),
         *trainer_node_rules(profile),
         *immutable_rules(profile),
+        *pipeline_identity_rules(profile),
     ]

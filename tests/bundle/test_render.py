@@ -13,6 +13,7 @@ from secureml.cli import app
 from secureml.core import contract
 from secureml.profile.model import TenantProfile
 from secureml.rules import rules_for_level, rules_for_profile
+from secureml.rules.request import for_server
 from secureml.rules.scope import EVERY_POD, STEP_POD
 from tests.bundle.conftest import ROOT, load, rendered
 
@@ -198,10 +199,12 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
     for policy, scope in ((every_pod, EVERY_POD), (steps, STEP_POD)):
         in_scope = [rule for rule in rules if rule.scope == scope]
         validations = policy["spec"]["validations"]
-        assert [v["expression"] for v in validations] == [rule.expression for rule in in_scope]
+        assert [v["expression"] for v in validations] == [
+            for_server(rule.expression) for rule in in_scope
+        ]
         for validation, rule in zip(validations, in_scope, strict=True):
             assert validation["message"].startswith(f"{rule.id}: ")
-            assert rule.message_expression in validation["messageExpression"]
+            assert for_server(rule.message_expression) in validation["messageExpression"]
             assert validation["reason"] == "Forbidden"
         assert policy["spec"]["failurePolicy"] == "Fail"
         assert policy["spec"]["matchConstraints"]["resourceRules"] == [
@@ -264,6 +267,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
             "secureml.noExecHandlers",
             "secureml.noRestart",
             "secureml.trainerNode",
+            "secureml.pipelineIdentity",
         ]
     bindings = {
         b["spec"]["policyName"]: b

@@ -618,6 +618,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     from secureml.rules.launcher import launcher_rules
     from secureml.rules.mounts import mount_rules
     from secureml.rules.placement import placement_rules
+    from secureml.rules.pod_fields import pod_field_rules
     from secureml.rules.resources import resource_rules
     from secureml.rules.runtime_class import runtime_class_rules
     from secureml.rules.system_shape import system_container_rules
@@ -633,6 +634,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
         *volume_rules(profile),
         *launcher_rules(profile),
         *system_container_rules(profile),
+        *pod_field_rules(profile),
         *mount_rules(profile),
         *handler_rules(profile),
         *restart_rules(profile),

@@ -237,6 +237,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
         "secureml.imageVolume",
         "secureml.ephemeralVolume",
         "secureml.systemContainers",
+        "secureml.podFields",
         "secureml.serviceAccount",
         "secureml.groupNotRoot",
         "secureml.platformMetadataImmutable",

@@ -616,6 +616,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     from secureml.rules.identity import pipeline_identity_rules
     from secureml.rules.immutable import immutable_rules
     from secureml.rules.launcher import launcher_rules
+    from secureml.rules.loader_env import loader_env_rules
     from secureml.rules.mounts import mount_rules
     from secureml.rules.placement import placement_rules
     from secureml.rules.pod_fields import pod_field_rules
@@ -635,6 +636,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
         *launcher_rules(profile),
         *system_container_rules(profile),
         *pod_field_rules(profile),
+        *loader_env_rules(profile),
         *mount_rules(profile),
         *handler_rules(profile),
         *restart_rules(profile),

@@ -238,6 +238,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
         "secureml.ephemeralVolume",
         "secureml.systemContainers",
         "secureml.podFields",
+        "secureml.loaderEnv",
         "secureml.serviceAccount",
         "secureml.groupNotRoot",
         "secureml.platformMetadataImmutable",

@@ -191,7 +191,8 @@ def test_every_forbidden_variable_is_refused() -> None:
         pod = allowed_pod("team-a-cpu")
         pod["spec"]["containers"][0]["env"].append({"name": name, "value": "x"})
         nvidia = {"secureml.nvidiaEnv"} if name.startswith("NVIDIA_") else set()
-        assert failed(pod) == {"secureml.forbiddenEnv"} | nvidia, name
+        loader = {"secureml.loaderEnv"} if name.startswith("LD_") else set()
+        assert failed(pod) == {"secureml.forbiddenEnv"} | nvidia | loader, name
 
 
 def test_tier_minimum_isolation() -> None:

@@ -242,6 +242,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
         "secureml.serviceAccount",
         "secureml.groupNotRoot",
         "secureml.platformMetadataImmutable",
+        "secureml.pipelineIdentity",
     ]
     assert all(r.id.startswith("secureml.") for r in rules if r.scope == STEP_POD)
     if tenant == "team-a":
@@ -269,7 +270,6 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
             "secureml.noExecHandlers",
             "secureml.noRestart",
             "secureml.trainerNode",
-            "secureml.pipelineIdentity",
         ]
     bindings = {
         b["spec"]["policyName"]: b

@@ -12,6 +12,7 @@ import pytest
 from secureml.core import contract
 from secureml.pods.workloads import pods_in_text
 from secureml.rules import evaluate, rules_for_level, rules_for_profile
+from secureml.rules.identity import JOB_CONTROLLERS
 from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, example_profile
 
 EXPECT = "test.secureml.dev/expect"
@@ -119,7 +120,8 @@ def test_update_attack_is_one_metadata_change_admitted_on_create(path: Path) -> 
 
 def test_a_pipeline_identity_comes_from_its_runner() -> None:
     """Class 8: the same step pod is admitted when the pipeline runner creates it and refused,
-    naming the creator, when anyone else does; without pipeline labels nobody's pod is judged."""
+    naming the creator, when anyone else does; a pod without pipeline labels and without KFP's
+    and Argo's containers is anyone's; a trainer node pod is the Job controller's."""
     pod = _pod(ATTACKS_DIR.parent / "allowed" / "team-a-timeslice.yaml")
     rules = _rules("team-a")
     runner = example_profile("team-a").spec.identity.pipeline_runners[0]
@@ -130,6 +132,12 @@ def test_a_pipeline_identity_comes_from_its_runner() -> None:
     assert "created by alice@acme.example" in violation.what
     identity = [r for r in rules if r.id == "secureml.pipelineIdentity"]
     unlabelled = {**pod, "metadata": {**pod["metadata"], "labels": {}}}
-    assert evaluate(unlabelled, identity, created_by="alice@acme.example") == []
+    assert evaluate(unlabelled, identity, created_by="alice@acme.example") != []  # kfp-launcher
+    plain = {**unlabelled, "spec": {k: v for k, v in pod["spec"].items() if k != "initContainers"}}
+    assert evaluate(plain, identity, created_by="alice@acme.example") == []
+    node = {**pod, "metadata": {**pod["metadata"], "labels": {**pod["metadata"]["labels"]}}}
+    node["metadata"]["labels"][contract.LABEL_TRAINER_NODE] = "true"
+    assert evaluate(node, identity, created_by=runner) != []
+    assert evaluate(node, identity, created_by=JOB_CONTROLLERS[0]) == []
     # An UPDATE is the immutability rule's: the identity rule judges CREATE only.
     assert evaluate(pod, identity, old_obj=pod, created_by="alice@acme.example") == []

@@ -173,7 +173,10 @@ _VOLUME_SOURCES_ALLOWED = {
     "ephemeral": "secureml.ephemeralVolume: no volumeName",
     "image": "secureml.imageVolume",
     "persistentVolumeClaim": "the tenant's own claims",
-    "projected": "the pod's own token, ConfigMaps, Secrets and downward API",
+    "projected": (
+        "the pod's own token, ConfigMaps, Secrets, downward API, trust bundles and (1.34+ alpha) "
+        "a certificate for the pod's own service account: nothing another identity holds"
+    ),
     "secret": "the tenant's own Secrets",
 }
 _VOLUME_SOURCES_REFUSED = (

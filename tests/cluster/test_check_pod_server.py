@@ -114,10 +114,13 @@ def test_compiled_step_and_driver_pods_are_admitted_and_mutated(
     assert report["policy"]["as"] == PIPELINE_RUNNER
     assert report["policy"]["dryRun"] == "All"
     # The server ran the bundle's MutatingAdmissionPolicy on the steps: the SPIFFE socket volume.
+    runner = admin(k8s_cluster)
+    runner.api.default_headers["Impersonate-User"] = PIPELINE_RUNNER
+    runner.api.default_headers["Impersonate-Group"] = "system:masters"
     verdicts = check_pods_on_server(
         list(pods_in_text(path.read_text(), source=str(path))),
         team_a.spec.namespace,
-        cluster=admin(k8s_cluster),
+        cluster=runner,
     )
     steps = verdicts[: len(submitted_step_pods)]
     for verdict in steps:

@@ -86,7 +86,11 @@ CONTAINER: Classified = {
     "name": ("pinned", "secureml.tenantContainers: main (a trainer node's: node)"),
     "ports": ("allowed", "pss.hostPorts: no host port"),
     "readinessProbe": ("allowed", "secureml.noExecHandlers: no exec probe"),
-    "resizePolicy": ("allowed", "in-place resize of cpu and memory; GPUs cannot be resized"),
+    "resizePolicy": (
+        "pinned",
+        "secureml.podFields: restartPolicy NotRequired only; RestartContainer would re-run main "
+        "on a resize from the emptyDirs its first run could write",
+    ),
     "resources": ("allowed", "RESOURCE_REQUIREMENTS, the GPU rules"),
     "restartPolicy": ("refused", "secureml.noRestart"),
     "restartPolicyRules": ("refused", "secureml.noRestart"),

@@ -5,7 +5,8 @@ aliases, readiness and scheduling gates, pod-level resources, a shared process n
 `dnsPolicy` only the API's default `ClusterFirst`, and in every container the termination message
 at the API's default path (the kubelet mounts a writable file at that path, which would hide
 `/etc/ld.so.preload` or a launcher) and no `env` value from `fileKeyRef` (a file another container
-of the pod writes, read after admission).
+of the pod writes, read after admission), and no `resizePolicy` that restarts the container on a
+resize (`pods/resize` would re-run `main` from the emptyDirs its first run could write).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from secureml.rules.scope import EVERY_POD
 _CONTAINER = (
     f"(!has(c.terminationMessagePath) || c.terminationMessagePath == "
     f"{quote(TERMINATION_MESSAGE_PATH)}) && "
-    "(!has(c.env) || c.env.all(e, !has(e.valueFrom) || !has(e.valueFrom.fileKeyRef)))"
+    "(!has(c.env) || c.env.all(e, !has(e.valueFrom) || !has(e.valueFrom.fileKeyRef))) && "
+    "(!has(c.resizePolicy) || c.resizePolicy.all(r, r.restartPolicy == 'NotRequired'))"
 )
 
 
@@ -41,7 +43,8 @@ def pod_field_rules(profile: TenantProfile) -> list[Rule]:
     message = container_rule_message(
         _CONTAINER,
         f"sets terminationMessagePath (only {TERMINATION_MESSAGE_PATH}: the kubelet mounts a "
-        "writable file there) or an env valueFrom.fileKeyRef: remove it",
+        "writable file there), an env valueFrom.fileKeyRef, or a resizePolicy restartPolicy "
+        "other than NotRequired (a resize would restart the container): remove it",
     )
     for check, text in reversed(pod_checks):
         message = f"(({check}) ? {message} : {quote(text)})"

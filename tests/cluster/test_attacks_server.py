@@ -143,6 +143,8 @@ INVALID_PODS = {
     "t08-gpu-in-requests-only": "an extended resource in requests needs an equal limit",
     "t18-kfp-driver-mig-in-requests": "an extended resource in requests needs an equal limit",
     "t15-windows-host-process": "hostProcess containers need hostNetwork: true",
+    "t37-resize-restarts-main": "a RestartContainer resize policy needs a pod restartPolicy other "
+    "than Never (which secureml.noRestart requires)",
     "t01-windows-exemption": "the mutating policy's readOnlyRootFilesystem is forbidden in a "
     "Windows pod",
 }

@@ -46,6 +46,7 @@ from secureml.bundle.common import BundleOptions  # noqa: E402
 from secureml.bundle.rbac import render_role, render_role_binding  # noqa: E402
 from secureml.core import contract  # noqa: E402
 from secureml.images.context import cache_dir  # noqa: E402
+from tests.cluster.admission import PIPELINE_RUNNER  # noqa: E402
 from tests.e2e import steps  # noqa: E402
 from tests.e2e.environment import E2E, requirements, running_e2e  # noqa: E402
 
@@ -122,7 +123,9 @@ def _kfp_pod(pod: dict[str, Any], name: str) -> dict[str, Any]:
 
 def _run(cluster: ControlPlane, namespace: str, pod: dict[str, Any]) -> float:
     started = time.monotonic()
-    status, answer = cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+    status, answer = cluster.request(
+        "POST", f"/api/v1/namespaces/{namespace}/pods", pod, as_user=PIPELINE_RUNNER
+    )
     assert status == 201, answer
     done = steps.wait_for_end(cluster, namespace, pod["metadata"]["name"])
     seconds = time.monotonic() - started
@@ -153,7 +156,12 @@ class _Connection:
             "POST",
             f"/api/v1/namespaces/{namespace}/pods?dryRun=All",
             body=body,
-            headers={"Content-Type": "application/json"},
+            # as the pipeline runner (secureml.pipelineIdentity), in both arms alike
+            headers={
+                "Content-Type": "application/json",
+                "Impersonate-User": PIPELINE_RUNNER,
+                "Impersonate-Group": "system:masters",
+            },
         )
         response = self.connection.getresponse()
         answer = response.read()

@@ -50,6 +50,10 @@ class ServerTarget:
     kubeconfig: Path | None = None
     context: str | None = None
     namespace: str | None = None
+    # Impersonation (kubectl's --as/--as-group): the pods are created as that user, e.g. the
+    # pipeline runner, so that secureml.pipelineIdentity judges them as KFP would create them.
+    as_user: str | None = None
+    as_group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -182,11 +186,16 @@ def check_on_server(files: Sequence[str], target: ServerTarget) -> PodCheckRepor
 
     pods = read_pods(files)
     cluster = connect(target.kubeconfig, target.context)
+    if target.as_user is not None:
+        cluster.api.default_headers["Impersonate-User"] = target.as_user
+        if target.as_group is not None:
+            cluster.api.default_headers["Impersonate-Group"] = target.as_group
     verdicts = check_pods_on_server(pods, target.namespace, cluster=cluster)
     policy = {
         "server": cluster.server,
         "kubeconfig": cluster.source,
         "namespace": target.namespace,
+        "as": target.as_user,
         "dryRun": "All",
     }
     return PodCheckReport(policy=policy, rules=[], verdicts=verdicts)

@@ -42,6 +42,7 @@ def _policies(
 ) -> list[tuple[str, str, list[Manifest]]]:
     """(name suffix, scope, validations) per policy, in catalogue order; empty ones left out."""
     from secureml.rules import rules_for_profile
+    from secureml.rules.request import for_server
     from secureml.rules.scope import EVERY_POD, STEP_POD
 
     by_scope: dict[str, list[Manifest]] = {EVERY_POD: [], STEP_POD: []}
@@ -51,9 +52,9 @@ def _policies(
         prefix = f"{rule.id}: "
         by_scope[rule.scope].append(
             {
-                "expression": rule.expression,
+                "expression": for_server(rule.expression),
                 "message": prefix + rule.message,
-                "messageExpression": f"{quote(prefix)} + ({rule.message_expression})",
+                "messageExpression": f"{quote(prefix)} + ({for_server(rule.message_expression)})",
                 "reason": REASON,
             }
         )

@@ -89,6 +89,20 @@ def check_pod(
             "then the kubeconfig context's, then default).",
         ),
     ] = None,
+    as_user: Annotated[
+        str | None,
+        typer.Option(
+            "--as",
+            metavar="USER",
+            help="With --server: create the pods as USER (impersonation, as kubectl --as), e.g. "
+            "the pipeline runner system:serviceaccount:kubeflow:argo: a pod with pipeline labels "
+            "that you create yourself is refused (secureml.pipelineIdentity).",
+        ),
+    ] = None,
+    as_group: Annotated[
+        str | None,
+        typer.Option("--as-group", metavar="GROUP", help="With --as: the group to act in."),
+    ] = None,
     output: FormatOption = "text",
 ) -> None:
     """Judge pods against a tenant profile or a Pod Security level, or by a real API server.
@@ -106,11 +120,12 @@ def check_pod(
             )
         from secureml.admission.check_pod import ServerTarget, check_on_server
 
-        report = check_on_server(files, ServerTarget(kubeconfig, context, namespace))
+        target = ServerTarget(kubeconfig, context, namespace, as_user, as_group)
+        report = check_on_server(files, target)
     else:
-        if namespace is not None or kubeconfig is not None or context is not None:
+        if any(v is not None for v in (namespace, kubeconfig, context, as_user, as_group)):
             raise InputError(
-                "--namespace, --kubeconfig and --context need --server",
+                "--namespace, --kubeconfig, --context, --as and --as-group need --server",
                 fix="add --server to ask the cluster, or drop them",
             )
         from secureml.admission.check_pod import OfflinePolicy, check_offline

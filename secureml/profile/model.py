@@ -371,6 +371,14 @@ class IdentitySettings(_Model):
         pattern=r"^/",
         description="Workload API socket inside the pod (the SPIFFE CSI driver mounts it).",
     )
+    pipeline_runners: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=lambda: ["system:serviceaccount:kubeflow:argo"],
+        min_length=1,
+        description=(
+            "Usernames (request.userInfo.username) that may create a pod carrying a pipeline's "
+            "identity labels: the pipeline runner (KFP's Argo workflow controller), never a person."
+        ),
+    )
 
     @model_validator(mode="after")
     def _template_fields(self) -> IdentitySettings:

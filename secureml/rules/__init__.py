@@ -20,10 +20,12 @@ Public API::
         baked in as CEL literals: no policy parameters needed.
     profile_rules(profile: TenantProfile) -> list[Rule]
         Only the `secureml.*` rules of that tenant.
-    evaluate(obj: dict, rules: Iterable[Rule]) -> list[Violation]
+    evaluate(obj: dict, rules: Iterable[Rule], old_obj=None, created_by=None) -> list[Violation]
         The violations of a Pod (a dict as the API server sees it); empty means allowed. Each
         expression is compiled once per process; a rule that errors denies (fail closed); a rule
         whose scope is false for the pod is skipped (each scope evaluated once per pod).
+        `old_obj`: the pod before an UPDATE; `created_by`: the requesting user (None: the
+        pipeline runner, `secureml.rules.request`).
     in_scope(obj: dict, scope: str) -> bool
         Whether rules of `scope` hold for the pod (`scope.STEP_POD`, `scope.KFP_SYSTEM_POD`).
     Rule, Violation(rule, what), LEVELS

@@ -38,6 +38,7 @@ from secureml.core.violation import Violation
 from secureml.rules import verdict_memo
 from secureml.rules.cel import cpp as cel_cpp
 from secureml.rules.model import Rule
+from secureml.rules.request import created_by as bind_creator
 
 if TYPE_CHECKING:
     import cel
@@ -203,16 +204,22 @@ class _Plain:
 
 
 def evaluate(
-    obj: Mapping[str, Any], rules: Iterable[Rule], old_obj: Mapping[str, Any] | None = None
+    obj: Mapping[str, Any],
+    rules: Iterable[Rule],
+    old_obj: Mapping[str, Any] | None = None,
+    created_by: str | None = None,
 ) -> list[Violation]:
     """The violations of `rules` by the pod `obj`; an empty list means the pod is allowed.
+
+    `created_by` is the requesting user (CEL's `request.userInfo.username`), None for the
+    pipeline runner the rule names (`secureml.rules.request.created_by`).
 
     `old_obj` is the pod before an UPDATE (CEL's `oldObject`); None, as on CREATE, makes
     `oldObject` null, exactly as the API server binds it for a CREATE request. A rule's outcome
     (and a scope's) on a pod that agrees with an earlier one on everything the rule can read is
     the earlier outcome (`secureml.rules.verdict_memo`).
     """
-    rules = tuple(rules)
+    rules = tuple(bind_creator(rule, created_by) for rule in rules)
     kept = verdict_memo.memo(rules)
     keyed = kept.pod(obj, old_obj)
     judge = _Judge(obj, old_obj, rules, kept, keyed)

@@ -85,7 +85,7 @@ def _volume_is(name: str, source: str) -> str:
     return f"(has({SPEC}.volumes) && {SPEC}.volumes.exists(v, v.name == {quote(name)} && {source}))"
 
 
-def _platform_source(volume: dict[str, Any]) -> str:
+def platform_source(volume: dict[str, Any]) -> str:
     """CEL over `v`: the volume's source is the platform's (its kind, driver or items)."""
     if "csi" in volume:
         return f"has(v.csi) && v.csi.driver == {quote(volume['csi']['driver'])}"
@@ -105,7 +105,7 @@ def _platform_source(volume: dict[str, Any]) -> str:
     raise ValueError(f"no source test for the platform volume {volume['name']!r}")
 
 
-def _mount_is(mount: dict[str, Any], source: str) -> str:
+def mount_is(mount: dict[str, Any], source: str) -> str:
     sub_path = (
         f"has(m.subPath) && m.subPath == {quote(mount['subPath'])}"
         if "subPath" in mount
@@ -122,9 +122,9 @@ def _mount_is(mount: dict[str, Any], source: str) -> str:
 def mount_ok(profile: TenantProfile) -> str:
     """CEL over the mount `m`: one of the allowed mounts of a step's own container."""
     mounts, volumes = platform_mounts(profile)
-    allowed = [_mount_is(m, _platform_source(volumes[m["name"]])) for m in mounts]
+    allowed = [mount_is(m, platform_source(volumes[m["name"]])) for m in mounts]
     allowed += [
-        _mount_is({"name": name, "mountPath": path}, "has(v.emptyDir)") for name, path in KFP_MOUNTS
+        mount_is({"name": name, "mountPath": path}, "has(v.emptyDir)") for name, path in KFP_MOUNTS
     ]
     allowed.append(SERVICE_ACCOUNT_TOKEN_MOUNT)
     allowed.append(

@@ -28,8 +28,9 @@ from secureml.profile.runtime_image import injected
 from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.cel.reference import SPEC, every_container
 from secureml.rules.cel.text import label_is, quote, string_list
+from secureml.rules.container_fields import runtime_container_fields
 from secureml.rules.model import Rule
-from secureml.rules.scope import NATIVE_RESOURCES, system_image
+from secureml.rules.scope import system_image
 from secureml.rules.token_mount import SERVICE_ACCOUNT_TOKEN_MOUNT
 
 VOLUME = quote(contract.RUNTIME_VOLUME)
@@ -59,19 +60,13 @@ def runtime_container(profile: TenantProfile, var: str = "c") -> str:
     image = profile.spec.runtime.image
     if image is None:
         return "false"
-    native = string_list(NATIVE_RESOURCES)
     return (
         f"({var}.name == {quote(contract.RUNTIME_INIT_CONTAINER)} && has({var}.image) && "
         f"{var}.image == {quote(image)} && has({var}.command) && "
         f"{var}.command == {string_list(contract.RUNTIME_INSTALL_COMMAND)} && "
-        f"!has({var}.args) && !has({var}.env) && !has({var}.envFrom) && "
-        f"!has({var}.workingDir) && !has({var}.restartPolicy) && !has({var}.volumeDevices) && "
+        f"!has({var}.args) && !has({var}.env) && {runtime_container_fields(var=var)} && "
         f"has({var}.volumeMounts) && size({var}.volumeMounts.filter(m, {_install_mount()})) == 1 && "
-        f"{var}.volumeMounts.all(m, {_install_mount()} || {SERVICE_ACCOUNT_TOKEN_MOUNT}) && "
-        f"(!has({var}.resources) || ("
-        f"(!has(dyn({var}.resources).limits) || dyn({var}.resources).limits.all(k, k in {native})) && "
-        f"(!has(dyn({var}.resources).requests) || "
-        f"dyn({var}.resources).requests.all(k, k in {native})))))"
+        f"{var}.volumeMounts.all(m, {_install_mount()} || {SERVICE_ACCOUNT_TOKEN_MOUNT}))"
     )
 
 

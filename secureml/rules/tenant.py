@@ -613,12 +613,16 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     from secureml.rules.accounts import account_rules
     from secureml.rules.confidential import confidential_rules
     from secureml.rules.handlers import handler_rules, restart_rules
+    from secureml.rules.identity import pipeline_identity_rules
     from secureml.rules.immutable import immutable_rules
     from secureml.rules.launcher import launcher_rules
+    from secureml.rules.loader_env import loader_env_rules
     from secureml.rules.mounts import mount_rules
     from secureml.rules.placement import placement_rules
+    from secureml.rules.pod_fields import pod_field_rules
     from secureml.rules.resources import resource_rules
     from secureml.rules.runtime_class import runtime_class_rules
+    from secureml.rules.system_shape import system_container_rules
     from secureml.rules.trainer_node import trainer_node_rules
     from secureml.rules.volumes import volume_rules
 
@@ -630,10 +634,14 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
         *runtime_class_rules(profile),
         *volume_rules(profile),
         *launcher_rules(profile),
+        *system_container_rules(profile),
+        *pod_field_rules(profile),
+        *loader_env_rules(profile),
         *mount_rules(profile),
         *handler_rules(profile),
         *restart_rules(profile),
         *account_rules(profile),
         *trainer_node_rules(profile),
         *immutable_rules(profile),
+        *pipeline_identity_rules(profile),
     ]

@@ -15,6 +15,7 @@ from secureml.core import contract
 from secureml.profile.model import TenantProfile
 from secureml.rules import rules_for_level, rules_for_profile
 from secureml.rules.cel.text import quote
+from secureml.rules.request import for_server
 from secureml.rules.scope import EVERY_POD, STEP_POD
 from tests.bundle.conftest import ROOT, load, rendered
 
@@ -204,13 +205,17 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
     for policy, scope in ((every_pod, EVERY_POD), (steps, STEP_POD)):
         in_scope = [rule for rule in rules if rule.scope == scope]
         validations = policy["spec"]["validations"]
-        # the rules' own CEL, only laid out over lines (secureml.bundle.cel_layout)
-        assert [v["expression"] for v in validations] == [fold(r.expression) for r in in_scope]
+        # the rules' own CEL as the server reads it, only laid out over lines (cel_layout)
+        assert [v["expression"] for v in validations] == [
+            fold(for_server(rule.expression)) for rule in in_scope
+        ]
         for validation, rule in zip(validations, in_scope, strict=True):
-            assert _cel_tokens(validation["expression"]) == _cel_tokens(rule.expression)
+            assert _cel_tokens(validation["expression"]) == _cel_tokens(
+                for_server(rule.expression)
+            )
             assert validation["message"].startswith(f"{rule.id}: ")
             assert _cel_tokens(validation["messageExpression"]) == _cel_tokens(
-                f"{quote(rule.id + ': ')} + ({rule.message_expression})"
+                f"{quote(rule.id + ': ')} + ({for_server(rule.message_expression)})"
             )
             assert validation["reason"] == "Forbidden"
         assert policy["spec"]["failurePolicy"] == "Fail"
@@ -243,9 +248,13 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
         "secureml.csiVolume",
         "secureml.imageVolume",
         "secureml.ephemeralVolume",
+        "secureml.systemContainers",
+        "secureml.podFields",
+        "secureml.loaderEnv",
         "secureml.serviceAccount",
         "secureml.groupNotRoot",
         "secureml.platformMetadataImmutable",
+        "secureml.pipelineIdentity",
     ]
     assert all(r.id.startswith("secureml.") for r in rules if r.scope == STEP_POD)
     if tenant == "team-a":

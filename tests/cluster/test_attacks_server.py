@@ -37,6 +37,7 @@ from secureml.pods.workloads import pods_in_text
 from secureml.profile.model import TenantProfile
 from secureml.rules import Rule, evaluate, rules_for_profile
 from tests.cluster.admission import (
+    PIPELINE_RUNNER,
     ServerAnswer,
     create_pod,
     delete_pod,
@@ -48,6 +49,7 @@ from tests.rules.conftest import ATTACKS_DIR, example_profile
 EXPECT = "test.secureml.dev/expect"
 ONLY_UNDER = "test.secureml.dev/profiles"
 UPDATE_OF = "test.secureml.dev/update-of"
+CREATED_BY = "test.secureml.dev/created-by"
 ATTACKS = sorted(ATTACKS_DIR.glob("*.yaml"))
 ALLOWED_DIR = ATTACKS_DIR.parent / "allowed"
 
@@ -75,10 +77,12 @@ def judge(
     before_name = pod["metadata"]["annotations"].get(UPDATE_OF)
     ephemeral = pod["spec"].get("ephemeralContainers")
     if before_name is None and ephemeral is None:
-        answer = create_pod(cluster, pod, namespace)
+        created_by = pod["metadata"]["annotations"].get(CREATED_BY, PIPELINE_RUNNER)
+        answer = create_pod(cluster, pod, namespace, created_by)
         if answer.created is not None:
             delete_pod(cluster, answer.created)
-        offline = evaluate(apply_mutations(_in(pod, namespace), profile), rules)
+        mutated = apply_mutations(_in(pod, namespace), profile)
+        offline = evaluate(mutated, rules, created_by=created_by)
         return answer, [v.rule for v in offline]
     if before_name is not None:
         base = _pod(ALLOWED_DIR / before_name)
@@ -139,6 +143,8 @@ INVALID_PODS = {
     "t08-gpu-in-requests-only": "an extended resource in requests needs an equal limit",
     "t18-kfp-driver-mig-in-requests": "an extended resource in requests needs an equal limit",
     "t15-windows-host-process": "hostProcess containers need hostNetwork: true",
+    "t37-resize-restarts-main": "a RestartContainer resize policy needs a pod restartPolicy other "
+    "than Never (which secureml.noRestart requires)",
     "t01-windows-exemption": "the mutating policy's readOnlyRootFilesystem is forbidden in a "
     "Windows pod",
 }

@@ -27,7 +27,7 @@ from secureml.pods.mutation.catalogue import SPIFFE_VOLUME
 from secureml.pods.preview import preview_driver_pods, preview_pods
 from secureml.pods.workloads import pods_in_text
 from secureml.profile.model import TenantProfile, load_profile
-from tests.cluster.admission import wait_in_force
+from tests.cluster.admission import PIPELINE_RUNNER, wait_in_force
 from tests.cluster.bundles import REPO, admin
 
 TEAM_A = REPO / "profiles" / "team-a.yaml"
@@ -65,6 +65,10 @@ def submitted_step_pods(team_a: TenantProfile) -> dict[str, dict[str, Any]]:
     return preview_pods(docs, team_a, mutate=False)
 
 
+# The admin impersonates KFP's Argo controller (and keeps the admin's rights to create pods).
+AS_THE_RUNNER = ("--as", PIPELINE_RUNNER, "--as-group", "system:masters")
+
+
 def _check(k8s_cluster: ControlPlane, files: list[Path], *extra: str) -> tuple[int, Any]:
     result = CliRunner().invoke(
         app,
@@ -99,15 +103,24 @@ def test_compiled_step_and_driver_pods_are_admitted_and_mutated(
     drivers = preview_driver_pods(list(yaml.safe_load_all(compiled.yaml_text)), team_a)
     pods = [*submitted_step_pods.values(), *drivers.values()]
     path = _write(tmp_path, "pods.yaml", pods)
+    # As the admin itself, every pod of KFP's is refused: a person creates no pipeline pod.
     code, report = _check(k8s_cluster, [path], "--namespace", team_a.spec.namespace)
+    assert code == 1 and report["summary"]["denied"] == len(pods), report["summary"]
+    rules = {v["rule"] for o in report["objects"] for v in o["violations"]}
+    assert rules == {"secureml.pipelineIdentity"}, rules
+    code, report = _check(k8s_cluster, [path], "--namespace", team_a.spec.namespace, *AS_THE_RUNNER)
     assert code == 0, report
     assert report["summary"] == {"objects": len(pods), "allowed": len(pods), "denied": 0}
+    assert report["policy"]["as"] == PIPELINE_RUNNER
     assert report["policy"]["dryRun"] == "All"
     # The server ran the bundle's MutatingAdmissionPolicy on the steps: the SPIFFE socket volume.
+    runner = admin(k8s_cluster)
+    runner.api.default_headers["Impersonate-User"] = PIPELINE_RUNNER
+    runner.api.default_headers["Impersonate-Group"] = "system:masters"
     verdicts = check_pods_on_server(
         list(pods_in_text(path.read_text(), source=str(path))),
         team_a.spec.namespace,
-        cluster=admin(k8s_cluster),
+        cluster=runner,
     )
     steps = verdicts[: len(submitted_step_pods)]
     for verdict in steps:
@@ -132,7 +145,7 @@ def test_workload_template_is_judged_as_its_pod(
         "metadata": {"name": "step-job", "namespace": team_a.spec.namespace},
         "spec": {"template": {"metadata": pod["metadata"], "spec": pod["spec"]}},
     }
-    code, report = _check(k8s_cluster, [_write(tmp_path, "job.yaml", [job])])
+    code, report = _check(k8s_cluster, [_write(tmp_path, "job.yaml", [job])], *AS_THE_RUNNER)
     assert code == 0, report["objects"]
     (verdict,) = report["objects"]
     assert (verdict["kind"], verdict["name"], verdict["verdict"]) == ("Job", "step-job", "allowed")

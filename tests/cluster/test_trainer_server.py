@@ -26,13 +26,15 @@ from secureml.core import contract
 from secureml.pods.mutation.apply import apply_mutations
 from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, rules_for_profile
+from secureml.rules.identity import JOB_CONTROLLERS
 from secureml.trainer.manifest import pod_patch_of, with_run
 from secureml.trainer.pods import node_pods
 from secureml.trainer.submit import EXIT_CANCELLED, network_policy, run_cluster
-from tests.cluster.admission import create_pod, install_tenant, wait_for_policy
+from tests.cluster.admission import PIPELINE_RUNNER, create_pod, install_tenant, wait_for_policy
 from tests.compiler.compilerhelp import merge, profile_data
 from tests.trainer.trainerhelp import TRAINER, compiled_trainer, torch_runtime
 
+JOB_CONTROLLER = JOB_CONTROLLERS[0]  # who creates a trainer node pod
 TENANT = "trainer-server"
 GROUP, VERSION = contract.TRAINER_API_VERSION.split("/")
 Job = dict[str, Any]
@@ -244,7 +246,10 @@ def test_node_pods_from_the_jobset_template_are_judged_like_step_pods(
     ] * 2
     for pod in pods:
         assert evaluate(apply_mutations(pod, PROFILE), rules) == []
-        answer = create_pod(cluster, pod, TENANT)
+        # a node pod comes from the Job controller; as the runner (or a person) it is refused
+        runner = evaluate(apply_mutations(pod, PROFILE), rules, created_by=PIPELINE_RUNNER)
+        assert [v.rule for v in runner] == ["secureml.pipelineIdentity"]
+        answer = create_pod(cluster, pod, TENANT, JOB_CONTROLLER)
         assert answer.admitted, answer.message
         created = answer.created
         assert created is not None
@@ -255,7 +260,7 @@ def test_node_pods_from_the_jobset_template_are_judged_like_step_pods(
         cluster.request("DELETE", f"/api/v1/namespaces/{TENANT}/pods/{created['metadata']['name']}")
     for case, pod, rule in _tampered_nodes():
         offline = {v.rule for v in evaluate(apply_mutations(pod, PROFILE), rules)}
-        answer = create_pod(cluster, pod, TENANT)
+        answer = create_pod(cluster, pod, TENANT, JOB_CONTROLLER)
         assert not answer.admitted, case
         assert rule in offline and rule in answer.message, (case, offline, answer.message[:400])
 

@@ -22,6 +22,7 @@ from node import pods as node_pods
 
 from secureml.core import contract
 from secureml.pods.workloads import pods_in_text
+from tests.cluster.admission import PIPELINE_RUNNER
 from tests.e2e import steps
 from tests.e2e.environment import E2E
 from tests.rules.conftest import ATTACKS_DIR
@@ -79,7 +80,9 @@ def test_the_running_step_cannot_write_its_root_or_the_runtime(
     assert main["args"][: len(prefix)] == prefix, main["args"][:4]
     main["args"] = [*prefix, "python3", "-c", PROBE]
     e2e.pool({})
-    status, answer = e2e.cluster.request("POST", f"/api/v1/namespaces/{e2e.namespace}/pods", pod)
+    status, answer = e2e.cluster.request(
+        "POST", f"/api/v1/namespaces/{e2e.namespace}/pods", pod, as_user=PIPELINE_RUNNER
+    )
     assert status == 201, answer
     done = node_pods.wait_for_end(e2e.cluster, e2e.namespace, "probe-readonly", timeout_s=240.0)
     log = node_pods.log(e2e.cluster, e2e.namespace, "probe-readonly", "main")
@@ -110,7 +113,9 @@ def test_the_running_step_cannot_write_its_root_or_the_runtime(
 
 
 def _refusal(e2e: E2E, pod: dict[str, Any]) -> str:
-    status, answer = e2e.cluster.request("POST", f"/api/v1/namespaces/{e2e.namespace}/pods", pod)
+    status, answer = e2e.cluster.request(
+        "POST", f"/api/v1/namespaces/{e2e.namespace}/pods", pod, as_user=PIPELINE_RUNNER
+    )
     assert status in (400, 403, 422), f"admitted (HTTP {status}): {pod['metadata']['name']}"
     return str(answer.get("message", answer))
 
@@ -167,7 +172,9 @@ def test_a_pod_breaking_a_control_is_refused(
 def test_a_writable_root_asked_for_is_made_read_only(e2e: E2E, prep_pod: dict[str, Any]) -> None:
     pod = _named(prep_pod, "attack-writable-root")
     _main(pod)["securityContext"]["readOnlyRootFilesystem"] = False
-    status, answer = e2e.cluster.request("POST", f"/api/v1/namespaces/{e2e.namespace}/pods", pod)
+    status, answer = e2e.cluster.request(
+        "POST", f"/api/v1/namespaces/{e2e.namespace}/pods", pod, as_user=PIPELINE_RUNNER
+    )
     if status == 201:  # mutated, not refused: the MAP sets the control on every container
         stored = _main(answer)["securityContext"]["readOnlyRootFilesystem"]
         e2e.cluster.request(

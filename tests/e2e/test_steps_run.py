@@ -16,6 +16,7 @@ from node import pods as node_pods
 
 from secureml.core import contract
 from tests.cluster import admission
+from tests.cluster.admission import PIPELINE_RUNNER
 from tests.e2e import steps
 from tests.e2e.environment import E2E, IDENTITY_REQUIRED
 
@@ -80,7 +81,7 @@ def run_step(
     name = manifest["metadata"]["name"]
     started = time.monotonic()
     status, answer = e2e.cluster.request(
-        "POST", f"/api/v1/namespaces/{e2e.namespace}/pods", manifest
+        "POST", f"/api/v1/namespaces/{e2e.namespace}/pods", manifest, as_user=PIPELINE_RUNNER
     )
     assert status == 201, f"creating {step}'s pod: HTTP {status}: {answer}"
     done = node_pods.wait_for_end(e2e.cluster, e2e.namespace, name, timeout_s=240.0)

@@ -333,8 +333,12 @@ class ControlPlane:
         )
         return client.ApiClient(configuration)
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """One admin call to the API server: (HTTP status, decoded JSON body)."""
+    def request(
+        self, method: str, path: str, body: Any = None, as_user: str | None = None
+    ) -> tuple[int, Any]:
+        """One admin call to the API server: (HTTP status, decoded JSON body). `as_user`: the
+        admin impersonates that user (in `system:masters`, so that RBAC lets it), as a pipeline
+        runner creating step pods (`secureml.pipelineIdentity`)."""
         context = ssl.create_default_context(cafile=str(self.directory / "pki" / "ca.crt"))
         context.load_cert_chain(
             str(self.directory / "pki" / "admin.crt"), str(self.directory / "pki" / "admin.key")
@@ -345,6 +349,9 @@ class ControlPlane:
         try:
             data = None if body is None else json.dumps(body).encode()
             headers = {"Content-Type": "application/json", "Accept": "application/json"}
+            if as_user is not None:
+                headers["Impersonate-User"] = as_user
+                headers["Impersonate-Group"] = "system:masters"
             connection.request(method, path, body=data, headers=headers)
             response = connection.getresponse()
             raw = response.read()

@@ -12,6 +12,7 @@ import pytest
 from secureml.core import contract
 from secureml.pods.workloads import pods_in_text
 from secureml.rules import evaluate, rules_for_level, rules_for_profile
+from secureml.rules.identity import JOB_CONTROLLERS
 from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, example_profile
 
 EXPECT = "test.secureml.dev/expect"
@@ -19,6 +20,8 @@ THREAT = "test.secureml.dev/threat"
 ONLY_UNDER = "test.secureml.dev/profiles"
 # An UPDATE attack: the file is the pod after the update, this names the allowed pod before it.
 UPDATE_OF = "test.secureml.dev/update-of"
+# Who creates the attack pod (request.userInfo.username), where it is not the pipeline runner.
+CREATED_BY = "test.secureml.dev/created-by"
 ATTACKS = sorted(ATTACKS_DIR.glob("*.yaml"))
 
 
@@ -51,7 +54,9 @@ def test_corpus_size_and_threats() -> None:
 def test_attack_denied(path: Path, profile_name: str) -> None:
     pod = _pod(path)
     annotations = pod["metadata"]["annotations"]
-    violations = evaluate(pod, _rules(profile_name), old_obj=_old(pod))
+    violations = evaluate(
+        pod, _rules(profile_name), old_obj=_old(pod), created_by=annotations.get(CREATED_BY)
+    )
     assert violations, f"{path.name} is admitted under {profile_name}"
     assert not [v for v in violations if "could not be evaluated" in v.what]
     only_under = annotations.get(ONLY_UNDER, "").split()
@@ -67,7 +72,8 @@ def test_attack_message_names_the_offender(path: Path) -> None:
     profile_name = (pod["metadata"]["annotations"].get(ONLY_UNDER) or "team-a").split()[0]
     expected = pod["metadata"]["annotations"][EXPECT]
     rule = next(r for r in _rules(profile_name) if r.id == expected)
-    (violation,) = evaluate(pod, [rule], old_obj=_old(pod))
+    created_by = pod["metadata"]["annotations"].get(CREATED_BY)
+    (violation,) = evaluate(pod, [rule], old_obj=_old(pod), created_by=created_by)
     assert violation.what != rule.message or "container" not in rule.message_expression
 
 
@@ -110,3 +116,28 @@ def test_update_attack_is_one_metadata_change_admitted_on_create(path: Path) -> 
         "secureml.platformMetadataImmutable"
     ]
     assert evaluate(before, immutable, old_obj=before) == []
+
+
+def test_a_pipeline_identity_comes_from_its_runner() -> None:
+    """Class 8: the same step pod is admitted when the pipeline runner creates it and refused,
+    naming the creator, when anyone else does; a pod without pipeline labels and without KFP's
+    and Argo's containers is anyone's; a trainer node pod is the Job controller's."""
+    pod = _pod(ATTACKS_DIR.parent / "allowed" / "team-a-timeslice.yaml")
+    rules = _rules("team-a")
+    runner = example_profile("team-a").spec.identity.pipeline_runners[0]
+    assert evaluate(pod, rules, created_by=runner) == []
+    assert evaluate(pod, rules) == []  # offline, the runner creates it
+    (violation,) = evaluate(pod, rules, created_by="alice@acme.example")
+    assert violation.rule == "secureml.pipelineIdentity"
+    assert "created by alice@acme.example" in violation.what
+    identity = [r for r in rules if r.id == "secureml.pipelineIdentity"]
+    unlabelled = {**pod, "metadata": {**pod["metadata"], "labels": {}}}
+    assert evaluate(unlabelled, identity, created_by="alice@acme.example") != []  # kfp-launcher
+    plain = {**unlabelled, "spec": {k: v for k, v in pod["spec"].items() if k != "initContainers"}}
+    assert evaluate(plain, identity, created_by="alice@acme.example") == []
+    node = {**pod, "metadata": {**pod["metadata"], "labels": {**pod["metadata"]["labels"]}}}
+    node["metadata"]["labels"][contract.LABEL_TRAINER_NODE] = "true"
+    assert evaluate(node, identity, created_by=runner) != []
+    assert evaluate(node, identity, created_by=JOB_CONTROLLERS[0]) == []
+    # An UPDATE is the immutability rule's: the identity rule judges CREATE only.
+    assert evaluate(pod, identity, old_obj=pod, created_by="alice@acme.example") == []

@@ -43,9 +43,11 @@ def test_denied_json_report() -> None:
     assert denied["kind"] == "Pod" and denied["namespace"] == "team-a"
     assert denied["file"] == str(attack) and denied["doc_index"] == 0
     assert denied["violations"] == [
-        {"rule": "secureml.forbiddenEnv", "message": denied["violations"][0]["message"]}
+        {"rule": "secureml.forbiddenEnv", "message": denied["violations"][0]["message"]},
+        {"rule": "secureml.loaderEnv", "message": denied["violations"][1]["message"]},
     ]
     assert denied["violations"][0]["message"].startswith('container "main"')
+    assert denied["violations"][1]["message"].startswith('container "main" env LD_PRELOAD')
 
 
 def test_level_with_rule_filter_and_stdin() -> None:

@@ -103,7 +103,8 @@ def test_hugepages_are_native_and_one_holder_per_gpu_resource() -> None:
     )
     assert failed(pod) == set()
     pod["spec"]["resources"] = {"limits": {"example.com/dongle": "1"}}
-    assert failed(pod) == {"secureml.resourceName"}
+    # pod-level resources are refused whatever they name (the field allowlist)
+    assert failed(pod) == {"secureml.resourceName", "secureml.podFields"}
 
 
 @pytest.mark.parametrize(

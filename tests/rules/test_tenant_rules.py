@@ -64,8 +64,11 @@ def test_registry_prefix_is_matched_on_whole_segments() -> None:
 @pytest.mark.parametrize(
     ("image", "ok"),
     [
-        ("ghcr.io/kubeflow/kfp-launcher:2.17.3", True),
+        ("ghcr.io/kubeflow/kfp-launcher:2.17.0", True),
+        ("ghcr.io/kubeflow/kfp-launcher:2.17.0@sha256:" + "a" * 64, True),
         ("ghcr.io/kubeflow/kfp-launcher@sha256:" + "a" * 64, True),
+        ("ghcr.io/kubeflow/kfp-launcher:2.17.3", False),  # not KFP 2.17.0's (systemContainers)
+        ("ghcr.io/kubeflow/kfp-launcher:2.17.0@sha256:" + "a" * 63, False),
         ("quay.io/argoproj/argoexec:v3.6.4", False),  # Argo's image, not in the launcher's shape
         ("ghcr.io/kubeflow/kfp-launcherx:1", False),
         ("ghcr.io/kubeflow/kfp-launcher/x:1", False),
@@ -188,7 +191,8 @@ def test_every_forbidden_variable_is_refused() -> None:
         pod = allowed_pod("team-a-cpu")
         pod["spec"]["containers"][0]["env"].append({"name": name, "value": "x"})
         nvidia = {"secureml.nvidiaEnv"} if name.startswith("NVIDIA_") else set()
-        assert failed(pod) == {"secureml.forbiddenEnv"} | nvidia, name
+        loader = {"secureml.loaderEnv"} if name.startswith("LD_") else set()
+        assert failed(pod) == {"secureml.forbiddenEnv"} | nvidia | loader, name
 
 
 def test_tier_minimum_isolation() -> None:

@@ -1,0 +1,339 @@
+"""The whole shape of every container KFP 2.17.0 and Argo Workflows v4.0.5 put in a pod, as data.
+
+Issue 33, class 2: a system container (Argo's `init` and `wait`, KFP's `kfp-launcher`, the
+driver's `main`) must equal what KFP and Argo write, field by field, with only the values they
+vary left free. `secureml.rules.system_shape` renders these shapes into CEL (one rule, the same
+text in the bundle and offline); tests compare them with the pods Argo's controller really writes.
+Sources, at argoproj/argo-workflows v4.0.5 `workflow/controller/workflowpod.go`
+(`newExecContainer`, `createEnvVars`, `createWorkflowPod`'s env and mounts, `getExecutorLogOpts`)
+and kubeflow/pipelines 2.17.0 `backend/src/v2/compiler/argocompiler/container.go`, modelled in
+`secureml.pods.argo` and `secureml.pods.preview`.
+
+What a shape pins:
+
+- `CONTAINER_FIELDS`: the only fields a system container may carry; every other field of the
+  Container schema (lifecycle hooks, probes, `restartPolicy`, `ports`, `stdin`, `tty`,
+  `workingDir`, `envFrom`, `volumeDevices`, `resizePolicy`, ...) must be absent;
+- the image: the component's repository at one of `VERSIONS` (tag, tag and digest) or by digest;
+- the env: only the names Argo sets for that container (`Env`), each with the value Argo gives it
+  (a field reference, a fixed value, the container's own name) or a free value where Argo's value
+  varies per workflow (its name, uid, node id, deadline). `ARGO_TEMPLATE`, the template Argo's
+  `init` writes to `/var/run/argo/template` for the emissary and `wait`, is JSON whose keys must all
+  be ones KFP's executor template uses (`ARGO_TEMPLATE_KEYS`, or a prefixed label/annotation/
+  resource key): no `containerSet` (the emissary re-runs `main`'s command on its retry strategy),
+  no `inputs.artifacts` (`argoexec init` writes them, `raw` ones inline, at a path its name can
+  point anywhere), no `script`, `sidecars` or artifact locations;
+- the mounts (`Mount`): the container's own emptyDirs at their paths, `wait`'s mirror of main's
+  mounts under `/mainctrfs`, and (added by `secureml.rules.system_shape`) the platform's own mounts
+  and the service account token;
+- resources: `cpu`, `memory`, `ephemeral-storage` only, no `claims`;
+- `SECURITY_CONTEXT`: KFP's and Argo's hardening, never weaker (no added capability, no SELinux,
+  AppArmor, Windows or procMount setting, no privilege).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from secureml.core import contract
+from secureml.pods.argo import (
+    ARGO_VERSION,
+    MAIN_FILESYSTEM_DIR,
+    PROGRESS_FILE,
+    TMP_DIR_ARGO,
+    VAR_RUN_ARGO,
+)
+from secureml.pods.preview import KFP_LAUNCHER_VOLUME, KFP_VERSION
+
+# The fields a system container may carry; every other Container field must be absent.
+CONTAINER_FIELDS = (
+    "name",
+    "image",
+    "imagePullPolicy",
+    "command",
+    "args",
+    "env",
+    "resources",
+    "securityContext",
+    "volumeMounts",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+)
+# Every field of the Container and EphemeralContainer schemas of Kubernetes 1.34-1.36 (checked
+# against the API server's OpenAPI by tests/cluster/test_pod_fields.py).
+CONTAINER_SCHEMA_FIELDS = (
+    "args",
+    "command",
+    "env",
+    "envFrom",
+    "image",
+    "imagePullPolicy",
+    "lifecycle",
+    "livenessProbe",
+    "name",
+    "ports",
+    "readinessProbe",
+    "resizePolicy",
+    "resources",
+    "restartPolicy",
+    "restartPolicyRules",
+    "securityContext",
+    "startupProbe",
+    "stdin",
+    "stdinOnce",
+    "targetContainerName",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+    "tty",
+    "volumeDevices",
+    "volumeMounts",
+    "workingDir",
+)
+# Every field of SecurityContext, likewise.
+SECURITY_CONTEXT_SCHEMA_FIELDS = (
+    "allowPrivilegeEscalation",
+    "appArmorProfile",
+    "capabilities",
+    "privileged",
+    "procMount",
+    "readOnlyRootFilesystem",
+    "runAsGroup",
+    "runAsNonRoot",
+    "runAsUser",
+    "seLinuxOptions",
+    "seccompProfile",
+    "windowsOptions",
+)
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"  # the API's default
+TERMINATION_MESSAGE_POLICIES = ("File", "FallbackToLogsOnError")
+NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+# Security context: each field the shape allows and the value it must have ("positive": an
+# integer above 0). Any other field of SecurityContext must be absent.
+SecurityValue = bool | str | Literal["positive"]
+SECURITY_CONTEXT: dict[str, SecurityValue] = {
+    "allowPrivilegeEscalation": False,
+    "runAsNonRoot": True,
+    "runAsUser": "positive",
+    "runAsGroup": "positive",
+    "readOnlyRootFilesystem": True,
+}
+CAPABILITIES_DROP = ("ALL",)  # capabilities: exactly `drop: [ALL]`, no `add`
+SECCOMP_TYPE = "RuntimeDefault"  # seccompProfile: exactly `type: RuntimeDefault`
+
+EnvKind = Literal["free", "exact", "one_of", "own_name", "field_ref", "template"]
+
+
+@dataclass(frozen=True)
+class Env:
+    """One variable Argo or KFP sets in a system container and the value it may have."""
+
+    name: str
+    kind: EnvKind
+    values: tuple[str, ...] = ()
+
+
+# `createEnvVars`: the executor's own (init, wait).
+ARGO_EXECUTOR_ENV = (
+    Env("ARGO_POD_NAME", "field_ref", ("metadata.name",)),
+    Env("ARGO_POD_UID", "field_ref", ("metadata.uid",)),
+    Env("ARGO_WORKFLOW_NAME", "free"),
+    Env("ARGO_WORKFLOW_UID", "free"),
+)
+# `createWorkflowPod`: every container's (progress reporting on, as Argo's default).
+ARGO_CONTAINER_ENV = (
+    Env("ARGO_CONTAINER_NAME", "own_name"),
+    Env("ARGO_NODE_ID", "free"),
+    Env("ARGO_INCLUDE_SCRIPT_OUTPUT", "one_of", ("true", "false")),
+    Env("ARGO_DEADLINE", "free"),
+    Env("ARGO_PROGRESS_FILE", "exact", (PROGRESS_FILE,)),
+    Env("ARGO_PROGRESS_PATCH_TICK_DURATION", "free"),
+    Env("ARGO_PROGRESS_FILE_TICK_DURATION", "free"),
+    Env("ARGO_TERMINATION_GRACE_PERIOD_SECONDS", "free"),
+)
+# KFP's container driver's (`KFP_POD_ENV`).
+KFP_POD_ENV = (
+    Env("KFP_POD_NAME", "field_ref", ("metadata.name",)),
+    Env("KFP_POD_UID", "field_ref", ("metadata.uid",)),
+)
+# Every init container's, besides: the template.
+ARGO_TEMPLATE_ENV = Env("ARGO_TEMPLATE", "template")
+
+# The keys of the JSON of KFP 2.17.0's executor templates (`system-container-impl`, with its
+# metadata, retry and volume variants) as Argo writes it into ARGO_TEMPLATE (inputs.parameters
+# cleared); a map key of labels, annotations, resources or node selectors passes when it holds a
+# `/` or `.` (no field of Argo's template types does), or is a native resource name.
+ARGO_TEMPLATE_KEYS = (
+    # Template
+    "name",
+    "inputs",
+    "outputs",
+    "metadata",
+    "labels",
+    "annotations",
+    "container",
+    "initContainers",
+    "volumes",
+    "podSpecPatch",
+    "securityContext",
+    "retryStrategy",
+    "nodeSelector",
+    "tolerations",
+    "parameters",
+    # RetryStrategy
+    "limit",
+    "retryPolicy",
+    "backoff",
+    "duration",
+    "factor",
+    "maxDuration",
+    # Container
+    "image",
+    "command",
+    "args",
+    "env",
+    "value",
+    "valueFrom",
+    "fieldRef",
+    "fieldPath",
+    "apiVersion",
+    "secretKeyRef",
+    "configMapKeyRef",
+    "key",
+    "optional",
+    "envFrom",
+    "configMapRef",
+    "secretRef",
+    "prefix",
+    "resources",
+    "limits",
+    "requests",
+    "volumeMounts",
+    "mountPath",
+    "readOnly",
+    "subPath",
+    "imagePullPolicy",
+    # SecurityContext
+    "allowPrivilegeEscalation",
+    "capabilities",
+    "drop",
+    "seccompProfile",
+    "type",
+    "runAsNonRoot",
+    "runAsUser",
+    "runAsGroup",
+    "fsGroup",
+    "readOnlyRootFilesystem",
+    # Volume sources KFP's kubernetes platform spec adds
+    "emptyDir",
+    "medium",
+    "sizeLimit",
+    "persistentVolumeClaim",
+    "claimName",
+    "secret",
+    "secretName",
+    "configMap",
+    "items",
+    "path",
+    "defaultMode",
+    # Toleration
+    "operator",
+    "effect",
+    "tolerationSeconds",
+)
+
+
+def argo_template_pattern() -> str:
+    """A regular expression (RE2 and Rust `regex` alike) for ARGO_TEMPLATE's JSON: an object whose
+    every key is one of ARGO_TEMPLATE_KEYS or a prefixed map key.
+
+    JSON is read as tokens: a key is a string followed by `:`, and the only string token that may
+    be followed by `:` is an allowed key written plainly (no escape), so no other key, nor an
+    escaped or differently cased spelling of a field Go's decoder would match, can appear at any
+    depth; any other string must be followed by `,`, `}` or `]`.
+    """
+    ws = "[ \\t\\n\\r]*"
+    string = '"(?:[^"\\\\\\x00-\\x1f]|\\\\.)*"'
+    names = "|".join(ARGO_TEMPLATE_KEYS + NATIVE_RESOURCES)
+    prefixed = "[A-Za-z0-9_-]*[./][A-Za-z0-9_./-]*"
+    key = f'"(?:{names}|{prefixed})"{ws}:'
+    after = f"{ws}[,}}\\]]"
+    literal = "(?:-?[0-9][0-9.eE+-]*|true|false|null)"
+    tokens = f"[ \\t\\n\\r{{\\[,}}\\]]|{key}|{string}{after}|{literal}{after}"
+    return f"^{ws}\\{{(?:{tokens})*$"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A mount a system container may have: `sub_path` "" for none, "digits" for Argo's index."""
+
+    name: str
+    path: str
+    sub_path: str = ""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One system container: where it sits, its image, env and mounts (the command and args are
+    `secureml.rules.scope.system_container`'s, which names them)."""
+
+    name: str
+    lists: tuple[str, ...]
+    repository: str
+    versions: tuple[str, ...]
+    env: tuple[Env, ...]
+    mounts: tuple[Mount, ...]
+    mirrors_main: bool = False  # `wait`: main's mounts under MAIN_FILESYSTEM_DIR
+    description: str = ""
+
+
+VAR_RUN = Mount(VAR_RUN_ARGO, contract.ARGO_VAR_RUN_DIR)
+# The emptyDirs of these names must be emptyDirs wherever a system container mounts them.
+SYSTEM_VOLUMES = (VAR_RUN_ARGO, TMP_DIR_ARGO, KFP_LAUNCHER_VOLUME)
+ARGO_VERSIONS = (ARGO_VERSION,)
+KFP_VERSIONS = (KFP_VERSION,)
+
+SHAPES = (
+    Shape(
+        contract.ARGO_INIT_CONTAINER,
+        ("initContainers",),
+        contract.ARGOEXEC_REPOSITORY,
+        ARGO_VERSIONS,
+        (*ARGO_EXECUTOR_ENV, *ARGO_CONTAINER_ENV, ARGO_TEMPLATE_ENV),
+        (VAR_RUN,),
+        description="Argo's init",
+    ),
+    Shape(
+        contract.ARGO_WAIT_CONTAINER,
+        ("containers",),
+        contract.ARGOEXEC_REPOSITORY,
+        ARGO_VERSIONS,
+        (*ARGO_EXECUTOR_ENV, *ARGO_CONTAINER_ENV),
+        (VAR_RUN, Mount(TMP_DIR_ARGO, "/tmp", "digits")),
+        mirrors_main=True,
+        description="Argo's wait",
+    ),
+    Shape(
+        contract.KFP_LAUNCHER_CONTAINER,
+        ("initContainers",),
+        contract.KFP_LAUNCHER_REPOSITORY,
+        KFP_VERSIONS,
+        (*ARGO_CONTAINER_ENV, ARGO_TEMPLATE_ENV),
+        (VAR_RUN, Mount(KFP_LAUNCHER_VOLUME, contract.KFP_LAUNCHER_DIR)),
+        description="KFP's kfp-launcher",
+    ),
+    Shape(
+        contract.KFP_MAIN_CONTAINER,
+        ("containers",),
+        contract.KFP_DRIVER_REPOSITORY,
+        KFP_VERSIONS,
+        (*KFP_POD_ENV, *ARGO_CONTAINER_ENV),
+        (VAR_RUN,),
+        description="KFP's driver",
+    ),
+)
+# A container of one of these names, or of a system image, must be its shape.
+SYSTEM_NAMES = tuple(sorted({s.name for s in SHAPES} - {contract.KFP_MAIN_CONTAINER}))
+MIRROR_DIR = MAIN_FILESYSTEM_DIR

@@ -210,9 +210,7 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
             fold(for_server(rule.expression)) for rule in in_scope
         ]
         for validation, rule in zip(validations, in_scope, strict=True):
-            assert _cel_tokens(validation["expression"]) == _cel_tokens(
-                for_server(rule.expression)
-            )
+            assert _cel_tokens(validation["expression"]) == _cel_tokens(for_server(rule.expression))
             assert validation["message"].startswith(f"{rule.id}: ")
             assert _cel_tokens(validation["messageExpression"]) == _cel_tokens(
                 f"{quote(rule.id + ': ')} + ({for_server(rule.message_expression)})"

@@ -73,10 +73,14 @@ harness: ## build the Go test harness (control plane, node, SPIRE, CSI, NetworkP
 # A control plane and a node left running for trying secureml by hand (root: the node makes
 # cgroups, mounts and a bridge), with SPIRE (k8s_psat, the k8s workload attestor, the CSI driver
 # csi.spiffe.io, spire-controller-manager) and kube-network-policies; it writes .cluster/kubeconfig.
+# Then tests/e2e/up.py adds what tests/e2e runs: the fake GPU's device plugins, the images of a step
+# pod in the node's registry (with the quay.io/ghcr.io mirror), the tenant team-a and its store.
 cluster-up: $(STAMP) deps harness ## start a control plane and a node to try secureml by hand
 	$(PY) -m tests.harness.node up --dir .cluster
+	PYTHONPATH=tests $(PY) -m tests.e2e.up --dir .cluster
 
 cluster-down: ## stop them
+	PYTHONPATH=tests $(PY) -m tests.e2e.up down --dir .cluster
 	$(PY) -m tests.harness.node down --dir .cluster
 
 # The gates: ruff lint, ruff format (check only) and mypy (strict, pydantic plugin; settings in

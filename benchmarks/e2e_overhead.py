@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from harness.controlplane import ControlPlane, HarnessError  # noqa: E402
+from node import pods as node_pods  # noqa: E402
 from registry import running_registry  # noqa: E402
 
 from secureml.bundle.common import BundleOptions  # noqa: E402
@@ -127,7 +128,7 @@ def _run(cluster: ControlPlane, namespace: str, pod: dict[str, Any]) -> float:
         "POST", f"/api/v1/namespaces/{namespace}/pods", pod, as_user=PIPELINE_RUNNER
     )
     assert status == 201, answer
-    done = steps.wait_for_end(cluster, namespace, pod["metadata"]["name"])
+    done = node_pods.wait_for_end(cluster, namespace, pod["metadata"]["name"], timeout_s=240.0)
     seconds = time.monotonic() - started
     assert done["status"]["phase"] == "Succeeded", done["status"]
     LAST[namespace] = done

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from secureml.core import contract
 from secureml.core.errors import SecuremlError
 from secureml.gpu.request import TimeSlice
 
+from . import driver
 from .audit import (
     AUDIT_SCHEMA,
     AuditError,
@@ -79,6 +80,38 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
+# What the injected entry (images/runtime-injector/launch.c) moves aside for the launcher: the
+# variables that make the C library or OpenSSL load code or files the step's image names. It
+# passes each as STEP_ENV_PREFIX<NAME>=<value> and runs the launcher with LAUNCHER_ONLY_ENV; the
+# step gets its own values back, and the launcher's overrides only where the image set them.
+STEP_ENV_PREFIX = "SECUREML_STEP_ENV_"
+MOVED_ASIDE = ("GCONV_PATH", "LOCPATH", "NLSPATH", "LANG", "LANGUAGE", "LC_*", "OPENSSL_*",
+               "GLIBC_TUNABLES")  # fmt: skip
+LAUNCHER_ONLY_ENV = ("LC_ALL", "OPENSSL_CONF")
+
+
+def _moved_aside(name: str) -> bool:
+    return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in MOVED_ASIDE)
+
+
+def step_environment(environ: Mapping[str, str], *, injected: bool) -> dict[str, str]:
+    """The step's environment. Under the injected entry (`injected`): the launcher's, less
+    LAUNCHER_ONLY_ENV, with what the entry moved aside given back (MOVED_ASIDE names only: nothing
+    else passes through the prefix). Otherwise the launcher's as it is."""
+    if not injected:
+        return dict(environ)
+    env = {
+        k: v
+        for k, v in environ.items()
+        if not k.startswith(STEP_ENV_PREFIX) and k not in LAUNCHER_ONLY_ENV
+    }
+    for key, value in environ.items():
+        name = key.removeprefix(STEP_ENV_PREFIX)
+        if key.startswith(STEP_ENV_PREFIX) and _moved_aside(name):
+            env[name] = value
+    return env
+
+
 class StepRun:
     """One run of the launcher: the stages done so far, the first failure, the record."""
 
@@ -90,7 +123,7 @@ class StepRun:
         self.stages: list[StageRecord] = []
         self.exit_code: int | None = None  # the first failed stage's code
         self.child_exit_code: int | None = None
-        self.child_env = dict(os.environ)
+        self.child_env = step_environment(os.environ, injected=driver.injected())
         self.record: AuditRecord = {}
         self.pending_signal: int | None = None
         self.child: subprocess.Popen[bytes] | None = None

@@ -16,6 +16,7 @@ versions are recorded. NVML reports a MIG instance's profile only in its name
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 from collections.abc import Iterator
@@ -27,6 +28,8 @@ from secureml.core import contract
 from secureml.core.errors import SecuremlError
 from secureml.gpu.request import MIG, GPURequest, TimeSlice, WholeGPU
 
+from . import driver
+
 # A MIG instance's memory may differ from the GB its profile name promises (GiB vs GB, reserved
 # pages): on A100/H100/H200 the reported size is within this fraction of the nominal size.
 MIG_MEMORY_TOLERANCE = 0.15
@@ -36,6 +39,9 @@ _MIG_NAME = re.compile(r"\bMIG\s+(\S+)\s*$")
 
 class PreflightError(SecuremlError):
     """The GPU this step sees is not the one it asked for, or is not healthy."""
+
+
+NVML_LIBRARY = "libnvidia-ml.so.1"
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,15 @@ def nvml_session() -> Iterator[Any]:
             "nvidia-ml-py (pynvml) is not installed in the step's image",
             why="the GPU checks read the device through NVML",
             fix="install secureml in the step's image (nvidia-ml-py is one of its dependencies)",
+        ) from None
+    try:
+        if pynvml.nvmlLib is None:  # the node's copy, never the image's (enforcement/driver.py)
+            pynvml.nvmlLib = ctypes.CDLL(driver.library(NVML_LIBRARY))
+    except OSError as err:
+        raise PreflightError(
+            f"NVML did not start: {err}",
+            why="the launcher reads the GPU only through the driver the node mounted",
+            fix="check that the pod requested a GPU and the NVIDIA container runtime mounted the driver",
         ) from None
     try:
         pynvml.nvmlInit()

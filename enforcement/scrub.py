@@ -23,6 +23,7 @@ from typing import Any
 
 from secureml.core.errors import SecuremlError
 
+from . import driver
 from . import shim_control as shim
 from .config import ScrubVerify
 
@@ -52,7 +53,7 @@ class CudaDriver:
 
     def __init__(self) -> None:
         try:
-            self._lib = ctypes.CDLL(CUDA_LIBRARY)
+            self._lib = ctypes.CDLL(driver.library(CUDA_LIBRARY))
         except OSError as err:
             raise ScrubError(
                 f"cannot load the CUDA driver ({CUDA_LIBRARY}): {err}",

@@ -161,6 +161,13 @@ def payload(ctx: Path, out: Path, runtime_dir: str) -> None:
         interpreter,
     )
 
+    # OPENSSL_CONF of the launcher (launch.c): OpenSSL's defaults, not the step image's
+    # /usr/lib/ssl/openssl.cnf, which could name a provider module of the image's.
+    (out / "etc").mkdir(exist_ok=True)
+    (out / "etc" / "openssl.cnf").write_text(
+        "# secureml's launcher: OpenSSL's built-in defaults, no provider or engine modules\n"
+    )
+
     sources = ctx / "images" / "runtime-injector"
     static = ("gcc", "-static", "-O2", "-s", "-Wall", "-Wextra", "-Werror")
     run(*static, f'-DRUNTIME_DIR="{runtime_dir}"', "-o", out / "bin" / "secureml-launch",

@@ -68,6 +68,7 @@ RUNTIME_DIR = "/opt/secureml"
 RUNTIME_PAYLOAD_DIR = "/secureml-runtime"
 RUNTIME_INSTALL_COMMAND = (f"{RUNTIME_PAYLOAD_DIR}/install", RUNTIME_DIR)
 RUNTIME_LAUNCHER = f"{RUNTIME_DIR}/bin/secureml-launch"
+RUNTIME_PYTHON = f"{RUNTIME_DIR}/python/bin/python3"  # what RUNTIME_LAUNCHER execs
 RUNTIME_SHIM = f"{RUNTIME_DIR}/lib/libsecureml_shim.so"
 RUNTIME_LAUNCHER_PREFIX = (RUNTIME_LAUNCHER, "--")
 # Paths the platform owns inside a step's container: the system folders (the read-only image, the

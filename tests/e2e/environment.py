@@ -25,8 +25,10 @@ Session-scoped, one per test process. It starts, on a node slot of its own
 The tenant is `PROFILE_BASE` (examples/profiles/team-a-dev.yaml: signatures not required, the dev
 profile) named team-a, with its allowed registry and `runtime.image` pointed at the session's
 registry, so the bundle's MutatingAdmissionPolicy injects the platform runtime, and
-`IDENTITY_REQUIRED` False until the SPIFFE CSI driver and the SPIRE agent run on the node (then
-set it True: the MAP mounts the CSI socket and the launcher requires the SVID).
+`IDENTITY_REQUIRED`: the node runs SPIRE (k8s_psat, the `k8s` workload attestor), the SPIFFE CSI
+driver and spire-controller-manager (tests/harness/node_identity.py, started by `Node`), the
+tenant's rendered ClusterSPIFFEID is applied with its bundle, so the MAP mounts the CSI socket and
+each step's launcher requires and checks its SVID.
 
 Where the node cannot run here (no root, Go, a Debian package, buildah) it skips saying why,
 except under CI=true, where it fails; a start failure once everything is there fails everywhere.
@@ -60,7 +62,7 @@ from tests.cluster.admission import install_tenant
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE_BASE = REPO / "examples" / "profiles" / "team-a-dev.yaml"
-IDENTITY_REQUIRED = False  # True once the node runs the SPIRE agent and the SPIFFE CSI driver
+IDENTITY_REQUIRED = True  # SPIRE's agent and the SPIFFE CSI driver run on the node
 ARGO_MODULE = "github.com/argoproj/argo-workflows/v4@v4.0.5"
 ARGO_TASK_RESULT_CRD = "manifests/base/crds/minimal/argoproj.io_workflowtaskresults.yaml"
 # The GPUs on the node (tests/harness/fake_gpu_plugin.py): one device of each resource the

@@ -22,8 +22,9 @@ from tests.e2e.environment import E2E, IDENTITY_REQUIRED
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 
-# The identity stage: skipped while the profile does not require it (no SPIRE agent or SPIFFE CSI
-# driver on the node yet: tests/e2e/environment.py), then the SVID checked.
+# The identity stage: the tenant requires identity (tests/e2e/environment.py), so each step's
+# launcher fetches its X.509 SVID from the node's SPIRE agent through the socket the SPIFFE CSI
+# driver mounted, and compares it with the ID the rendered ClusterSPIFFEID gives the step.
 IDENTITY = "ok" if IDENTITY_REQUIRED else "skipped"
 
 # The node's pool per step: the labels a step's node selector or affinity asks for, and the
@@ -115,6 +116,13 @@ def _explain(run: dict[str, Any]) -> str:
 def _check_record(record: dict[str, Any], pod: dict[str, Any], step: str) -> dict[str, str]:
     annotations = pod["metadata"]["annotations"]
     assert record["expected_spiffe_id"] == annotations[contract.ANNOTATION_SPIFFE_ID]
+    pipeline = pod["metadata"]["labels"][contract.LABEL_PIPELINE]
+    assert (
+        record["expected_spiffe_id"]
+        == f"spiffe://acme.example/ns/team-a/pipeline/{pipeline}/step/{step}"
+    )
+    if IDENTITY_REQUIRED:  # the SVID the agent issued this pod, through the CSI driver's socket
+        assert record["spiffe_id"] == record["expected_spiffe_id"], record
     assert record["image_digest"] == annotations[contract.ANNOTATION_IMAGE_DIGEST]
     assert record["exit_code"] == 0, record
     stages = {stage["name"]: stage["status"] for stage in record["stages"]}

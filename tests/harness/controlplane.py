@@ -451,6 +451,16 @@ class ControlPlane:
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 
+    def restart_apiserver(self, timeout_s: float = 90.0) -> float:
+        """Stop kube-apiserver (SIGTERM) and start it again as it was (same flags, port and
+        etcd: its state survives); the seconds until it is ready again."""
+        began = time.monotonic()
+        process = self._processes.pop("kube-apiserver")
+        _terminate(process.pid, process)
+        self._spawn("kube-apiserver", [str(arg) for arg in process.args], detach=False)
+        self._wait_ready(began + timeout_s)
+        return time.monotonic() - began
+
     def _start_etcd(self, folder: Path, detach: bool) -> None:
         self.etcd_port, peer = _free_port(), _free_port()
         client_url, peer_url = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{peer}"

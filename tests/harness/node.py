@@ -492,6 +492,7 @@ class Node:
         taints: tuple[dict[str, str], ...] = TAINTS,
         identity: bool = True,
         network_policies: bool = True,
+        cluster_dns: str = "",
     ) -> None:
         self.cluster = cluster
         self.network = network
@@ -511,6 +512,7 @@ class Node:
         self.timings: dict[str, float] = {}
         self._want_identity = identity
         self._want_network_policies = network_policies
+        self.cluster_dns = cluster_dns  # the kubelet's clusterDNS (tests/harness/cluster_dns.py)
         self.identity: NodeIdentity | None = None
         self.network_policies: NodeNetworkPolicies | None = None
 
@@ -922,6 +924,7 @@ oom_score = 0
             "podLogsDir": str(self.pod_logs),
             "clusterDomain": "cluster.local",
             "resolvConf": "",  # no DNS: pods reach this machine only
+            "clusterDNS": [self.cluster_dns] if self.cluster_dns else [],
             "failSwapOn": False,
             "serializeImagePulls": False,
             "evictionHard": {

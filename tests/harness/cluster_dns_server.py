@@ -110,7 +110,7 @@ def main() -> int:
         packet, peer = server.recvfrom(512)
         try:
             reply = answer(packet, domain)
-        except Exception as error:  # a malformed packet or an API failure: SERVFAIL, keep serving
+        except (OSError, ValueError, KeyError, IndexError, struct.error) as error:  # SERVFAIL
             print(f"query from {peer[0]}: {error!r}", flush=True)
             reply = packet[:2] + struct.pack("!HHHHH", 0x8002, 0, 0, 0, 0)
         server.sendto(reply, peer)

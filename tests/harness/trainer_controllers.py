@@ -144,9 +144,7 @@ def _json_patch(document: dict[str, Any], operations: list[dict[str, Any]]) -> N
             target[last] = operation["value"]
 
 
-def webhook_configurations(
-    controller: str, url: str, ca_bundle: bytes
-) -> list[dict[str, Any]]:
+def webhook_configurations(controller: str, url: str, ca_bundle: bytes) -> list[dict[str, Any]]:
     """The controller's webhook configurations as shipped (patches applied), each webhook's
     `clientConfig` pointed at `url` + its path, trusting `ca_bundle` (PEM)."""
     import base64

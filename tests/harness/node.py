@@ -94,6 +94,8 @@ from .controlplane import (
 )
 from .node_identity import NodeIdentity, agent_image_files
 from .node_netpol import NodeNetworkPolicies
+from .trainer_controllers import TrainerControllers
+from .trainer_controllers import down as trainer_down
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -1168,7 +1170,7 @@ def down(directory: Path) -> list[str]:
     """Stop a control plane and node left running by `up` in `directory`."""
     directory = directory.resolve()
     node_dir = directory / "node"
-    stopped: list[str] = []
+    stopped: list[str] = trainer_down(directory / "trainer", directory)
     state_path = node_dir / STATE_FILE
     if state_path.exists():
         state = json.loads(state_path.read_text())
@@ -1215,9 +1217,12 @@ def _main(argv: Iterator[str] | None = None) -> int:
             cluster = ControlPlane(directory, address=network.address)
             cluster.start(detach=True)
             node = Node(cluster, network, directory / "node")
+            controllers = TrainerControllers(cluster, directory / "trainer")
             try:
                 node.start(detach=True)
+                controllers.start(detach=True)
             except BaseException:
+                node.stop()
                 cluster.stop()
                 release(network.slot)
                 raise
@@ -1245,6 +1250,10 @@ def _main(argv: Iterator[str] | None = None) -> int:
             f"nft list table inet {node.network_policies.table}; outside addresses "
             f"{', '.join(node.network.outside_addresses)} (netns {node.network.outside_namespace})"
         )
+    print(
+        f"Trainer v2.3.0 and JobSet v0.12.0 controllers ready in {controllers.started_in_s:.1f} s "
+        f"(logs: {where}/trainer/*.log); no cluster DNS (tests/harness/cluster_dns.py)"
+    )
     print(
         "pods must tolerate " + ", ".join(f"{t['key']}={t['value']}:{t['effect']}" for t in TAINTS)
     )

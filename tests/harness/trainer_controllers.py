@@ -41,6 +41,7 @@ import socket
 import ssl
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from types import TracebackType
@@ -428,15 +429,19 @@ class TrainerControllers:
         (self.directory / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
 
 
-def down(cluster: ControlPlane | None, directory: Path) -> list[str]:
-    """Stop the controllers `up` left running in `directory` (their webhook configurations
-    deleted first when the control plane `cluster` still runs)."""
+def down(directory: Path, controlplane_dir: Path) -> list[str]:
+    """Stop the controllers `start(detach=True)` left running in `directory`, their webhook
+    configurations deleted first while the control plane of `controlplane_dir` still runs."""
     directory = directory.resolve()
     path = directory / STATE_FILE
     if not path.exists():
         return []
     state = json.loads(path.read_text())
-    if cluster is not None:
+    server = controlplane_dir / controlplane.STATE_FILE
+    if server.exists():
+        cluster = ControlPlane(controlplane_dir)
+        parsed = urllib.parse.urlsplit(json.loads(server.read_text())["url"])
+        cluster.address, cluster.port = parsed.hostname or "", parsed.port or 0
         for kind, name in state["webhooks"]:
             with contextlib.suppress(OSError, HarnessError):
                 cluster.request("DELETE", f"{_WEBHOOK_PATHS[kind]}/{name}")

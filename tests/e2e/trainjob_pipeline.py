@@ -1,0 +1,72 @@
+"""The trainer pipeline of tests/e2e/test_trainjob_run.py: one trainer step of two nodes whose
+function is a plain-Python workload (torch is not in the step image): a rendezvous over the pod
+network with the environment Trainer's torch plugin sets, one all-reduce, then the NetworkPolicy
+probes that test describes.
+
+No `from __future__ import annotations` here: kfp reads the component's parameter types when the
+component is made.
+"""
+
+from typing import Any
+
+NODES = 2
+HOLD_S = 40  # how long node 0 listens after the all-reduce, for the probes
+STEP = "rendezvous"
+
+
+def rendezvous_pipeline(image: str) -> Any:
+    """One trainer step of `NODES` nodes; its function is the plain-Python workload."""
+    from kfp import dsl
+
+    from secureml import secure_component
+
+    @secure_component(image=image, nodes=NODES, trainer_runtime="torch-distributed")
+    def rendezvous(bystander: str, hold: int) -> None:
+        import os
+        import socket
+        import time
+
+        from secureml.trainer.standin import all_reduce_sum
+
+        rank, world = int(os.environ["PET_NODE_RANK"]), int(os.environ["PET_NNODES"])
+        master, port = os.environ["PET_MASTER_ADDR"], int(os.environ["PET_MASTER_PORT"])
+        total = all_reduce_sum(rank + 1)
+        address = socket.gethostbyname(master)
+        print(f"rendezvous: node {rank} of {world}, {master} is {address}, sum {total}", flush=True)
+        if total != world * (world + 1) // 2:
+            raise SystemExit(f"all-reduce gave {total}")
+        if rank == 0:
+            with socket.create_server(("", port)) as server:
+                server.settimeout(0.5)
+                print(f"holding {port} for {hold} s", flush=True)
+                end = time.monotonic() + hold
+                while time.monotonic() < end:
+                    try:
+                        peer = server.accept()
+                    except TimeoutError:
+                        continue
+                    print(f"accepted {peer[1][0]}", flush=True)
+                    peer[0].close()
+        else:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    socket.create_connection((master, port), timeout=2).close()
+                    print(f"reconnected to node 0 at {address}:{port}", flush=True)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        host, _, bystander_port = bystander.rpartition(":")
+        try:
+            socket.create_connection((host, int(bystander_port)), timeout=3).close()
+            print(f"egress to {bystander}: open", flush=True)
+        except OSError as error:
+            print(f"egress to {bystander}: closed ({error})", flush=True)
+
+    @dsl.pipeline(name="trainjob-e2e")
+    def pipeline(bystander: str = "", hold: int = HOLD_S) -> None:
+        rendezvous(bystander=bystander, hold=hold)
+
+    return pipeline

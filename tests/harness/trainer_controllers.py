@@ -24,7 +24,8 @@ the Go module proxy (tests/harness/trainer/go.mod: Trainer v2.3.0 pins JobSet v0
   webhooks select JobSet's pods only), each `clientConfig` pointed at the server's URL on
   127.0.0.1 with the CA; failurePolicy stays Fail, as shipped;
 - creates Trainer's own `torch-distributed` ClusterTrainingRuntime
-  (`manifests/base/runtimes/torch_distributed.yaml`).
+  (`manifests/base/runtimes/torch_distributed.yaml`) with one change, as a platform running
+  secureml must make: its node pods `restartPolicy: Never` (`RUNTIME_RESTART_POLICY`).
 
 `stop()` deletes the webhook configurations first (the API server would otherwise refuse what they
 match), then stops the programs. `up(directory)` / `down(directory)` do the same across processes
@@ -89,6 +90,11 @@ WEBHOOKS = {
         "jobset-",  # config/default's namePrefix
     ),
 }
+# Trainer's runtime sets no restartPolicy, so JobSet's webhook defaults it to OnFailure, and the
+# tenant's pod rules refuse a step pod that restarts (`secureml.noRestart`): a platform running
+# secureml sets Never in the runtimes it offers (docs/trainer.md), the TrainJob cannot (the
+# patch's schema has no restartPolicy). The harness installs the runtime so.
+RUNTIME_RESTART_POLICY = "Never"
 JOB_CONTROLLERS = ("job-controller", "garbage-collector-controller")
 PROGRAMS = ("trainer-controller-manager", "jobset-controller", "kube-controller-manager-jobs")
 STATE_FILE = "trainer-controllers.json"
@@ -190,6 +196,20 @@ def _serving_pki(folder: Path) -> bytes:
     return ca_pem
 
 
+def torch_runtime() -> dict[str, Any]:
+    """Trainer's `torch-distributed` ClusterTrainingRuntime, its node pods `restartPolicy: Never`
+    (`RUNTIME_RESTART_POLICY`)."""
+    runtime = _documents(module_dir(TRAINER_MODULE) / TORCH_RUNTIME)[0]
+    for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        pod = job["template"]["spec"]["template"]["spec"]
+        if "restartPolicy" in pod:
+            raise HarnessError(
+                f"{TORCH_RUNTIME} now sets restartPolicy: check RUNTIME_RESTART_POLICY"
+            )
+        pod["restartPolicy"] = RUNTIME_RESTART_POLICY
+    return runtime
+
+
 class TrainerControllers:
     """Trainer's and JobSet's controllers (and the Job controller) for `cluster`; the module's
     docstring says what runs and why."""
@@ -248,7 +268,7 @@ class TrainerControllers:
                 for document in webhook_configurations(controller, url, ca):
                     self._create(_WEBHOOK_PATHS[document["kind"]], document)
                     self.webhooks.append((document["kind"], document["metadata"]["name"]))
-            runtime = _documents(module_dir(TRAINER_MODULE) / TORCH_RUNTIME)[0]
+            runtime = torch_runtime()
             self._create_when_served(
                 "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", runtime, deadline
             )

@@ -1,6 +1,7 @@
 """The trainer pipeline of tests/e2e/test_trainjob_run.py: one trainer step of two nodes whose
-function is a plain-Python workload (torch is not in the step image): a rendezvous over the pod
-network with the environment Trainer's torch plugin sets, one all-reduce, then the NetworkPolicy
+function is a plain-Python workload (torch is not in the step image, and neither is
+`secureml.trainer.standin`: the runtime carries only what the launcher imports): a rendezvous over
+the pod network with the environment Trainer's torch plugin sets, one all-reduce, then the NetworkPolicy
 probes that test describes.
 
 No `from __future__ import annotations` here: kfp reads the component's parameter types when the
@@ -26,11 +27,32 @@ def rendezvous_pipeline(image: str) -> Any:
         import socket
         import time
 
-        from secureml.trainer.standin import all_reduce_sum
-
         rank, world = int(os.environ["PET_NODE_RANK"]), int(os.environ["PET_NNODES"])
         master, port = os.environ["PET_MASTER_ADDR"], int(os.environ["PET_MASTER_PORT"])
-        total = all_reduce_sum(rank + 1)
+
+        def connect(deadline: float) -> socket.socket:
+            while True:
+                try:
+                    return socket.create_connection((master, port), timeout=5)
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+
+        # the rendezvous, c10d's shape: node 0 serves at PET_MASTER_ADDR:PET_MASTER_PORT, every
+        # other node connects; one all-reduce (a sum) over those connections
+        if rank == 0:
+            with socket.create_server((master, port)) as server:
+                server.settimeout(60)
+                peers = [server.accept()[0] for _ in range(world - 1)]
+                total = 1 + sum(int(peer.makefile().readline()) for peer in peers)
+                for peer in peers:
+                    with peer:
+                        peer.sendall(f"{total}\n".encode())
+        else:
+            with connect(time.monotonic() + 60) as conn:
+                conn.sendall(f"{rank + 1}\n".encode())
+                total = int(conn.makefile().readline())
         address = socket.gethostbyname(master)
         print(f"rendezvous: node {rank} of {world}, {master} is {address}, sum {total}", flush=True)
         if total != world * (world + 1) // 2:
@@ -46,18 +68,20 @@ def rendezvous_pipeline(image: str) -> Any:
                     except TimeoutError:
                         continue
                     print(f"accepted {peer[1][0]}", flush=True)
-                    peer[0].close()
-        else:
+                    with peer[0]:
+                        peer[0].sendall(b"hold\n")
+        else:  # until node 0's second listener answers (the first may still take connections)
             deadline = time.monotonic() + 20
             while True:
                 try:
-                    socket.create_connection((master, port), timeout=2).close()
-                    print(f"reconnected to node 0 at {address}:{port}", flush=True)
-                    break
+                    with connect(deadline) as conn:
+                        if conn.makefile().readline() == "hold\n":
+                            break
                 except OSError:
                     if time.monotonic() > deadline:
                         raise
-                    time.sleep(0.2)
+                time.sleep(0.2)
+            print(f"reconnected to node 0 at {address}:{port}", flush=True)
         host, _, bystander_port = bystander.rpartition(":")
         try:
             socket.create_connection((host, int(bystander_port)), timeout=3).close()

@@ -73,6 +73,7 @@ harness: ## build the Go test harness (control plane, node, SPIRE, CSI, NetworkP
 # A control plane and a node left running for trying secureml by hand (root: the node makes
 # cgroups, mounts and a bridge), with SPIRE (k8s_psat, the k8s workload attestor, the CSI driver
 # csi.spiffe.io, spire-controller-manager) and kube-network-policies; it writes .cluster/kubeconfig.
+# Kubeflow Trainer v2.3.0 and JobSet v0.12.0 run against it too (tests/harness/trainer_controllers.py).
 cluster-up: $(STAMP) deps harness ## start a control plane and a node to try secureml by hand
 	$(PY) -m tests.harness.node up --dir .cluster
 

@@ -45,6 +45,9 @@ agents above answer.
 
     python -m tests.harness.node up [--dir .cluster]    # control plane + node, left running
     python -m tests.harness.node down [--dir .cluster]
+
+`up` also starts Kubeflow Trainer's and JobSet's controllers against the control plane
+(tests/harness/trainer_controllers.py, in `<dir>/trainer`); `down` stops them first.
 """
 
 from __future__ import annotations

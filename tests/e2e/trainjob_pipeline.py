@@ -11,7 +11,7 @@ component is made.
 from typing import Any
 
 NODES = 2
-HOLD_S = 40  # how long node 0 listens after the all-reduce, for the probes
+HOLD_S = 30  # how long node 0 listens after the all-reduce, for the probes
 STEP = "rendezvous"
 
 

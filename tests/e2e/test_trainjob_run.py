@@ -54,6 +54,7 @@ TRAINER = {"maxNodes": 2, "maxGpusPerNode": 1, "allowedRuntimes": ["torch-distri
 PROBE_PORT = 29500  # the bystander's port (Trainer's rendezvous port too)
 BYSTANDERS = "trainjob-bystanders"  # a namespace without policies: pods outside the job
 GROUP, VERSION = contract.TRAINER_API_VERSION.split("/")
+TRAINJOBS = f"/apis/{GROUP}/{VERSION}/namespaces/{TENANT}/trainjobs"
 
 
 def _profile(e2e: E2E, folder: Path) -> TenantProfile:
@@ -75,6 +76,7 @@ def trainer(e2e: E2E, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
         controllers = stack.enter_context(TrainerControllers(e2e.cluster, folder / "controllers"))
         stack.enter_context(ClusterDNS(e2e.cluster, e2e.network, e2e.step_image))
         install_tenant(e2e.cluster, profile)
+        e2e.pool({})  # the general pool: test_steps_run may have left a GPU pool's label
         compiled = compile_pipeline(rendezvous_pipeline(e2e.step_image), profile)
         docs = list(yaml.safe_load_all(compiled.yaml_text))
         container = docs[0]["deploymentSpec"]["executors"][f"exec-{STEP}"]["container"]
@@ -168,7 +170,7 @@ def run(e2e: E2E, trainer: dict[str, Any]) -> dict[str, Any]:
     client_log = ""
     selector = f"{contract.LABEL_JOBSET_NAME}={name}"
     node0 = ""
-    while thread.is_alive() and time.monotonic() - started < 420:
+    while thread.is_alive() and time.monotonic() - started < 300:
         _, found = e2e.cluster.request(
             "GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}"
         )
@@ -190,6 +192,8 @@ def run(e2e: E2E, trainer: dict[str, Any]) -> dict[str, Any]:
                 ip = seen[node0]["status"]["podIP"]
                 client_log = _probe(e2e, [f"{ip}:{PROBE_PORT}", f"{server_ip}:{PROBE_PORT}"])
         time.sleep(0.5)
+    if thread.is_alive():  # not ended in time: delete the job, and `run_cluster` returns
+        e2e.cluster.request("DELETE", f"{TRAINJOBS}/{name}")
     thread.join(timeout=60)
     seconds = time.monotonic() - started
     print(f"\nTrainJob {name}: exit {result.get('exit')} in {seconds:.1f} s")
@@ -225,7 +229,9 @@ def _node_lines(output: str, index: int) -> list[str]:
 
 
 def _explain(run: dict[str, Any]) -> str:
-    states = {n: p["status"].get("phase") for n, p in run["pods"].items()}
+    states = {
+        n: (p["status"].get("phase"), p["status"].get("conditions")) for n, p in run["pods"].items()
+    }
     return json.dumps({"states": states, "output": run["output"][-6000:]}, indent=1)
 
 

@@ -75,6 +75,7 @@ harness: ## build the Go test harness (control plane, node, SPIRE, CSI, NetworkP
 # csi.spiffe.io, spire-controller-manager) and kube-network-policies; it writes .cluster/kubeconfig.
 # Then tests/e2e/up.py adds what tests/e2e runs: the fake GPU's device plugins, the images of a step
 # pod in the node's registry (with the quay.io/ghcr.io mirror), the tenant team-a and its store.
+# Kubeflow Trainer v2.3.0 and JobSet v0.12.0 run against it too (tests/harness/trainer_controllers.py).
 cluster-up: $(STAMP) deps harness ## start a control plane and a node to try secureml by hand
 	$(PY) -m tests.harness.node up --dir .cluster
 	PYTHONPATH=tests $(PY) -m tests.e2e.up --dir .cluster

@@ -11,6 +11,8 @@ Session-scoped, one per test process. It starts, on a node slot of its own
   the node for its own test, `E2E.pool`), with the fake NVIDIA GPU's resources advertised by our
   device plugin (tests/harness/fake_gpu_plugin.py: `GPU_RESOURCES`, one MIG 1g.10gb instance and
   one time-sliced share, the driver's libraries mounted as the NVIDIA toolkit mounts them);
+- the kubelet's cluster DNS address `CLUSTER_DNS_IP` (tests/harness/cluster_dns.py: the trainer
+  tests start the DNS stand-in behind it; until then pods have a resolver that answers nothing);
 - the `kubernetes` Service routed to the API server (tests/harness/kubernetes_service.py: Argo's
   executor and the launcher stand-in are in-cluster clients);
 - the session's registry (`docker_registry`) holding the platform runtime image and the step
@@ -50,6 +52,7 @@ from typing import Any
 import yaml
 from harness import controlplane, kfp_images
 from harness import node as node_harness
+from harness.cluster_dns import CLUSTER_DNS_IP
 from harness.controlplane import ControlPlane, HarnessError
 from harness.fake_gpu_plugin import FakeGpuPlugins
 from harness.kubernetes_service import ServiceRoute
@@ -174,7 +177,9 @@ def running_e2e(registry: str, step_image: str, runtime_image: str, folder: Path
     with contextlib.ExitStack() as stack:
         network = stack.enter_context(NodeNetwork())
         cluster = stack.enter_context(ControlPlane(address=network.address))
-        node = stack.enter_context(Node(cluster, network, labels={}, taints=()))
+        node = stack.enter_context(
+            Node(cluster, network, labels={}, taints=(), cluster_dns=CLUSTER_DNS_IP)
+        )
         node.allow_registry(registry)
         plugins = stack.enter_context(
             FakeGpuPlugins(node, folder / "gpu", kfp_images.binaries() / "fake-device-plugin")

@@ -2,7 +2,7 @@
 # Build the test harness's Go programs from the Go module proxy, once per machine.
 #
 #   tests/harness/build.sh [controlplane|controlplane-1.34|node|spire|spire-controller-manager|
-#                           spiffe-csi|network-policies|e2e|all]
+#                           spiffe-csi|network-policies|e2e|trainer|all]
 #
 # Each Go module under tests/harness/ (controlplane: kube-apiserver + etcd of v1.36, the version
 # that must work; controlplane-1.34: the same of v1.34, where MutatingAdmissionPolicy is beta behind
@@ -201,6 +201,12 @@ build_e2e() {  # argoexec (Argo's own module), the kfp-launcher and kfp-driver S
     echo "$out"
 }
 
+build_trainer() {  # Kubeflow Trainer's controller manager and JobSet's controller (tests/harness/trainer_controllers.py)
+    build trainer \
+        trainer-controller-manager github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager "" \
+        jobset-controller sigs.k8s.io/jobset ""
+}
+
 if ! command -v go >/dev/null 2>&1; then
     echo "error: the test harness is built with Go (1.26 or newer), and 'go' is not on PATH" >&2
     exit 2
@@ -213,8 +219,10 @@ case "${1:-all}" in
     spiffe-csi) build_spiffe_csi ;;
     network-policies) build_network_policies ;;
     e2e) build_e2e ;;
+    trainer) build_trainer ;;
     all) build_controlplane controlplane; build_node; build_controlplane controlplane-1.34; build_spire
-        build_spire_controller_manager; build_spiffe_csi; build_network_policies; build_e2e ;;
-    *) echo "usage: $0 [controlplane|controlplane-1.34|node|spire|spire-controller-manager|spiffe-csi|network-policies|e2e|all]" >&2
+        build_spire_controller_manager; build_spiffe_csi; build_network_policies; build_e2e
+        build_trainer ;;
+    *) echo "usage: $0 [controlplane|controlplane-1.34|node|spire|spire-controller-manager|spiffe-csi|network-policies|e2e|trainer|all]" >&2
         exit 2 ;;
 esac

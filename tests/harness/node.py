@@ -45,6 +45,9 @@ agents above answer.
 
     python -m tests.harness.node up [--dir .cluster]    # control plane + node, left running
     python -m tests.harness.node down [--dir .cluster]
+
+`up` also starts Kubeflow Trainer's and JobSet's controllers against the control plane
+(tests/harness/trainer_controllers.py, in `<dir>/trainer`); `down` stops them first.
 """
 
 from __future__ import annotations
@@ -94,6 +97,8 @@ from .controlplane import (
 )
 from .node_identity import NodeIdentity, agent_image_files
 from .node_netpol import NodeNetworkPolicies
+from .trainer_controllers import TrainerControllers
+from .trainer_controllers import down as trainer_down
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -492,6 +497,7 @@ class Node:
         taints: tuple[dict[str, str], ...] = TAINTS,
         identity: bool = True,
         network_policies: bool = True,
+        cluster_dns: str = "",
     ) -> None:
         self.cluster = cluster
         self.network = network
@@ -511,6 +517,7 @@ class Node:
         self.timings: dict[str, float] = {}
         self._want_identity = identity
         self._want_network_policies = network_policies
+        self.cluster_dns = cluster_dns  # the kubelet's clusterDNS (tests/harness/cluster_dns.py)
         self.identity: NodeIdentity | None = None
         self.network_policies: NodeNetworkPolicies | None = None
 
@@ -922,6 +929,7 @@ oom_score = 0
             "podLogsDir": str(self.pod_logs),
             "clusterDomain": "cluster.local",
             "resolvConf": "",  # no DNS: pods reach this machine only
+            "clusterDNS": [self.cluster_dns] if self.cluster_dns else [],
             "failSwapOn": False,
             "serializeImagePulls": False,
             "evictionHard": {
@@ -1165,7 +1173,7 @@ def down(directory: Path) -> list[str]:
     """Stop a control plane and node left running by `up` in `directory`."""
     directory = directory.resolve()
     node_dir = directory / "node"
-    stopped: list[str] = []
+    stopped: list[str] = trainer_down(directory / "trainer", directory)
     state_path = node_dir / STATE_FILE
     if state_path.exists():
         state = json.loads(state_path.read_text())
@@ -1212,9 +1220,12 @@ def _main(argv: Iterator[str] | None = None) -> int:
             cluster = ControlPlane(directory, address=network.address)
             cluster.start(detach=True)
             node = Node(cluster, network, directory / "node")
+            controllers = TrainerControllers(cluster, directory / "trainer")
             try:
                 node.start(detach=True)
+                controllers.start(detach=True)
             except BaseException:
+                node.stop()
                 cluster.stop()
                 release(network.slot)
                 raise
@@ -1242,6 +1253,10 @@ def _main(argv: Iterator[str] | None = None) -> int:
             f"nft list table inet {node.network_policies.table}; outside addresses "
             f"{', '.join(node.network.outside_addresses)} (netns {node.network.outside_namespace})"
         )
+    print(
+        f"Trainer v2.3.0 and JobSet v0.12.0 controllers ready in {controllers.started_in_s:.1f} s "
+        f"(logs: {where}/trainer/*.log); no cluster DNS (tests/harness/cluster_dns.py)"
+    )
     print(
         "pods must tolerate " + ", ".join(f"{t['key']}={t['value']}:{t['effect']}" for t in TAINTS)
     )

@@ -10,9 +10,11 @@ first, until each line fits `WIDTH` (or cannot be broken further: one long liter
   leading it.
 
 Only whitespace changes: string literals (quoted, triple-quoted, raw, bytes) are tokens that are
-never split, and `fold` checks that the folded text has exactly the tokens of the original (CEL
-reads a line break as a space between tokens), raising otherwise, so a layout bug can never reach
-a cluster as a different rule. An expression with a comment is left as written. The offline engines
+never split; the folded text stays within the API server's size limit for one expression
+(`SERVER_LIMIT`: deeper levels share a column, or the expression stays on one line); and `fold`
+checks that the folded text has exactly the tokens of the original (CEL reads a line break as a
+space between tokens), raising otherwise, so a layout bug can never reach a cluster as a
+different rule. An expression with a comment is left as written. The offline engines
 evaluate the rules' one-line text, the API server the folded one; tests/cluster compares their
 verdicts pod by pod.
 """
@@ -25,6 +27,11 @@ from typing import Any
 
 WIDTH = 100
 INDENT = 2
+# The API server refuses a CEL expression longer than 100,000 code points (Kubernetes' CEL
+# expression size limit). Deep nesting indents a lot: where the folded text would pass that,
+# deeper levels share one column (the widest that fits), and never the limit is passed by folding.
+SERVER_LIMIT = 100_000
+_INDENTS = (WIDTH, 40, 20, 8, 0)
 
 # Tokens of CEL's lexical grammar (cel-spec's langdef.md), longest first where it matters.
 _STRING = re.compile(
@@ -117,8 +124,12 @@ def _tree(found: list[_Token]) -> list[_Item]:
 
 
 class _Printer:
-    def __init__(self, source: str) -> None:
-        self.source = source
+    def __init__(self, source: str, max_indent: int) -> None:
+        self.source, self.max_indent = source, max_indent
+
+    def indent(self, column: int) -> int:
+        """Where a nested line starts: deeper levels share `max_indent`'s column."""
+        return min(column, self.max_indent)
 
     def flat(self, items: list[_Item]) -> str:
         return self.source[items[0].start : items[-1].end] if items else ""
@@ -148,7 +159,9 @@ class _Printer:
             return pad.join(_packed(texts, column))  # short elements, as many a line as fit
         lines = [self.sequence(parts[0][1], column)]
         for operator, part in parts[1:]:
-            lines.append(operator + " " + self.sequence(part, column + len(operator) + 1))
+            lines.append(
+                operator + " " + self.sequence(part, self.indent(column + len(operator) + 1))
+            )
         return pad.join(lines)
 
     def chain(self, items: list[_Item], column: int) -> str:
@@ -180,12 +193,13 @@ class _Printer:
             and items[1].text == ","
         ):
             head, items = items[0].text + ",", items[2:]  # a macro's variable: `all(c,`
-        inner = self.sequence(items, column + INDENT)
+        inner_column = self.indent(column + INDENT)
+        inner = self.sequence(items, inner_column)
         return (
             group.open.text
             + head
             + "\n"
-            + " " * (column + INDENT)
+            + " " * inner_column
             + inner
             + "\n"
             + " " * column
@@ -231,7 +245,13 @@ def fold(expression: str) -> str:
         return expression  # a comment: leave the author's layout
     if not found:
         return expression
-    folded = _Printer(expression).sequence(_tree(found), 0)
+    tree = _tree(found)
+    for max_indent in _INDENTS:
+        folded = _Printer(expression, max_indent).sequence(tree, 0)
+        if len(folded) <= SERVER_LIMIT:
+            break
+    else:
+        return expression  # even flat, folding would not fit the server: one line, as written
     if [t.text for t in tokens(folded)] != [t.text for t in found]:
         raise CelLayoutError("folding changed the expression's tokens")
     return folded

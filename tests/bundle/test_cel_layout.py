@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from secureml.bundle import BundleOptions, render_bundle
-from secureml.bundle.cel_layout import WIDTH, CelLayoutError, fold, tokens
+from secureml.bundle import BundleOptions, cel_layout, render_bundle
+from secureml.bundle.cel_layout import SERVER_LIMIT, WIDTH, CelLayoutError, fold, tokens
 from secureml.rules import rules_for_profile
 from tests.bundle.conftest import load
 
@@ -82,3 +83,36 @@ def test_a_comment_leaves_the_expression_as_written() -> None:
 def test_unbalanced_brackets_are_refused() -> None:
     with pytest.raises(CelLayoutError):
         fold("f(" + "x, " * 50)
+
+
+@pytest.mark.parametrize("tenant", ["team-a", "team-conf", "team-dra", "team-restricted"])
+def test_folded_expressions_fit_the_api_server(tenant: str) -> None:
+    """Kubernetes refuses a CEL expression over 100,000 code points; folding must never be what
+    passes it (team-dra's system-container rule did at full indentation: 115,214)."""
+    policy = render_bundle(load(tenant), BundleOptions())["validatingadmissionpolicy.yaml"]
+    for document in yaml.safe_load_all(policy):
+        for validation in document["spec"].get("validations", []):
+            for key in ("expression", "messageExpression"):
+                text = validation.get(key, "")
+                assert len(text) <= SERVER_LIMIT, (tenant, validation["message"][:60], key)
+
+
+def test_deep_nesting_shares_one_column_when_the_text_would_be_too_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nested = "a"
+    for depth in range(60):
+        nested = f"f{depth}(x, {nested}, 'padding padding padding padding padding padding')"
+    full = fold(nested)
+    assert max(_indents(full)) > 40  # at full depth: one level, two columns
+    monkeypatch.setattr(cel_layout, "SERVER_LIMIT", len(full) - 1)  # a server that refuses it
+    shared = fold(nested)
+    assert _texts(shared) == _texts(nested)
+    assert len(shared) < len(full)
+    assert max(_indents(shared)) <= 40
+    monkeypatch.setattr(cel_layout, "SERVER_LIMIT", len(nested) - 1)  # not even flat: as written
+    assert fold(nested) == nested
+
+
+def _indents(text: str) -> list[int]:
+    return [len(line) - len(line.lstrip(" ")) for line in text.splitlines()]

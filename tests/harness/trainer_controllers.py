@@ -360,7 +360,9 @@ class TrainerControllers:
                 f"--controllers={','.join(JOB_CONTROLLERS)}",
                 "--leader-elect=false",
                 "--secure-port=0",
-                "--use-service-account-credentials=false",
+                # as system:serviceaccount:kube-system:job-controller, the one creator of trainer
+                # node pods that secureml.pipelineIdentity admits (secureml/rules/identity.py)
+                "--use-service-account-credentials=true",
                 # names this folder, so that `down` recognises the process as its own
                 f"--cert-dir={self.directory / 'kcm-certs'}",
             ],

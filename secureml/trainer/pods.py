@@ -4,7 +4,7 @@
 A model, like `secureml.pods.preview` is one of KFP and Argo: Trainer (v2.3) merges the TrainJob into
 its runtime's JobSet template (the trainer container takes `spec.trainer`'s image, command, args,
 env and resources; the runtime patch adds its labels, annotations and pod fields; the torch plugin
-adds the `PET_*` rendezvous variables and port 29400), JobSet names the pods of replicated job
+adds the `PET_*` rendezvous variables and port 29500), JobSet names the pods of replicated job
 `node` and labels them, and the Job controller gives each its completion index (label and
 annotation). The runtime's own pod template is read from the ClusterTrainingRuntime when given,
 otherwise it is the shape of Trainer's `torch-distributed` (one container `node`, no security
@@ -14,6 +14,7 @@ context).
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 from secureml.core import contract
@@ -21,7 +22,7 @@ from secureml.trainer.manifest import pod_patch_of
 
 Manifest = dict[str, Any]
 
-TORCH_PORT = 29400  # Trainer's torch plugin: the c10d rendezvous port of node 0
+TORCH_PORT = 29500  # Trainer v2.3's torch plugin: node 0's rendezvous port (ContainerTrainerPort)
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 _TORCH_RUNTIME_TEMPLATE: Manifest = {
     "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
@@ -56,11 +57,31 @@ def _merge_container(container: Manifest, patch: Manifest) -> None:
         ]
 
 
-def _torch_env(job: str, nodes: int, index: int) -> list[Manifest]:
+def _processes_per_node(trainer: Manifest, resources: Manifest) -> str:
+    """`PET_NPROC_PER_NODE` as Trainer v2.3's torch plugin sets it: the TrainJob's
+    `numProcPerNode`, else `auto` where a node asks for a GPU, else its whole CPUs (at least 1)."""
+    if "numProcPerNode" in trainer:
+        return str(trainer["numProcPerNode"])
+    asked = {**resources.get("limits", {}), **resources.get("requests", {})}
+    if any("gpu" in name.lower() and _whole(value) > 0 for name, value in asked.items()):
+        return "auto"
+    cpu = resources.get("requests", {}).get("cpu") or resources.get("limits", {}).get("cpu")
+    return str(max(1, _whole(cpu) if cpu is not None else 0))
+
+
+def _whole(quantity: object) -> int:
+    """A CPU or device quantity rounded up to a whole number, as Kubernetes' `Value()` does."""
+    text = str(quantity).strip()
+    if text.endswith("m"):
+        return -(-int(text[:-1]) // 1000)
+    return math.ceil(float(text))
+
+
+def _torch_env(job: str, nodes: int, index: int, processes: str) -> list[Manifest]:
     """What Trainer's torch plugin sets for torchrun (`PET_*`), node `index` of `nodes`."""
     return [
         {"name": "PET_NNODES", "value": str(nodes)},
-        {"name": "PET_NPROC_PER_NODE", "value": "auto"},
+        {"name": "PET_NPROC_PER_NODE", "value": processes},
         {
             "name": "PET_NODE_RANK",
             "valueFrom": {
@@ -72,6 +93,14 @@ def _torch_env(job: str, nodes: int, index: int) -> list[Manifest]:
         {"name": "PET_MASTER_ADDR", "value": f"{job}-{contract.TRAINER_REPLICATED_JOB}-0-0.{job}"},
         {"name": "PET_MASTER_PORT", "value": str(TORCH_PORT)},
     ]
+
+
+def _add_completion_index(container: Manifest) -> None:
+    """The Job controller's `JOB_COMPLETION_INDEX` (indexed Jobs), in every container it lacks."""
+    env = container.setdefault("env", [])
+    if all(variable.get("name") != "JOB_COMPLETION_INDEX" for variable in env):
+        path = f"metadata.labels['{contract.LABEL_JOB_COMPLETION_INDEX}']"
+        env.append({"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": path}}})
 
 
 def node_pod(trainjob: Manifest, index: int, runtime: Manifest | None = None) -> Manifest:
@@ -116,12 +145,16 @@ def node_pod(trainjob: Manifest, index: int, runtime: Manifest | None = None) ->
                     container[key] = list(trainer[key]) if key != "image" else trainer[key]
             if "resourcesPerNode" in trainer:
                 container["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
-            env = [*copy.deepcopy(trainer.get("env", [])), *_torch_env(job, nodes, index)]
+            processes = _processes_per_node(trainer, container.get("resources", {}))
+            torch_env = _torch_env(job, nodes, index, processes)
+            env = [*copy.deepcopy(trainer.get("env", [])), *torch_env]
             container["env"] = [*container.get("env", []), *env]
             container["ports"] = [{"containerPort": TORCH_PORT, "protocol": "TCP"}]
         if container["name"] in by_name:
             _merge_container(container, by_name[container["name"]])
-    spec.setdefault("restartPolicy", "Never")
+    for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
+        _add_completion_index(container)
+    spec.setdefault("restartPolicy", "Never")  # the runtime must set it: docs/trainer.md
     spec["subdomain"] = job
     spec["hostname"] = f"{job}-{contract.TRAINER_REPLICATED_JOB}-0-{index}"
     return {

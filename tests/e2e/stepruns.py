@@ -14,6 +14,7 @@ from typing import Any
 from node import pods as node_pods
 
 from secureml.core import contract
+from tests.cluster.admission import PIPELINE_RUNNER
 from tests.e2e import steps
 from tests.e2e.environment import E2E, ArtifactStore
 
@@ -102,8 +103,12 @@ class Ran:
 
 
 def create(e2e: E2E, pod: dict[str, Any], namespace: str | None = None) -> None:
+    """Create `pod` as KFP's Argo controller does (the one creator of step pods that
+    `secureml.pipelineIdentity` admits)."""
     namespace = namespace or e2e.namespace
-    status, answer = e2e.cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+    status, answer = e2e.cluster.request(
+        "POST", f"/api/v1/namespaces/{namespace}/pods", pod, as_user=PIPELINE_RUNNER
+    )
     assert status == 201, f"creating {pod['metadata']['name']}: HTTP {status}: {answer}"
 
 

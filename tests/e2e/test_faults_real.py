@@ -80,7 +80,9 @@ def compiled(e2e: E2E, tmp_path_factory: pytest.TempPathFactory) -> stepruns.Com
 
 
 def _refused(e2e: E2E, pod: dict[str, Any]) -> str:
-    status, answer = e2e.cluster.request("POST", f"/api/v1/namespaces/{e2e.namespace}/pods", pod)
+    status, answer = e2e.cluster.request(
+        "POST", f"/api/v1/namespaces/{e2e.namespace}/pods", pod, as_user=admission.PIPELINE_RUNNER
+    )
     assert status in (400, 403, 422), f"admitted (HTTP {status}): {pod['metadata']['name']}"
     return str(answer.get("message", answer))
 
@@ -109,6 +111,7 @@ def test_after_an_api_server_restart_the_policies_are_still_in_force(
         "POST",
         f"/api/v1/namespaces/{e2e.namespace}/pods?dryRun=All",
         compiled.pod("prep", "restart-dry-run"),
+        as_user=admission.PIPELINE_RUNNER,
     )
     assert status == 201, stored
     inits = [c["name"] for c in stored["spec"]["initContainers"]]

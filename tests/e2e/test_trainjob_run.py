@@ -41,6 +41,7 @@ from node import pods as node_pods
 from secureml.compile.compiler import compile_pipeline
 from secureml.core import contract
 from secureml.profile.model import TenantProfile, load_profile
+from secureml.trainer import pods as trainer_pods
 from secureml.trainer import submit
 from tests.cluster.admission import install_tenant
 from tests.e2e import steps
@@ -203,6 +204,7 @@ def run(e2e: E2E, trainer: dict[str, Any]) -> dict[str, Any]:
     print(f"bystander client:\n{client_log}")
     return {
         "name": name,
+        "trainjob": job,
         "exit": result.get("exit"),
         "output": output.getvalue(),
         "pods": seen,
@@ -291,6 +293,32 @@ def test_each_node_runs_under_the_tenants_rules(run: dict[str, Any], e2e: E2E) -
         assert stages["config"] == stages["run"] == "ok", stages
         assert stages["identity"] == identity, stages
         assert record["expected_spiffe_id"].endswith(f"/step/{STEP}/node/{index}"), record
+
+
+def _rendezvous(pod: dict[str, Any]) -> dict[str, Any]:
+    """What Trainer's torch plugin and the Job controller give the node container: its `PET_*`
+    and `JOB_COMPLETION_INDEX` variables (a fieldRef without the server's default apiVersion)
+    and its ports."""
+    node = next(
+        c for c in pod["spec"]["containers"] if c["name"] == contract.TRAINER_NODE_CONTAINER
+    )
+    env = {}
+    for variable in node.get("env", []):
+        if variable["name"].startswith("PET_") or variable["name"] == "JOB_COMPLETION_INDEX":
+            source = variable.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+            env[variable["name"]] = variable.get("value", source)
+    ports = [(p["containerPort"], p.get("protocol", "TCP")) for p in node.get("ports", [])]
+    return {"env": env, "ports": ports}
+
+
+def test_the_model_of_the_node_pods_matches_the_real_ones(run: dict[str, Any]) -> None:
+    """secureml.trainer.pods (what compile judges for a TrainJob's nodes) against the pods the
+    real controllers made: the rendezvous environment and ports agree, node by node."""
+    assert len(run["pods"]) == NODES, _explain(run)
+    for pod in run["pods"].values():
+        index = int(pod["metadata"]["labels"][contract.LABEL_JOB_COMPLETION_INDEX])
+        modelled = trainer_pods.node_pod(run["trainjob"], index)
+        assert _rendezvous(pod) == _rendezvous(modelled), pod["metadata"]["name"]
 
 
 def test_network_policy_opens_the_job_to_itself_only(run: dict[str, Any]) -> None:

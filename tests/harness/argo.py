@@ -48,6 +48,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from .controlplane import ControlPlane, HarnessError, _die_with_parent, _ours, _terminate
 from .kfp_images import ARGOEXEC_IMAGE, binaries, mirror_kfp_registries, push_kfp_images
+from .kubernetes_service import ServiceRoute
 from .node import Node, _kubeconfig, _sign
 
 MODULE = "github.com/argoproj/argo-workflows/v4@v4.0.5"
@@ -147,10 +148,11 @@ class WorkflowController:
     ) -> None:
         self.stop()
 
-    def start(self, *, detach: bool = False, timeout_s: float = 60.0) -> None:
+    def start(self, *, detach: bool = False, timeout_s: float = 60.0, route: str = "") -> None:
         """Install Argo's objects, start the controller, wait until it watches Workflows.
 
-        `detach` starts it in its own session so that it outlives this process (`up`)."""
+        `detach` starts it in its own session so that it outlives this process (`up`, which
+        names the nftables table of its Service `route` for `down` to remove)."""
         began = time.monotonic()
         binary = controller_binary()
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -173,7 +175,8 @@ class WorkflowController:
             self.stop()
             raise
         self.started_in_s = time.monotonic() - began
-        (self.directory / STATE_FILE).write_text(json.dumps({"pid": self._process.pid}) + "\n")
+        state = {"pid": self._process.pid, "route": route}
+        (self.directory / STATE_FILE).write_text(json.dumps(state) + "\n")
 
     def stop(self) -> None:
         if self._process is not None:
@@ -355,23 +358,32 @@ def node_states(workflow: dict[str, Any]) -> dict[str, dict[str, str]]:
 def up(cluster: ControlPlane, node: Node, directory: Path) -> WorkflowController:
     """The controller for `up`'s control plane and node, left running (its pid in
     `argo/argo.json`): argoexec and the kfp-launcher stand-in pushed to the node's registry, which
-    its containerd mirrors `quay.io` and `ghcr.io` from (tests/harness/kfp_images.py)."""
+    its containerd mirrors `quay.io` and `ghcr.io` from (tests/harness/kfp_images.py), and the
+    `kubernetes` Service routed to the API server for Argo's executor in the pods
+    (tests/harness/kubernetes_service.py; `down` removes its table)."""
     push_kfp_images(node.registry)
     mirror_kfp_registries(node, node.registry)
+    route = ServiceRoute(node.network, cluster).__enter__()  # left in place until `down`
     controller = WorkflowController(cluster, directory / "argo")
-    controller.start(detach=True)
+    try:
+        controller.start(detach=True, route=route.table)
+    except BaseException:
+        route.__exit__(None, None, None)
+        raise
     return controller
 
 
 def down(directory: Path) -> list[str]:
-    """Stop the controller `up` left running in `directory`."""
-    state = directory / "argo" / STATE_FILE
-    if not state.exists():
+    """Stop the controller `up` left running in `directory`, remove its Service route."""
+    state_path = directory / "argo" / STATE_FILE
+    if not state_path.exists():
         return []
-    pid = int(json.loads(state.read_text())["pid"])
+    state = json.loads(state_path.read_text())
     stopped = []
-    if _ours(pid, directory / "argo"):
-        _terminate(pid)
+    if _ours(int(state["pid"]), directory / "argo"):
+        _terminate(int(state["pid"]))
         stopped.append("workflow-controller")
-    state.unlink()
+    if state.get("route"):
+        subprocess.run(["nft", "delete", "table", "ip", state["route"]], capture_output=True)
+    state_path.unlink()
     return stopped

@@ -502,3 +502,20 @@ def _toleration(item: dict[str, Any]) -> dict[str, Any]:
     if item.get("tolerationSeconds") is not None:
         toleration["tolerationSeconds"] = int(item["tolerationSeconds"])
     return toleration
+
+
+def driver_pod_spec_patches(
+    pipeline_yaml_docs: Sequence[dict[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """KFP's container driver's pod spec patch per executor task path, as the preview's pods
+    apply it (`Template.patch`): what KFP's backend fills in at run time shown as `<name>`."""
+    pipeline_spec, k8s_executors = _split(pipeline_yaml_docs)
+    executors = pipeline_spec.get("deploymentSpec", {}).get("executors", {})
+    pipeline = _pipeline_name(pipeline_spec)
+    patches = {}
+    for path, executor_label, _ in _executor_tasks(pipeline_spec):
+        container = executors.get(executor_label, {}).get("container")
+        if container is None or container.get("image") in contract.KFP_PLATFORM_OP_IMAGES:
+            continue  # no executor pod (as in iter_preview_pods)
+        patches[path] = _pod_spec_patch(pipeline, container, k8s_executors.get(executor_label, {}))
+    return patches

@@ -172,7 +172,7 @@ build_network_policies() {
     rm -rf "$work"
 }
 
-build_e2e() {  # argoexec and workflow-controller (Argo's own module), the kfp-launcher STAND-IN and the fake GPU's device plugin (tests/e2e)
+build_e2e() {  # argoexec and workflow-controller (Argo's own module), the kfp-launcher and kfp-driver STAND-INs and the fake GPU's device plugin (tests/e2e)
     local out module version source scratch start=$SECONDS
     out="$(module_dir e2e)"
     if [[ -f "$out/.built" ]]; then
@@ -184,6 +184,7 @@ build_e2e() {  # argoexec and workflow-controller (Argo's own module), the kfp-l
     mkdir -p "$out/bin.tmp"
     (cd "$here/e2e" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
         -o "$out/bin.tmp/kfp-launcher-standin" ./kfp-launcher-standin \
+        && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/bin.tmp/kfp-driver-standin" ./kfp-driver-standin \
         && go build -trimpath -o "$out/bin.tmp/fake-device-plugin" ./fake-device-plugin) >&2
     # The module zip drops the symlink workflow/executor/osspecific/signal_linux.go -> signal_darwin.go
     # (argoproj/argo-workflows#9590): build from a scratch copy with that file restored.

@@ -12,11 +12,16 @@ copies KFP's launcher to `/kfp-launcher/launch`). Here:
   cannot be built here, the Go module proxy refuses the `github.com/kubeflow/pipelines` root
   module. The stand-in copies itself like `launcher-v2 --copy`, and as `launch` fills `{{$}}` with
   the executor input, moves artifacts through a plain HTTP store (`standinStore` in the
-  namespace's `kfp-launcher` ConfigMap) and runs the command after `--`.
+  namespace's `kfp-launcher` ConfigMap) and runs the command after `--`;
+- `kfp-driver` (`ghcr.io/kubeflow/kfp-driver:2.17.0`, the image of the driver pods of a KFP
+  Workflow, tests/harness/kfp_workflow.py) is a STAND-IN too (tests/harness/e2e/kfp-driver-standin),
+  for the same reason: it takes KFP 2.17 driver's command line and writes the outputs the
+  Workflow's templates read, the pod spec patch being the one a test published in that store.
+  Its image holds an empty `/tmp` (mode 1777) for those outputs (`/tmp/outputs/...`).
 
-`push_kfp_images(registry)` builds both with buildah (`FROM scratch`, `--isolation chroot`) and
-pushes them to `registry` under the upstream repository paths (`argoproj/argoexec`,
-`kubeflow/kfp-launcher`); `mirror_kfp_registries(node, registry)` makes the node's containerd pull
+`push_kfp_images(registry)` builds the three with buildah (`FROM scratch`, `--isolation chroot`)
+and pushes them to `registry` under the upstream repository paths (`argoproj/argoexec`,
+`kubeflow/kfp-launcher`, `kubeflow/kfp-driver`); `mirror_kfp_registries(node, registry)` makes the node's containerd pull
 `quay.io/...` and `ghcr.io/...` from there, as a platform's pull-through mirror does, so the pods
 keep KFP's and Argo's image names exactly and are pulled like any other image (never
 `imagePullPolicy: Never`).
@@ -28,6 +33,7 @@ import fcntl
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +44,14 @@ from .node import Node
 HERE = Path(__file__).resolve().parent
 ARGOEXEC_IMAGE = "quay.io/argoproj/argoexec:v4.0.5"  # secureml.pods.argo.ARGOEXEC_IMAGE
 KFP_LAUNCHER_IMAGE = "ghcr.io/kubeflow/kfp-launcher:2.17.0"  # secureml.pods.preview
-BUILT = ("argoexec", "workflow-controller", "kfp-launcher-standin", "fake-device-plugin")
+KFP_DRIVER_IMAGE = "ghcr.io/kubeflow/kfp-driver:2.17.0"  # secureml.pods.preview
+BUILT = (
+    "argoexec",
+    "workflow-controller",
+    "kfp-launcher-standin",
+    "kfp-driver-standin",
+    "fake-device-plugin",
+)
 NONROOT = "65532"  # the images' USER: KFP's init container sets runAsNonRoot without a uid
 
 CONTAINERFILES = {
@@ -54,8 +67,19 @@ COPY kfp-launcher-standin /bin/launcher-v2
 ENV PATH=/bin
 USER {NONROOT}
 """,
+    KFP_DRIVER_IMAGE: f"""FROM scratch
+LABEL org.opencontainers.image.description="STAND-IN for KFP's driver (tests/harness/kfp_images.py)"
+COPY kfp-driver-standin /bin/driver
+ADD tmp.tar /
+ENV PATH=/bin
+USER {NONROOT}
+""",
 }
-SOURCES = {ARGOEXEC_IMAGE: "argoexec", KFP_LAUNCHER_IMAGE: "kfp-launcher-standin"}
+SOURCES = {
+    ARGOEXEC_IMAGE: "argoexec",
+    KFP_LAUNCHER_IMAGE: "kfp-launcher-standin",
+    KFP_DRIVER_IMAGE: "kfp-driver-standin",
+}
 
 
 @dataclass(frozen=True)
@@ -75,7 +99,7 @@ def _cache() -> Path:
 def binaries() -> Path:
     """The folder holding BUILT (`build.sh e2e`, built once per machine)."""
     if shutil.which("go") is None:
-        raise HarnessError("argoexec and the kfp-launcher stand-in are built with Go: not on PATH")
+        raise HarnessError("argoexec and the KFP stand-ins are built with Go: not on PATH")
     with (_cache() / ".e2e.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = subprocess.run(
@@ -107,8 +131,17 @@ def push_kfp_images(registry: str) -> KfpImages:
             with tempfile.TemporaryDirectory(prefix="kfp-image-", dir="/var/tmp") as context:
                 shutil.copy(folder / SOURCES[image], Path(context) / SOURCES[image])
                 (Path(context) / "Containerfile").write_text(containerfile)
+                _empty_tmp(Path(context) / "tmp.tar")
                 pushed[image] = _build_and_push(Path(context), image, registry)
     return KfpImages(registry, pushed)
+
+
+def _empty_tmp(path: Path) -> None:
+    """A tar of an empty `tmp/` (root, mode 1777): `ADD` unpacks it with its mode, COPY would not."""
+    with tarfile.open(path, "w") as archive:
+        entry = tarfile.TarInfo("tmp")
+        entry.type, entry.mode = tarfile.DIRTYPE, 0o1777
+        archive.addfile(entry)
 
 
 def _build_and_push(context: Path, image: str, registry: str) -> str:

@@ -17,8 +17,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,10 +25,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
-)
 
-const serviceAccount = "/var/run/secrets/kubernetes.io/serviceaccount"
+	"secureml.dev/tests/harness/e2e/internal/standin"
+)
 
 func main() {
 	args := os.Args[1:]
@@ -59,7 +56,10 @@ func main() {
 	for i, arg := range command {
 		command[i] = strings.ReplaceAll(arg, "{{$}}", input)
 	}
-	store := objectStore()
+	store, err := standin.ObjectStore()
+	if err != nil {
+		fail("%v", err)
+	}
 	var artifacts executorInput
 	if input != "" && json.Unmarshal([]byte(input), &artifacts) != nil {
 		fail("--executor_input is not JSON")
@@ -75,7 +75,7 @@ func main() {
 	}
 	child := exec.Command(command[0], command[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	err := child.Run()
+	err = child.Run()
 	code := 0
 	if exit, ok := err.(*exec.ExitError); ok {
 		code = exit.ExitCode()
@@ -187,39 +187,4 @@ func upload(store, uri string) error {
 		return fmt.Errorf("PUT %s: %s", key, response.Status)
 	}
 	return nil
-}
-
-// objectStore is `standinStore` of the namespace's kfp-launcher ConfigMap ("" when absent).
-func objectStore() string {
-	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
-	token, err := os.ReadFile(serviceAccount + "/token")
-	if host == "" || err != nil {
-		return ""
-	}
-	namespace, _ := os.ReadFile(serviceAccount + "/namespace")
-	ca, _ := os.ReadFile(serviceAccount + "/ca.crt")
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	client := &http.Client{
-		Timeout:   10 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
-	}
-	url := fmt.Sprintf("https://%s:%s/api/v1/namespaces/%s/configmaps/kfp-launcher", host, port, namespace)
-	request, _ := http.NewRequest(http.MethodGet, url, nil)
-	request.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-	response, err := client.Do(request)
-	if err != nil {
-		fail("reading the kfp-launcher ConfigMap: %v", err)
-	}
-	defer response.Body.Close()
-	if response.StatusCode == http.StatusNotFound {
-		return ""
-	}
-	var config struct {
-		Data map[string]string `json:"data"`
-	}
-	if response.StatusCode != http.StatusOK || json.NewDecoder(response.Body).Decode(&config) != nil {
-		fail("reading the kfp-launcher ConfigMap: %s", response.Status)
-	}
-	return strings.TrimSuffix(config.Data["standinStore"], "/")
 }

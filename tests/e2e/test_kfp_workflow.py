@@ -28,6 +28,7 @@ import pytest
 import yaml
 from harness.kfp_workflow import (
     ISTIO_INJECT,
+    PLACEHOLDERS,
     RUN_ID_LABEL,
     RUN_NAME_ANNOTATION,
     UNSET,
@@ -38,6 +39,7 @@ from harness.kfp_workflow import (
     go_json,
     kfp_workflow,
     patch_key,
+    pipeline_from_workflow,
     preview_run_id,
 )
 
@@ -57,6 +59,9 @@ UPSTREAM_IMAGES = KfpSystemImages(
 PROFILE = REPO / "examples" / "profiles" / "team-a-dev.yaml"
 ARGO_WORKFLOW_CRD = "manifests/base/crds/full/argoproj.io_workflows.yaml"
 IMAGE = "ghcr.io/acme/ml-images/train@sha256:" + "ab" * 32
+# team-a's GPUs by device plugin, team-dra's by DRA claims (team-restricted and team-conf: their
+# tiers require signed images, which nothing signs here).
+TENANTS = (REPO / "profiles" / "team-a.yaml", REPO / "profiles" / "team-dra.yaml")
 
 
 def _golden(name: str) -> dict[str, Any]:
@@ -64,41 +69,10 @@ def _golden(name: str) -> dict[str, Any]:
     return dict(yaml.safe_load(path.read_text()))
 
 
-def _recovered(golden: dict[str, Any]) -> list[dict[str, Any]]:
-    """The PipelineSpec and platform spec KFP compiled the golden from, out of its arguments."""
-    arguments = {p["name"]: p["value"] for p in golden["spec"]["arguments"]["parameters"]}
-
-    def argument(placeholder: str) -> Any:
-        return json.loads(arguments[placeholder.removeprefix("{{workflow.parameters.")[:-2]])
-
-    templates = {t["name"]: t for t in golden["spec"]["templates"]}
-    components: dict[str, Any] = {}
-    executors: dict[str, Any] = {}
-    kubernetes: dict[str, Any] = {}
-    for task in templates["root"]["dag"]["tasks"]:
-        if task["template"] != "system-container-driver":
-            continue
-        given = {p["name"]: p["value"] for p in task["arguments"]["parameters"]}
-        component = argument(given["component"])
-        components[json.loads(given["task"])["componentRef"]["name"]] = component
-        executors[component["executorLabel"]] = {"container": argument(given["container"])}
-        if "kubernetes-config" in given:
-            kubernetes[component["executorLabel"]] = argument(given["kubernetes-config"])
-    driver_args = templates["system-container-driver"]["container"]["args"]
-    spec = {
-        "components": components,
-        "deploymentSpec": {"executors": executors},
-        "pipelineInfo": {"name": driver_args[driver_args.index("--pipeline_name") + 1]},
-        "root": json.loads(arguments["components-root"]),
-        "schemaVersion": "2.1.0",
-    }
-    return [spec, {"platforms": {"kubernetes": {"deploymentSpec": {"executors": kubernetes}}}}]
-
-
 @pytest.mark.parametrize("name", GOLDEN)
 def test_golden_workflow_from_its_own_pipeline(name: str) -> None:
     golden = _golden(name)
-    docs = _recovered(golden)
+    docs = pipeline_from_workflow(golden)
     assert compile_workflow(docs, images=UPSTREAM_IMAGES, settings=UNSET) == golden
 
 
@@ -132,6 +106,22 @@ def test_go_json_writes_what_go_writes() -> None:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """pipelines/secure_finetune.py compiled by `secureml compile` for team-a-dev."""
     return compile_reference(IMAGE, PROFILE, tmp_path_factory.mktemp("reference"))
+
+
+@pytest.fixture(scope="module", params=[PROFILE, *TENANTS], ids=lambda path: path.stem)
+def tenant_reference(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[dict[str, Any]], Path]:
+    """The reference pipeline compiled for team-a-dev, team-a and team-dra (the last two with
+    signatures not required: nothing here signs the image), and the profile it was compiled for."""
+    folder = tmp_path_factory.mktemp("tenant")
+    profile = request.param
+    if profile != PROFILE:
+        spec = yaml.safe_load(profile.read_text())
+        spec["spec"]["images"]["signatures"]["required"] = False
+        profile = folder / profile.name
+        profile.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return compile_reference(IMAGE, profile, folder), profile
 
 
 def test_kfp_workflow_is_the_compilers_with_the_api_servers_changes(
@@ -190,9 +180,12 @@ def _argo_workflow_schema() -> dict[str, Any]:
     return dict(_strict(schema))
 
 
-def test_reference_workflow_fits_argos_crd(reference: list[dict[str, Any]]) -> None:
+def test_reference_workflow_fits_argos_crd(
+    tenant_reference: tuple[list[dict[str, Any]], Path],
+) -> None:
+    reference, path = tenant_reference
     workflow = kfp_workflow(
-        reference, name="secure-finetune-x1", namespace="team-a",
+        reference, name="secure-finetune-x1", namespace=load_profile(path).spec.namespace,
         service_account=contract.RUNNER_NAME,
     )  # fmt: skip
     validator = jsonschema.Draft7Validator(_argo_workflow_schema())
@@ -218,9 +211,10 @@ def _substitute(value: Any, parameters: dict[str, str]) -> Any:
 
 
 def test_driver_patch_turns_the_impl_template_into_the_previewed_pod(
-    reference: list[dict[str, Any]],
+    tenant_reference: tuple[list[dict[str, Any]], Path],
 ) -> None:
-    profile = load_profile(PROFILE)
+    reference, path = tenant_reference
+    profile = load_profile(path)
     pods = preview_pods(reference, profile, mutate=False)
     labels = next(iter(pods.values()))["metadata"]["labels"]
     name, run_id = labels["workflows.argoproj.io/workflow"], labels[RUN_ID_LABEL]
@@ -269,6 +263,20 @@ def test_driver_patch_turns_the_impl_template_into_the_previewed_pod(
         if not main["resources"]:
             del main["resources"]
         assert argo_made == as_run(pod, values[task]), task
+
+
+def test_driver_patches_of_the_goldens() -> None:
+    """hello_world's patch runs `echo hello world` under the launcher; secret_as_volume's names
+    its secret by a pipeline input, which only KFP's driver resolves: refused, not half-made."""
+    docs = pipeline_from_workflow(_golden("hello_world"))
+    values = {"echo": {placeholder: "v" for placeholder in PLACEHOLDERS}}
+    (main,) = json.loads(driver_patches(docs, values)["echo"])["containers"]
+    assert main["image"] == "registry.access.redhat.com/ubi9/python-311:latest"
+    assert main["command"][0] == "/kfp-launcher/launch" and main["command"][-1] == "--"
+    assert main["args"] == ["echo", "hello world"]
+    docs = pipeline_from_workflow(_golden("secret_as_volume"))
+    with pytest.raises(ValueError, match=r"task comp: .* volume\(s\) \['secret-0'\] without"):
+        driver_patches(docs, {"comp": values["echo"]})
 
 
 def test_patch_key_names_run_and_task() -> None:

@@ -180,7 +180,7 @@ build_e2e() {  # argoexec and workflow-controller (Argo's own module), the kfp-l
         return
     fi
     read -r module version < <(awk '$2 == "argoexec:" {print $3, $4}' "$here/e2e/go.mod")
-    echo "building argoexec and workflow-controller $version, the kfp-launcher and kfp-driver stand-ins and the fake device plugin (first time: many minutes) ..." >&2
+    echo "building argoexec and workflow-controller $version, the KFP stand-ins and the fake device plugin (first time: many minutes) ..." >&2
     mkdir -p "$out/bin.tmp"
     (cd "$here/e2e" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
         -o "$out/bin.tmp/kfp-launcher-standin" ./kfp-launcher-standin \
@@ -200,7 +200,7 @@ build_e2e() {  # argoexec and workflow-controller (Argo's own module), the kfp-l
         -o "$out/bin.tmp/workflow-controller" ./cmd/workflow-controller) >&2
     rm -rf "$scratch"
     rm -rf "$out/bin" && mv "$out/bin.tmp" "$out/bin" && touch "$out/.built"
-    echo "built argoexec, workflow-controller, the kfp-launcher and kfp-driver stand-ins and the fake device plugin in $((SECONDS - start)) s: $out/bin" >&2
+    echo "built argoexec, workflow-controller, the KFP stand-ins and the fake device plugin in $((SECONDS - start)) s: $out/bin" >&2
     echo "$out"
 }
 

@@ -25,7 +25,11 @@ copied):
   (`backend/src/v2/driver`), which is what the preview computes
   (`secureml.pods.preview.driver_pod_spec_patches`), with the run's values filled in. The
   kfp-driver STAND-IN (tests/harness/e2e/kfp-driver-standin) hands it to Argo: a test publishes it
-  in the run's object store under `patch_key(workflow name, task name)`.
+  in the run's object store under `patch_key(workflow name, task name)`. A volume whose claim,
+  secret or config map the preview leaves unnamed (a pipeline input KFP's driver resolves) is
+  refused.
+- `pipeline_from_workflow(workflow)`: the pipeline documents back from a Workflow of this shape
+  (KFP's goldens carry their whole pipeline in their arguments).
 
 Supported: what the repository's pipelines use, container tasks of the root DAG with parameter
 and artifact passing, their dependencies, the kubernetes platform spec per executor (pod metadata
@@ -58,6 +62,11 @@ V2_COMPONENT = "pipelines.kubeflow.org/v2_component"
 RUNTIME_ROLE = "pipelines.kubeflow.org/runtime-role"
 SCHEMA_VERSION = "2.1.0"
 PATCH_PREFIX = "kfp-driver-standin"
+_NAMED_SOURCES = (
+    ("persistentVolumeClaim", "claimName"),
+    ("secret", "secretName"),
+    ("configMap", "name"),
+)
 # What KFP's driver fills in at run time, shown so in the preview's patches (tests/e2e/steps.py).
 PLACEHOLDERS = ("<run_id>", "<execution_id>", "<executor_input>", "<component_spec>")
 
@@ -788,6 +797,38 @@ def compile_workflow(
     ).compile()  # fmt: skip
 
 
+def pipeline_from_workflow(workflow: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The PipelineSpec and platform spec a Workflow of this shape (KFP's goldens) was compiled
+    from, out of its own arguments: `compile_workflow` of them gives the Workflow back."""
+    arguments = {p["name"]: p["value"] for p in workflow["spec"]["arguments"]["parameters"]}
+
+    def argument(placeholder: str) -> Any:
+        return json.loads(arguments[placeholder.removeprefix("{{workflow.parameters.")[:-2]])
+
+    templates = {t["name"]: t for t in workflow["spec"]["templates"]}
+    components: dict[str, Any] = {}
+    executors: dict[str, Any] = {}
+    kubernetes: dict[str, Any] = {}
+    for task in templates["root"]["dag"]["tasks"]:
+        if task["template"] != "system-container-driver":
+            continue
+        given = {p["name"]: p["value"] for p in task["arguments"]["parameters"]}
+        component = argument(given["component"])
+        components[json.loads(given["task"])["componentRef"]["name"]] = component
+        executors[component["executorLabel"]] = {"container": argument(given["container"])}
+        if "kubernetes-config" in given:
+            kubernetes[component["executorLabel"]] = argument(given["kubernetes-config"])
+    driver_args = templates["system-container-driver"]["container"]["args"]
+    spec = {
+        "components": components,
+        "deploymentSpec": {"executors": executors},
+        "pipelineInfo": {"name": driver_args[driver_args.index("--pipeline_name") + 1]},
+        "root": json.loads(arguments["components-root"]),
+        "schemaVersion": SCHEMA_VERSION,
+    }
+    return [spec, {"platforms": {"kubernetes": {"deploymentSpec": {"executors": kubernetes}}}}]
+
+
 def preview_run_id(namespace: str, pipeline_name: str) -> str:
     """The run id `secureml.pods.preview` shows its pods with (a uuid5 of namespace and name)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"secureml-preview:{namespace}:{pipeline_name}"))
@@ -864,5 +905,17 @@ def driver_patches(
             left = [arg for arg in container["command"] if arg in PLACEHOLDERS]
             if left:
                 raise ValueError(f"task {task}: no value for {left} in the driver's patch")
+        unnamed = [
+            volume["name"]
+            for volume in filled.get("volumes", [])
+            for kind, key in _NAMED_SOURCES
+            if kind in volume and not volume[kind].get(key)
+        ]
+        if unnamed:
+            raise ValueError(
+                f"task {task}: the preview leaves volume(s) {unnamed} without the name of their "
+                "claim, secret or config map (a pipeline input KFP's driver resolves at run time, "
+                "which the preview does not): no patch to publish"
+            )
         patches[task] = json.dumps(filled, separators=(",", ":"))
     return patches

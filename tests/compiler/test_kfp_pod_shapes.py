@@ -198,7 +198,7 @@ def test_driver_pods(drivers: dict[str, dict[str, Any]]) -> None:
         main = spec["containers"][1]
         assert main["image"] == KFP_DRIVER_IMAGE == "ghcr.io/kubeflow/kfp-driver:2.17.0"
         assert main["command"] == [*EMISSARY, "driver"]
-        kind = "DAG" if key == "root-driver" else "CONTAINER"
+        kind = "ROOT_DAG" if key == "root-driver" else "CONTAINER"
         assert main["args"][:2] == ["--type", kind]
         assert main["resources"] == {
             "limits": {"cpu": "500m", "memory": "512Mi"},

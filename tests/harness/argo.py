@@ -36,6 +36,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -46,7 +47,7 @@ from typing import Any
 import yaml
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from .controlplane import ControlPlane, HarnessError, _die_with_parent, _ours, _terminate
+from .controlplane import ControlPlane, HarnessError, _ours, _terminate
 from .kfp_images import ARGOEXEC_IMAGE, binaries, mirror_kfp_registries, push_kfp_images
 from .kubernetes_service import ServiceRoute
 from .node import Node, _kubeconfig, _sign
@@ -80,6 +81,16 @@ _CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 _RBAC = "/apis/rbac.authorization.k8s.io/v1"
 _WORKFLOWS = "/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows"
 _STARTED = "Starting Workflow Controller"  # its log line once the informers are set up
+
+
+def _killed_with_parent() -> None:
+    """In the child: SIGKILL when the test process dies. Not SIGTERM, as for the control plane:
+    the controller shuts down gracefully on SIGTERM, and with its API server gone at the same
+    moment it never finished (seen after a killed test run)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 @functools.cache
@@ -168,7 +179,7 @@ class WorkflowController:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=detach,
-                    preexec_fn=None if detach else _die_with_parent,
+                    preexec_fn=None if detach else _killed_with_parent,
                 )  # fmt: skip
             self._wait_started(began + timeout_s)
         except BaseException:

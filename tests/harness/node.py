@@ -1236,7 +1236,7 @@ def _main(argv: Iterator[str] | None = None) -> int:
     print(f"node {node.name} Ready in {node.started_in_s:.1f} s; images: {node.registry}")
     print(
         f"Argo workflow-controller {argo.started_in_s:.1f} s (log: "
-        f"{os.path.relpath(argo.log_path)}); argoexec and the kfp-launcher STAND-IN mirrored"
+        f"{os.path.relpath(argo.log_path)}); argoexec and the KFP STAND-INs mirrored"
     )
     for name, reference in node.images.items():
         print(f"  {name}: {reference}")

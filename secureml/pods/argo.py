@@ -206,6 +206,13 @@ def _executor_container(name: str, workflow: Workflow) -> dict[str, Any]:
             },
             {"name": "ARGO_WORKFLOW_NAME", "value": workflow.name},
             {"name": "ARGO_WORKFLOW_UID", "value": workflow.uid},
+            # `addArtifactPlugins`: the wait container's artifact plugins (none; the empty value
+            # is left out of the stored pod)
+            *(
+                [{"name": "ARGO_ARTIFACT_PLUGIN_NAMES"}]
+                if name == contract.ARGO_WAIT_CONTAINER
+                else []
+            ),
         ],
         "resources": {},
         "securityContext": copy_json(EXECUTOR_SECURITY_CONTEXT),
@@ -267,15 +274,34 @@ def _merge_container(target: dict[str, Any], patch: dict[str, Any]) -> None:
 
 
 def _merge_list(target: list[dict[str, Any]], items: list[dict[str, Any]], key: str) -> None:
-    """Each item merged into the first entry of `target` with its key, or appended (and then
-    found by later items); the entries are indexed by key once instead of searched per item."""
-    first: dict[Any, int] = {}
-    for position, entry in enumerate(target):
-        first.setdefault(entry.get(key), position)
+    """A list merged by `key` as Kubernetes' strategic merge orders it (k8s.io/apimachinery
+    `strategicpatch`: `mergeSlice`, `normalizeElementOrder`, `mergeSortedSlice`): each patch item
+    merged into the entry of `target` with its key (or new), the patch's items in the patch's
+    order, and the entries the patch does not name inserted among them where `target` had them
+    before an item the patch names, else after. So a patch's new items come before the entries
+    Argo added (KFP's env before Argo's `ARGO_*`, the step's volumes before `var-run-argo`), as
+    the real controller's pods show (tests/e2e/test_argo_run.py)."""
+    order = {entry.get(key): position for position, entry in reversed(list(enumerate(target)))}
+    patched: dict[Any, dict[str, Any]] = {}
     for item in items:
-        index = first.get(item.get(key))
-        if index is None:
-            target.append(copy_json(item))
-            first[item.get(key)] = len(target) - 1
+        base = patched.get(item.get(key))
+        if base is None and item.get(key) in order:
+            base = target[order[item.get(key)]]
+        patched[item.get(key)] = {**(base or {}), **copy_json(item)}
+    merged_into = {order[name] for name in patched if name in order}  # the first of a key only
+    server_only = [entry for index, entry in enumerate(target) if index not in merged_into]
+    patch_items = list(patched.values())
+    merged: list[dict[str, Any]] = []
+    left = right = 0
+    while left < len(server_only) or right < len(patch_items):
+        if right >= len(patch_items) or (
+            left < len(server_only)
+            and patch_items[right].get(key) in order
+            and order[server_only[left].get(key)] < order[patch_items[right].get(key)]
+        ):
+            merged.append(server_only[left])
+            left += 1
         else:
-            target[index] = {**target[index], **copy_json(item)}
+            merged.append(patch_items[right])
+            right += 1
+    target[:] = merged

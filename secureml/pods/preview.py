@@ -159,7 +159,8 @@ def preview_driver_pods(
     pipeline_spec, _ = _split(pipeline_yaml_docs)
     workflow = _workflow(pipeline_spec, profile)
     name = _pipeline_name(pipeline_spec)
-    pods = {"root-driver": argo_pod(workflow, f"{workflow.name}.root-driver", _driver("DAG", name))}
+    root = _driver("ROOT_DAG", name)  # the entrypoint passes driver-type ROOT_DAG (argo.go)
+    pods = {"root-driver": argo_pod(workflow, f"{workflow.name}.root-driver", root)}
     for path, _, _ in _executor_tasks(pipeline_spec):
         node = f"{_node(workflow, path)}-driver"
         pods[f"{path}-driver"] = argo_pod(workflow, node, _driver("CONTAINER", name))
@@ -335,13 +336,14 @@ def _launcher_command(pipeline: str) -> list[str]:
 
 
 def _driver(kind: str, pipeline: str) -> Template:
-    """KFP's `system-dag-driver` (DAG) or `system-container-driver` (CONTAINER) template."""
+    """KFP's `system-dag-driver` (ROOT_DAG, DAG) or `system-container-driver` (CONTAINER)."""
+    dag = kind != "CONTAINER"
     args = ["--type", kind, "--pipeline_name", pipeline]
     args += ["--run_id", "<run_id>", "--run_name", "<run_name>", "--run_display_name", ""]
     args += ["--pipeline_job_create_time_utc", "<create_time>"]
     args += ["--dag_execution_id", "<dag_execution_id>" if kind == "CONTAINER" else "0"]
     args += ["--component", "<component>", "--task", "<task>", "--task_name", "<task_name>"]
-    if kind == "DAG":
+    if dag:
         args += ["--runtime_config", "<runtime_config>", "--iteration_index", "-1"]
         args += ["--execution_id_path", "/tmp/outputs/execution-id"]
         args += ["--iteration_count_path", "/tmp/outputs/iteration-count"]
@@ -366,7 +368,7 @@ def _driver(kind: str, pipeline: str) -> Template:
         "securityContext": copy_json(BACKEND_INIT_SECURITY_CONTEXT),
     }
     return Template(
-        name="system-dag-driver" if kind == "DAG" else "system-container-driver",
+        name="system-dag-driver" if dag else "system-container-driver",
         main=main,
         security_context=copy_json(DRIVER_POD_SECURITY_CONTEXT),
         annotations={RUNTIME_ROLE: "driver", "sidecar.istio.io/inject": "false"},

@@ -198,7 +198,7 @@ def test_driver_pods(drivers: dict[str, dict[str, Any]]) -> None:
         main = spec["containers"][1]
         assert main["image"] == KFP_DRIVER_IMAGE == "ghcr.io/kubeflow/kfp-driver:2.17.0"
         assert main["command"] == [*EMISSARY, "driver"]
-        kind = "DAG" if key == "root-driver" else "CONTAINER"
+        kind = "ROOT_DAG" if key == "root-driver" else "CONTAINER"
         assert main["args"][:2] == ["--type", kind]
         assert main["resources"] == {
             "limits": {"cpu": "500m", "memory": "512Mi"},
@@ -225,24 +225,38 @@ def test_every_previewed_pod_is_a_valid_pod(
         kubernetes_validate.validate(pod, version, strict=True)
 
 
-def test_patch_lists_merge_by_key_into_the_first_match_and_append_the_rest() -> None:
+def test_patch_lists_merge_by_key_in_kubernetes_strategic_merge_order() -> None:
+    """As k8s.io/apimachinery's strategic merge orders a list merged by key, which the real
+    controller's pods show (tests/e2e/test_argo_run.py): the patch's items in its order, each
+    merged into the first entry of its key; the entries it does not name inserted before the
+    first patch item that came after them, else after."""
     from secureml.pods.argo import _merge_list
 
-    target = [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}, {"name": "A", "value": "3"}]
-    items = [
-        {"name": "A", "value": "new"},  # the first A only
-        {"name": "C", "value": "4"},  # appended
-        {"name": "C", "extra": "5"},  # merged into the C just appended
-        {"value": "no name"},  # appended, then matched by a later nameless item
-        {"value": "again"},
-    ]
+    # KFP's env in the template, Argo's added, then the driver's patch: KFP's first, Argo's last
+    target = [{"name": "KFP_POD_NAME"}, {"name": "KFP_POD_UID"}, {"name": "ARGO_NODE_ID"}]
+    items = [{"name": "KFP_POD_NAME", "value": "x"}, {"name": "KFP_POD_UID"}, {"name": "S"}]
+    _merge_list(target, items, "name")
+    assert [e["name"] for e in target] == ["KFP_POD_NAME", "KFP_POD_UID", "S", "ARGO_NODE_ID"]
+    assert target[0] == {"name": "KFP_POD_NAME", "value": "x"}
+    # a new item only: before everything the patch does not name
+    volumes = [{"name": "var-run-argo"}, {"name": "kfp-launcher"}]
+    _merge_list(volumes, [{"name": "scratch-tmp", "emptyDir": {}}], "name")
+    assert [v["name"] for v in volumes] == ["scratch-tmp", "var-run-argo", "kfp-launcher"]
+    # interleaved: D after B (the patch's order), C where it was, after B
+    target = [{"name": "A"}, {"name": "B", "value": "1"}, {"name": "C"}]
+    items = [{"name": "B", "extra": "2"}, {"name": "D"}, {"name": "D", "more": "3"}]
     _merge_list(target, items, "name")
     assert target == [
-        {"name": "A", "value": "new"},
-        {"name": "B", "value": "2"},
-        {"name": "A", "value": "3"},
-        {"name": "C", "value": "4", "extra": "5"},
-        {"value": "again"},
+        {"name": "A"},
+        {"name": "B", "value": "1", "extra": "2"},
+        {"name": "D", "more": "3"},
+        {"name": "C"},
     ]
-    items[1]["value"] = "changed"
-    assert target[3]["value"] == "4"  # no dict of the patch is shared with the pod
+    # a key twice in the target: the first merged, the second kept
+    target = [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]
+    _merge_list(target, [{"name": "A", "value": "new"}], "name")
+    assert target == [{"name": "A", "value": "new"}, {"name": "A", "value": "2"}]
+    items = [{"name": "E", "value": "4"}]
+    _merge_list(target, items, "name")
+    items[0]["value"] = "changed"
+    assert target[0]["value"] == "4"  # no dict of the patch is shared with the pod

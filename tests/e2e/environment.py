@@ -20,6 +20,8 @@ Session-scoped, one per test process. It starts, on a node slot of its own
   under their upstream paths (tests/harness/kfp_images.py), which containerd reaches as the
   mirror of `quay.io` and `ghcr.io`: pods name KFP's and Argo's images exactly as the preview
   does;
+- Argo's own workflow-controller (tests/harness/argo.py: Argo's CRDs, RBAC and the executor KFP
+  installs), so that tests submit Workflows and Argo creates the pods;
 - the run's object store: a plain HTTP store on the slot's address that the launcher stand-in
   downloads inputs from and uploads outputs to (`standinStore` in the tenant's `kfp-launcher`
   ConfigMap), so each step reads what the one before it wrote.
@@ -52,6 +54,7 @@ from typing import Any
 import yaml
 from harness import controlplane, kfp_images
 from harness import node as node_harness
+from harness.argo import WorkflowController
 from harness.cluster_dns import CLUSTER_DNS_IP
 from harness.controlplane import ControlPlane, HarnessError
 from harness.fake_gpu_plugin import FakeGpuPlugins
@@ -117,6 +120,7 @@ class E2E:
     step_image: str
     runtime_image: str
     store: ArtifactStore
+    argo: WorkflowController
     pools: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -194,6 +198,7 @@ def running_e2e(registry: str, step_image: str, runtime_image: str, folder: Path
             raise HarnessError(f"creating Argo's WorkflowTaskResult CRD: HTTP {status}: {answer}")
         stack.enter_context(ServiceRoute(network, cluster))
         install_tenant(cluster, profile)
+        argo = stack.enter_context(WorkflowController(cluster, folder / "argo"))
         store = ArtifactStore(network.address)
         threading.Thread(target=store.serve_forever, daemon=True).start()
         stack.callback(store.server_close)
@@ -220,6 +225,7 @@ def running_e2e(registry: str, step_image: str, runtime_image: str, folder: Path
             step_image=step_image,
             runtime_image=runtime_image,
             store=store,
+            argo=argo,
         )
 
 

@@ -172,7 +172,7 @@ build_network_policies() {
     rm -rf "$work"
 }
 
-build_e2e() {  # argoexec (Argo's own module), the kfp-launcher and kfp-driver STAND-INs and the fake GPU's device plugin (tests/e2e)
+build_e2e() {  # argoexec and workflow-controller (Argo's own module), the kfp-launcher and kfp-driver STAND-INs and the fake GPU's device plugin (tests/e2e)
     local out module version source scratch start=$SECONDS
     out="$(module_dir e2e)"
     if [[ -f "$out/.built" ]]; then
@@ -180,7 +180,7 @@ build_e2e() {  # argoexec (Argo's own module), the kfp-launcher and kfp-driver S
         return
     fi
     read -r module version < <(awk '$2 == "argoexec:" {print $3, $4}' "$here/e2e/go.mod")
-    echo "building argoexec $version, the KFP stand-ins and the fake device plugin (first time: many minutes) ..." >&2
+    echo "building argoexec and workflow-controller $version, the KFP stand-ins and the fake device plugin (first time: many minutes) ..." >&2
     mkdir -p "$out/bin.tmp"
     (cd "$here/e2e" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
         -o "$out/bin.tmp/kfp-launcher-standin" ./kfp-launcher-standin \
@@ -194,10 +194,13 @@ build_e2e() {  # argoexec (Argo's own module), the kfp-launcher and kfp-driver S
     cp "$scratch/workflow/executor/osspecific/signal_darwin.go" "$scratch/workflow/executor/osspecific/signal_linux.go"
     (cd "$scratch" && CGO_ENABLED=0 go build -trimpath \
         -ldflags "-s -w -X github.com/argoproj/argo-workflows/v4.version=$version" \
-        -o "$out/bin.tmp/argoexec" ./cmd/argoexec) >&2
+        -o "$out/bin.tmp/argoexec" ./cmd/argoexec \
+        && CGO_ENABLED=0 go build -trimpath \
+        -ldflags "-s -w -X github.com/argoproj/argo-workflows/v4.version=$version" \
+        -o "$out/bin.tmp/workflow-controller" ./cmd/workflow-controller) >&2
     rm -rf "$scratch"
     rm -rf "$out/bin" && mv "$out/bin.tmp" "$out/bin" && touch "$out/.built"
-    echo "built argoexec, the KFP stand-ins and the fake device plugin in $((SECONDS - start)) s: $out/bin" >&2
+    echo "built argoexec, workflow-controller, the KFP stand-ins and the fake device plugin in $((SECONDS - start)) s: $out/bin" >&2
     echo "$out"
 }
 

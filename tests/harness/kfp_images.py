@@ -45,7 +45,13 @@ HERE = Path(__file__).resolve().parent
 ARGOEXEC_IMAGE = "quay.io/argoproj/argoexec:v4.0.5"  # secureml.pods.argo.ARGOEXEC_IMAGE
 KFP_LAUNCHER_IMAGE = "ghcr.io/kubeflow/kfp-launcher:2.17.0"  # secureml.pods.preview
 KFP_DRIVER_IMAGE = "ghcr.io/kubeflow/kfp-driver:2.17.0"  # secureml.pods.preview
-BUILT = ("argoexec", "kfp-launcher-standin", "kfp-driver-standin", "fake-device-plugin")
+BUILT = (
+    "argoexec",
+    "workflow-controller",
+    "kfp-launcher-standin",
+    "kfp-driver-standin",
+    "fake-device-plugin",
+)
 NONROOT = "65532"  # the images' USER: KFP's init container sets runAsNonRoot without a uid
 
 CONTAINERFILES = {

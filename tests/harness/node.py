@@ -1171,9 +1171,12 @@ def running_cluster_with_node(**node_options: Any) -> Iterator[tuple[ControlPlan
 
 def down(directory: Path) -> list[str]:
     """Stop a control plane and node left running by `up` in `directory`."""
+    from .argo import down as argo_down  # argo.py imports this module
+
     directory = directory.resolve()
     node_dir = directory / "node"
     stopped: list[str] = trainer_down(directory / "trainer", directory)
+    stopped += argo_down(directory)
     state_path = node_dir / STATE_FILE
     if state_path.exists():
         state = json.loads(state_path.read_text())
@@ -1232,9 +1235,21 @@ def _main(argv: Iterator[str] | None = None) -> int:
     except HarnessError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    from .argo import up as argo_up  # argo.py imports this module
+
+    try:
+        argo = argo_up(cluster, node, directory)
+    except HarnessError as error:
+        print(f"error: {error}", file=sys.stderr)
+        down(directory)
+        return 1
     kubeconfig, where = os.path.relpath(cluster.kubeconfig), os.path.relpath(directory)
     print(f"kube-apiserver {cluster.url} ready in {cluster.started_in_s:.1f} s")
     print(f"node {node.name} Ready in {node.started_in_s:.1f} s; images: {node.registry}")
+    print(
+        f"Argo workflow-controller {argo.started_in_s:.1f} s (log: "
+        f"{os.path.relpath(argo.log_path)}); argoexec and the KFP STAND-INs mirrored"
+    )
     for name, reference in node.images.items():
         print(f"  {name}: {reference}")
     print(f"kubeconfig: {kubeconfig} (logs: {where}/*.log, {where}/node/*.log)")

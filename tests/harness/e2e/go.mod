@@ -4,8 +4,8 @@
 //   github.com/kubeflow/pipelines root module);
 // - fake-device-plugin: the fake NVIDIA GPU's resources on the kubelet's device-plugin API
 //   (k8s.io/kubelet at the node's version, so Go's build cache serves what the kubelet compiled).
-// build.sh also builds Argo's argoexec from Argo's own module, the version on the `argoexec` line
-// below (KFP 2.17's pin); no Argo source is kept here.
+// build.sh also builds Argo's argoexec and workflow-controller (tests/harness/argo.py) from Argo's
+// own module, the version on the `argoexec` line below (KFP 2.17's pin); no Argo source is kept here.
 //
 // argoexec: github.com/argoproj/argo-workflows/v4 v4.0.5
 module secureml.dev/tests/harness/e2e

@@ -1,0 +1,321 @@
+"""The reference pipeline through Argo's real workflow-controller, under the tenant's bundle.
+
+The Workflow KFP 2.17's API server would submit for pipelines/secure_finetune.py compiled for the
+e2e tenant (tests/harness/kfp_workflow.py) is created in the tenant's namespace; Argo's controller
+(tests/harness/argo.py) creates every pod, the drivers' (the kfp-driver STAND-IN, handing Argo the
+pod spec patch compile's preview computes) and the steps', through the API server with the bundle
+in force; the node runs them (tests/e2e/argo_run.py). Then:
+
+- the Workflow Succeeded, each step's pod was created by Argo (owned by the Workflow) and ran on
+  the node, and each step's audit record (from `main`'s log) is checked as tests/e2e/
+  test_steps_run.py checks it for the pods it creates itself;
+- preview = reality: each step pod Argo created against the pod `secureml.pods.preview` built for
+  that task (the tenant's MAP applied), field by field after the server's defaulting
+  (tests/cluster/admission.py `differences`), with exactly the values only the run knows filled
+  in (`RUN_VALUES`); any other difference fails;
+- a Workflow altered after compile (the step's image swapped, secureml's launcher removed, a GPU
+  request raised, an exec hook or probe added) is refused at admission: Argo cannot create the
+  pod, and the message Argo reports for the step's node and in the Workflow's status names the
+  rule.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from secureml.core import contract
+from secureml.pods.mutation.apply import apply_mutations
+from secureml.pods.preview import preview_driver_pods
+from tests.cluster import admission
+from tests.e2e import steps
+from tests.e2e.argo_run import POOLS, ArgoRun, run_reference
+from tests.e2e.environment import E2E, IDENTITY_REQUIRED
+
+pytestmark = [pytest.mark.node, pytest.mark.cluster]
+
+IDENTITY = "ok" if IDENTITY_REQUIRED else "skipped"
+GPU_STAGES = ("shim-claim", "preflight", "scrub-before", "shim", "scrub-after")
+
+
+@pytest.fixture(scope="module")
+def compiled(e2e: E2E, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return steps.compile_reference(
+        e2e.step_image, e2e.profile_path, tmp_path_factory.mktemp("compile")
+    )
+
+
+@pytest.fixture(scope="module")
+def preview(compiled: list[dict[str, Any]], e2e: E2E) -> dict[str, dict[str, Any]]:
+    """The step pods as the server should store them (the tenant's MAP applied)."""
+    return steps.previewed(compiled, e2e.profile)
+
+
+@pytest.fixture(scope="module")
+def argo_run(
+    e2e: E2E, compiled: list[dict[str, Any]], preview: dict[str, dict[str, Any]]
+) -> ArgoRun:
+    """One run, named as the preview names its Workflow, so Argo names the pods as the
+    preview does."""
+    name = next(iter(preview.values()))["metadata"]["labels"]["workflows.argoproj.io/workflow"]
+    run = run_reference(e2e, compiled, name=name)
+    print(f"\nthe Workflow {run.phase} in {run.seconds:.1f} s")
+    for task, pod in run.steps.items():
+        print(f"{task}: pod {pod['metadata']['name']} {pod['status']['phase']}")
+    return run
+
+
+def _explain(run: ArgoRun, task: str) -> str:
+    pod = run.steps.get(task, {})
+    states = steps.container_states(pod) if pod else {}
+    return (run.explain() + "\n" + json.dumps({"states": states, "logs": run.logs.get(task)}))[
+        -6000:
+    ]
+
+
+def test_the_workflow_succeeds_with_every_step_pod_created_by_argo(
+    e2e: E2E, argo_run: ArgoRun
+) -> None:
+    assert argo_run.phase == "Succeeded", argo_run.explain()
+    assert sorted(argo_run.steps) == ["evaluate", "prep", "train"], argo_run.explain()
+    uid = argo_run.workflow["metadata"]["uid"]
+    for task, pod in argo_run.steps.items():
+        assert pod["status"]["phase"] == "Succeeded", _explain(argo_run, task)
+        assert pod["spec"]["nodeName"] == e2e.node.name
+        (owner,) = pod["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == ("Workflow", uid, True)
+    # the root DAG's driver and one per step, the kfp-driver STAND-IN under Argo
+    drivers = {name.rsplit(".", 1)[-1] for name in argo_run.drivers}
+    assert drivers == {"root-driver", "prep-driver", "train-driver", "evaluate-driver"}, drivers
+    assert {p["status"]["phase"] for p in argo_run.drivers.values()} == {"Succeeded"}
+
+
+@pytest.mark.parametrize("task", ["prep", "train", "evaluate"])
+def test_each_step_audit_record(
+    e2e: E2E, argo_run: ArgoRun, preview: dict[str, dict[str, Any]], task: str
+) -> None:
+    assert task in argo_run.steps, argo_run.explain()
+    record = steps.audit_record(argo_run.logs[task]["main"])
+    annotations = preview[task]["metadata"]["annotations"]
+    assert record["expected_spiffe_id"] == annotations[contract.ANNOTATION_SPIFFE_ID]
+    assert record["image_digest"] == annotations[contract.ANNOTATION_IMAGE_DIGEST]
+    assert record["exit_code"] == 0, record
+    stages = {stage["name"]: stage["status"] for stage in record["stages"]}
+    print(f"{task}: audit stages {stages}")
+    assert stages["identity"] == IDENTITY, record["stages"]
+    assert stages["config"] == stages["run"] == "ok", record["stages"]
+    if task == "prep":  # no GPU
+        assert {stages[name] for name in GPU_STAGES} == {"skipped"}, record["stages"]
+        run_id = argo_run.steps[task]["metadata"]["labels"]["pipeline/runid"]
+        key = f"{steps.run_root(run_id).removeprefix('minio://')}/prep/dataset"
+        assert len(json.loads(e2e.store.objects[key])) == steps.ROWS  # the launcher stand-in
+    else:
+        assert stages["preflight"] == stages["scrub-before"] == stages["scrub-after"] == "ok"
+        shim = "ok" if task == "evaluate" else "skipped"  # the time-sliced share runs under it
+        assert stages["shim-claim"] == stages["shim"] == shim, record["stages"]
+
+
+# What only the run knows, which the preview cannot: the Workflow's UID (Argo's executor gets
+# it as ARGO_WORKFLOW_UID; the preview shows the run id there, which KFP puts where the compiled
+# Workflow says {{workflow.uid}}), the owner reference Argo sets, and Argo's own bookkeeping once
+# the step is done (the `completed` label). ARGO_TEMPLATE is the whole template as JSON, which
+# secureml.pods.argo abbreviates to the template's name (checked: the name is the same).
+WORKFLOW_UID_ENV = "ARGO_WORKFLOW_UID"
+TEMPLATE_ENV = "ARGO_TEMPLATE"
+COMPLETED = "workflows.argoproj.io/completed"
+BOUND = (".spec.nodeName:",)  # the scheduler's binding
+
+
+def _env(pod: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for container in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]:
+        yield from container.get("env", [])
+
+
+def _with_run_values(expected: dict[str, Any], created: dict[str, Any]) -> dict[str, Any]:
+    """The preview with what only the run knows taken from the pod Argo created."""
+    expected = copy.deepcopy(expected)
+    uid = created["metadata"]["ownerReferences"][0]["uid"]
+    for item in _env(expected):
+        if item["name"] == WORKFLOW_UID_ENV:
+            item["value"] = uid
+    templates = {
+        item["name"]: item["value"] for item in _env(created) if item["name"] == TEMPLATE_ENV
+    }
+    for item in _env(expected):
+        if item["name"] == TEMPLATE_ENV:
+            assert json.loads(templates[TEMPLATE_ENV])["name"] == json.loads(item["value"])["name"]
+            item["value"] = templates[TEMPLATE_ENV]
+    expected["metadata"]["labels"][COMPLETED] = created["metadata"]["labels"][COMPLETED]
+    expected["metadata"]["ownerReferences"] = created["metadata"]["ownerReferences"]
+    return expected
+
+
+@pytest.mark.parametrize("task", ["prep", "train", "evaluate"])
+def test_the_pod_argo_created_is_the_preview(
+    argo_run: ArgoRun, preview: dict[str, dict[str, Any]], task: str
+) -> None:
+    """Preview = reality: the step's pod as the real controller created it and the server
+    stored it (defaulting, ServiceAccount admission, the tenant's MAP) against the preview of
+    that task with the run's values filled in. Any other difference fails."""
+    assert task in argo_run.steps, argo_run.explain()
+    created = argo_run.steps[task]
+    expected = steps.as_run(preview[task], argo_run.values[task])
+    assert created["metadata"]["name"] == expected["metadata"]["name"]
+    found = admission.differences(_with_run_values(expected, created), created)
+    assert [d for d in found if not d.startswith(BOUND)] == [], found
+
+
+PLACEHOLDER = re.compile(r"^<[a-z_]+>$")
+
+
+def test_the_driver_pods_argo_created_are_the_preview(argo_run: ArgoRun, e2e: E2E) -> None:
+    """The drivers' pods (the kfp-driver STAND-IN's image in KFP's driver templates) against
+    `preview_driver_pods`: the preview shows what KFP fills in per run as `<name>` (run id and
+    name, create time, the DAG's execution id, the task's component, task, container and
+    kubernetes config) and no display name; those are taken from the pod Argo created (the run
+    id and name checked), the rest must be equal."""
+    previewed = preview_driver_pods(argo_run.workflow_docs, e2e.profile)
+    assert sorted(previewed) == sorted(n.rsplit(".", 1)[-1] for n in argo_run.drivers)
+    for node, created in argo_run.drivers.items():
+        expected = apply_mutations(previewed[node.rsplit(".", 1)[-1]], e2e.profile)
+        main = next(c for c in expected["spec"]["containers"] if c["name"] == "main")
+        real = next(c for c in created["spec"]["containers"] if c["name"] == "main")["args"]
+        for index, arg in enumerate(main["args"]):
+            if PLACEHOLDER.match(arg) or main["args"][index - 1] == "--run_display_name":
+                main["args"][index] = real[index]
+        given = dict(zip(real[::2], real[1::2], strict=False))
+        assert given["--run_id"] == created["metadata"]["labels"]["pipeline/runid"]
+        assert given["--run_name"] == argo_run.workflow["metadata"]["name"]
+        found = admission.differences(_with_run_values(expected, created), created)
+        assert [d for d in found if not d.startswith(BOUND)] == [], (node, found)
+
+
+# --- a Workflow altered after compile ---------------------------------------------------------
+
+
+def _impl_templates(workflow: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for template in workflow["spec"]["templates"]:
+        if template["name"].endswith("system-container-impl"):
+            yield template
+
+
+def _patched(patches: dict[str, str], task: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    patch = json.loads(patches[task])
+    main = next(c for c in patch["containers"] if c["name"] == contract.KFP_MAIN_CONTAINER)
+    return patch, main
+
+
+def _swap_image(workflow: dict[str, Any], patches: dict[str, str]) -> None:
+    """prep's image swapped for another of the allowed registry (the runtime image's digest):
+    in the Workflow's container argument of prep's driver, and so in what KFP's driver computes
+    from it."""
+    image = _RUNTIME_IMAGE[0]
+    (root,) = [t for t in workflow["spec"]["templates"] if t["name"] == "root"]
+    (driver,) = [t for t in root["dag"]["tasks"] if t["name"] == "prep-driver"]
+    (container,) = [p for p in driver["arguments"]["parameters"] if p["name"] == "container"]
+    name = container["value"].removeprefix("{{workflow.parameters.").removesuffix("}}")
+    (parameter,) = [p for p in workflow["spec"]["arguments"]["parameters"] if p["name"] == name]
+    parameter["value"] = json.dumps({**json.loads(parameter["value"]), "image": image})
+    patch, main = _patched(patches, "prep")
+    main["image"] = image
+    patches["prep"] = json.dumps(patch)
+
+
+def _remove_launcher(workflow: dict[str, Any], patches: dict[str, str]) -> None:
+    """prep's command without secureml's launcher in front of the step."""
+    patch, main = _patched(patches, "prep")
+    prefix = list(contract.RUNTIME_LAUNCHER_PREFIX)
+    assert main["args"][: len(prefix)] == prefix, main["args"][:4]
+    main["args"] = main["args"][len(prefix) :]
+    patches["prep"] = json.dumps(patch)
+
+
+def _raise_gpu(workflow: dict[str, Any], patches: dict[str, str]) -> None:
+    """evaluate's time-sliced share raised from one share to two."""
+    patch, main = _patched(patches, "evaluate")
+    limits = main["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu.shared": "1"}, limits
+    limits["nvidia.com/gpu.shared"] = "2"
+    patches["evaluate"] = json.dumps(patch)
+
+
+def _add_hook(workflow: dict[str, Any], patches: dict[str, str]) -> None:
+    """A postStart exec hook on every step's main container (the Workflow's template)."""
+    for template in _impl_templates(workflow):
+        template["container"]["lifecycle"] = {"postStart": {"exec": {"command": ["/bin/true"]}}}
+
+
+def _add_probe(workflow: dict[str, Any], patches: dict[str, str]) -> None:
+    """An exec liveness probe on every step's main container (the Workflow's template)."""
+    for template in _impl_templates(workflow):
+        template["container"]["livenessProbe"] = {"exec": {"command": ["/bin/true"]}}
+
+
+_RUNTIME_IMAGE: list[str] = []  # the session's runtime image, set by the fixture below
+ALTERATIONS = {  # the change, the step it hits, the rule the refusal names
+    "image-swapped": (_swap_image, "prep", "secureml.launcherEnv"),  # SECUREML_IMAGE: compile's
+    "launcher-removed": (_remove_launcher, "prep", "secureml.launcherArgv"),
+    "gpu-raised": (_raise_gpu, "evaluate", "secureml.timeSliceCount"),
+    "hook-added": (_add_hook, "prep", "secureml.noExecHandlers"),
+    "probe-added": (_add_probe, "prep", "secureml.noExecHandlers"),
+}
+
+
+@pytest.fixture(scope="module")
+def altered_runs(e2e: E2E, compiled: list[dict[str, Any]]) -> dict[str, ArgoRun]:
+    """Each alteration as a Workflow of its own, after the unaltered run."""
+    _RUNTIME_IMAGE[:] = [e2e.runtime_image]
+    with ThreadPoolExecutor(max_workers=len(ALTERATIONS)) as pool:  # at once: one node, pool {}
+        futures = {
+            alteration: pool.submit(
+                run_reference,
+                e2e,
+                compiled,
+                name=f"altered-{alteration}",
+                alter=change,
+                timeout_s=300.0,
+                logs=False,
+            )  # fmt: skip
+            for alteration, (change, _, _) in ALTERATIONS.items()
+        }
+        return {alteration: future.result() for alteration, future in futures.items()}
+
+
+@pytest.mark.parametrize("alteration", sorted(ALTERATIONS))
+def test_an_altered_workflow_is_refused_naming_the_rule(
+    e2e: E2E, altered_runs: dict[str, ArgoRun], alteration: str
+) -> None:
+    """Argo could not create the step's pod: its node is in Error with the server's refusal,
+    which names the rule, as does the Workflow's Warning event (what `kubectl describe` and
+    `argo get` show); the Workflow ends in Error, every step before it Succeeded."""
+    _, task, rule = ALTERATIONS[alteration]
+    run = altered_runs[alteration]
+    assert run.phase == "Error", run.explain()
+    assert task not in run.steps, f"Argo created {task}'s pod: {run.explain()}"
+    nodes = run.workflow["status"]["nodes"].values()
+    (node,) = [n for n in nodes if n["name"].endswith(f".root.{task}.executor")]
+    assert node["phase"] == "Error", node
+    assert "is forbidden: ValidatingAdmissionPolicy" in node["message"], node["message"]
+    assert f"denied request: {rule}:" in node["message"], node["message"]
+    for before in list(POOLS)[: list(POOLS).index(task)]:
+        assert run.steps[before]["status"]["phase"] == "Succeeded", run.explain()
+    name = run.workflow["metadata"]["name"]
+    deadline = time.monotonic() + 30  # Argo records its events a moment after the status
+    while True:
+        status, events = e2e.cluster.request(
+            "GET",
+            f"/api/v1/namespaces/{e2e.namespace}/events?fieldSelector=involvedObject.name%3D{name}",
+        )
+        assert status == 200, events
+        errors = [e["message"] for e in events["items"] if e["reason"] == "WorkflowNodeError"]
+        if errors or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert any(rule in message for message in errors), errors

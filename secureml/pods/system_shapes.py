@@ -123,7 +123,7 @@ SECURITY_CONTEXT: dict[str, SecurityValue] = {
 CAPABILITIES_DROP = ("ALL",)  # capabilities: exactly `drop: [ALL]`, no `add`
 SECCOMP_TYPE = "RuntimeDefault"  # seccompProfile: exactly `type: RuntimeDefault`
 
-EnvKind = Literal["free", "exact", "one_of", "own_name", "field_ref", "template"]
+EnvKind = Literal["free", "exact", "one_of", "own_name", "field_ref", "template", "empty"]
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,9 @@ ARGO_EXECUTOR_ENV = (
     Env("ARGO_WORKFLOW_NAME", "free"),
     Env("ARGO_WORKFLOW_UID", "free"),
 )
+# `addArtifactPlugins`: the wait container's artifact plugins, none for KFP (an empty value, which
+# the stored pod leaves out); seen on the pods Argo's real controller creates (tests/e2e).
+ARGO_WAIT_ENV = (Env("ARGO_ARTIFACT_PLUGIN_NAMES", "empty"),)
 # `createWorkflowPod`: every container's (progress reporting on, as Argo's default).
 ARGO_CONTAINER_ENV = (
     Env("ARGO_CONTAINER_NAME", "own_name"),
@@ -310,7 +313,7 @@ SHAPES = (
         ("containers",),
         contract.ARGOEXEC_REPOSITORY,
         ARGO_VERSIONS,
-        (*ARGO_EXECUTOR_ENV, *ARGO_CONTAINER_ENV),
+        (*ARGO_EXECUTOR_ENV, *ARGO_CONTAINER_ENV, *ARGO_WAIT_ENV),
         (VAR_RUN, Mount(TMP_DIR_ARGO, "/tmp", "digits")),
         mirrors_main=True,
         description="Argo's wait",

@@ -74,6 +74,8 @@ def _env_value(env: Env, var: str) -> str:
         )
     if env.kind == "own_name":
         return f"({plain} && has(e.value) && e.value == {var}.name)"
+    if env.kind == "empty":
+        return f"({plain} && (!has(e.value) || e.value == ''))"
     if env.kind == "template":
         return f"({plain} && has(e.value) && e.value.matches({quote(argo_template_pattern())}))"
     return f"({plain} && has(e.value) && e.value in {string_list(env.values)})"

@@ -41,9 +41,6 @@ except under CI=true, where it fails; a start failure once everything is there f
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -58,6 +55,7 @@ from harness.argo import WorkflowController
 from harness.cluster_dns import CLUSTER_DNS_IP
 from harness.controlplane import ControlPlane, HarnessError
 from harness.fake_gpu_plugin import FakeGpuPlugins
+from harness.go_modules import module_dir
 from harness.kubernetes_service import ServiceRoute
 from harness.node import Node, NodeNetwork
 from harness.node import _request as node_request
@@ -157,17 +155,7 @@ def _profile(folder: Path, registry: str, runtime_image: str) -> Path:
 
 
 def _argo_crd() -> dict[str, Any]:
-    done = subprocess.run(
-        ["go", "mod", "download", "-json", ARGO_MODULE],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "GOFLAGS": ""},
-        cwd="/",
-    )
-    if done.returncode != 0:
-        raise HarnessError(f"go mod download {ARGO_MODULE}: {done.stderr.strip()}")
-    folder = Path(json.loads(done.stdout)["Dir"])
+    folder = module_dir(ARGO_MODULE)
     return dict(yaml.safe_load((folder / ARGO_TASK_RESULT_CRD).read_text()))
 
 

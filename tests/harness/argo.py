@@ -32,7 +32,6 @@ executor/emissary/executor-role.yaml`).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -48,6 +47,7 @@ import yaml
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from .controlplane import ControlPlane, HarnessError, _ours, _terminate
+from .go_modules import module_dir
 from .kfp_images import ARGOEXEC_IMAGE, binaries, mirror_kfp_registries, push_kfp_images
 from .kubernetes_service import ServiceRoute
 from .node import Node, _kubeconfig, _sign
@@ -95,20 +95,9 @@ def _killed_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-@functools.cache
 def module_folder() -> Path:
     """Argo's module in the Go module cache (downloaded through the module proxy if absent)."""
-    done = subprocess.run(
-        ["go", "mod", "download", "-json", MODULE],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "GOFLAGS": ""},
-        cwd="/",
-    )
-    if done.returncode != 0:
-        raise HarnessError(f"go mod download {MODULE}: {done.stderr.strip()}")
-    return Path(json.loads(done.stdout)["Dir"])
+    return module_dir(MODULE)
 
 
 def manifests(relative: str) -> list[dict[str, Any]]:

@@ -56,6 +56,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from . import controlplane
 from .controlplane import ControlPlane, HarnessError
+from .go_modules import module_dir
 
 HERE = Path(__file__).resolve().parent
 TRAINER_MODULE = "github.com/kubeflow/trainer/v2@v2.3.0"
@@ -115,21 +116,6 @@ def binaries() -> Path:
             f"tests/harness/build.sh trainer failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
         )
     return Path(done.stdout.strip().splitlines()[-1]) / "bin"
-
-
-def module_dir(module: str) -> Path:
-    """The module's folder in the Go module cache (downloaded through the proxy if absent)."""
-    done = subprocess.run(
-        ["go", "mod", "download", "-json", module],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "GOFLAGS": ""},
-        cwd="/",
-    )
-    if done.returncode != 0:
-        raise HarnessError(f"go mod download {module}: {done.stderr.strip()}")
-    return Path(json.loads(done.stdout)["Dir"])
 
 
 def _documents(path: Path) -> list[dict[str, Any]]:

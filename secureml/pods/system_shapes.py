@@ -165,7 +165,7 @@ KFP_POD_ENV = (
 ARGO_TEMPLATE_ENV = Env("ARGO_TEMPLATE", "template")
 
 # The keys of the JSON of KFP 2.17.0's executor templates (`system-container-impl`, with its
-# metadata, retry and volume variants) as Argo writes it into ARGO_TEMPLATE (inputs.parameters
+# metadata, retry and volume variants) and driver templates as Argo writes it into ARGO_TEMPLATE (inputs.parameters
 # cleared); a map key of labels, annotations, resources or node selectors passes when it holds a
 # `/` or `.` (no field of Argo's template types does), or is a native resource name.
 ARGO_TEMPLATE_KEYS = (
@@ -185,6 +185,10 @@ ARGO_TEMPLATE_KEYS = (
     "nodeSelector",
     "tolerations",
     "parameters",
+    # Parameter and ValueFrom of the driver templates (`system-container-driver`,
+    # `system-dag-driver`): an input's default, an output read from a file with its default (seen
+    # in the driver pods Argo's real controller creates, tests/e2e/test_argo_run.py)
+    "default",
     # RetryStrategy
     "limit",
     "retryPolicy",

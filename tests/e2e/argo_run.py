@@ -144,6 +144,16 @@ def _pods(e2e: E2E, namespace: str, workflow: str) -> list[dict[str, Any]]:
     return [{"apiVersion": "v1", "kind": "Pod", **pod} for pod in answer["items"]]  # as a GET
 
 
+def delete_run(e2e: E2E, name: str, namespace: str | None = None) -> None:
+    """Delete Workflow `name` and its pods: the other e2e modules of the session create pods
+    under the names the preview gives, which are the names Argo gave this run's."""
+    namespace = namespace or e2e.namespace
+    e2e.cluster.request(
+        "DELETE", f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows/{name}"
+    )
+    _delete_pods(e2e, namespace, name)
+
+
 def _delete_pods(e2e: E2E, namespace: str, workflow: str) -> None:
     for pod in _pods(e2e, namespace, workflow):
         e2e.cluster.request(

@@ -36,7 +36,7 @@ from secureml.pods.mutation.apply import apply_mutations
 from secureml.pods.preview import preview_driver_pods
 from tests.cluster import admission
 from tests.e2e import steps
-from tests.e2e.argo_run import POOLS, ArgoRun, run_reference
+from tests.e2e.argo_run import POOLS, ArgoRun, delete_run, run_reference
 from tests.e2e.environment import E2E, IDENTITY_REQUIRED
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
@@ -61,15 +61,16 @@ def preview(compiled: list[dict[str, Any]], e2e: E2E) -> dict[str, dict[str, Any
 @pytest.fixture(scope="module")
 def argo_run(
     e2e: E2E, compiled: list[dict[str, Any]], preview: dict[str, dict[str, Any]]
-) -> ArgoRun:
+) -> Iterator[ArgoRun]:
     """One run, named as the preview names its Workflow, so Argo names the pods as the
-    preview does."""
+    preview does; deleted with its pods after the module (test_steps_run uses those names)."""
     name = next(iter(preview.values()))["metadata"]["labels"]["workflows.argoproj.io/workflow"]
     run = run_reference(e2e, compiled, name=name)
     print(f"\nthe Workflow {run.phase} in {run.seconds:.1f} s")
     for task, pod in run.steps.items():
         print(f"{task}: pod {pod['metadata']['name']} {pod['status']['phase']}")
-    return run
+    yield run
+    delete_run(e2e, name)
 
 
 def _explain(run: ArgoRun, task: str) -> str:

@@ -40,7 +40,6 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
@@ -51,6 +50,7 @@ from .go_modules import module_dir
 from .kfp_images import ARGOEXEC_IMAGE, binaries, mirror_kfp_registries, push_kfp_images
 from .kubernetes_service import ServiceRoute
 from .node import Node, _kubeconfig, _sign
+from .service import Service
 
 MODULE = "github.com/argoproj/argo-workflows/v4@v4.0.5"
 # Where KFP's manifests deploy Argo's controller, and its account: the creator of step pods that a
@@ -115,7 +115,7 @@ def controller_binary() -> Path:
     return binary
 
 
-class WorkflowController:
+class WorkflowController(Service):
     """Argo's workflow-controller for `cluster`; its files (kubeconfig, log) in `directory`."""
 
     def __init__(self, cluster: ControlPlane, directory: Path | None = None) -> None:
@@ -137,18 +137,6 @@ class WorkflowController:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     # --- lifecycle --------------------------------------------------------------------------
-
-    def __enter__(self) -> WorkflowController:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self, *, detach: bool = False, timeout_s: float = 60.0, route: str = "") -> None:
         """Install Argo's objects, start the controller, wait until it watches Workflows.

@@ -17,11 +17,11 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from .controlplane import ControlPlane, HarnessError
 from .node import NodeNetwork
+from .service import Service
 
 CLUSTER_DNS_IP = "10.96.0.10"  # kubeadm's choice in the 10.96.0.0/12 range; ours is 10.96.0.0/16
 NAMESPACE = "kube-system"
@@ -117,25 +117,13 @@ def _objects(image: str) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-class ClusterDNS:
+class ClusterDNS(Service):
     def __init__(self, cluster: ControlPlane, network: NodeNetwork, image: str) -> None:
         self.cluster = cluster
         self.network = network
         self.image = image
         self.table = f"secureml_dns_{network.slot}"
         self.pod_ip = ""
-
-    def __enter__(self) -> ClusterDNS:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self, timeout_s: float = 120.0) -> None:
         for path, body in _objects(self.image):

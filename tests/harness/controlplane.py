@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime
-import fcntl
 import http.client
 import ipaddress
 import json
@@ -51,7 +50,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache, partial
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
@@ -59,6 +57,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from .built import HarnessError, built
+from .service import Service
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -92,10 +93,6 @@ STATE_FILE = "controlplane.json"
 _CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
-class HarnessError(RuntimeError):
-    """The control plane could not be built or started; the message says what to look at."""
-
-
 # The versions built by tests/harness/build.sh: module folder, and the kube-apiserver flags that
 # version needs for MutatingAdmissionPolicy (beta in 1.34, behind its feature gate and API group).
 VERSIONS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -112,40 +109,8 @@ VERSIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def binaries(version: str = "1.36") -> Path:
     """The folder holding PROGRAMS: SECUREML_HARNESS_BIN, else build.sh's cache."""
-    module = VERSIONS[version][0]
     override = os.environ.get("SECUREML_HARNESS_BIN") if version == "1.36" else None
-    if override:
-        folder = Path(override)
-    else:
-        if shutil.which("go") is None:
-            raise HarnessError(
-                "the test control plane is built from source with Go (1.26 or newer) and 'go' is "
-                "not on PATH; install Go or point SECUREML_HARNESS_BIN at a folder holding "
-                f"{', '.join(PROGRAMS)}"
-            )
-        # One build at a time per machine (xdist workers start their fixtures together).
-        lock_path = Path(
-            os.environ.get("SECUREML_HARNESS_CACHE", Path.home() / ".cache/secureml/harness")
-        )
-        lock_path.mkdir(parents=True, exist_ok=True)
-        with (lock_path / f".{module}.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            done = subprocess.run(
-                [str(HERE / "build.sh"), module],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-        if done.returncode != 0:
-            raise HarnessError(
-                f"tests/harness/build.sh {module} failed (exit {done.returncode}):\n"
-                f"{done.stderr[-4000:]}"
-            )
-        folder = Path(done.stdout.strip().splitlines()[-1]) / "bin"
-    for name in PROGRAMS:
-        if not os.access(folder / name, os.X_OK):
-            raise HarnessError(f"{folder / name} is missing or not executable")
-    return folder
+    return built(VERSIONS[version][0], PROGRAMS, override=override)
 
 
 def _free_port(address: str = "127.0.0.1") -> int:
@@ -266,7 +231,7 @@ def _write_pki(folder: Path, address: str = "127.0.0.1") -> None:
         (folder / name).chmod(0o600)
 
 
-class ControlPlane:
+class ControlPlane(Service):
     """etcd + kube-apiserver on loopback; `with ControlPlane() as cluster: ...`.
 
     `directory` holds the PKI, the kubeconfig, etcd's data and both logs; a temporary folder (on
@@ -404,18 +369,6 @@ class ControlPlane:
         self._create(f"/api/v1/namespaces/{namespace}/serviceaccounts", account)
 
     # --- lifecycle --------------------------------------------------------------------------
-
-    def __enter__(self) -> ControlPlane:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self, *, detach: bool = False, timeout_s: float = 90.0) -> None:
         """Start etcd and kube-apiserver and wait until the server is ready with every CRD.

@@ -38,6 +38,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .built import built
 from .controlplane import HarnessError
 from .node import Node
 
@@ -98,22 +99,7 @@ def _cache() -> Path:
 
 def binaries() -> Path:
     """The folder holding BUILT (`build.sh e2e`, built once per machine)."""
-    if shutil.which("go") is None:
-        raise HarnessError("argoexec and the KFP stand-ins are built with Go: not on PATH")
-    with (_cache() / ".e2e.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = subprocess.run(
-            [str(HERE / "build.sh"), "e2e"], capture_output=True, text=True, check=False
-        )
-    if done.returncode != 0:
-        raise HarnessError(
-            f"tests/harness/build.sh e2e failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
-        )
-    folder = Path(done.stdout.strip().splitlines()[-1]) / "bin"
-    for name in BUILT:
-        if not os.access(folder / name, os.X_OK):
-            raise HarnessError(f"{folder / name} is missing or not executable")
-    return folder
+    return built("e2e", BUILT)
 
 
 def upstream_path(image: str) -> str:

@@ -81,6 +81,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from .built import built
 from .controlplane import (
     CRDS,
     ControlPlane,
@@ -97,6 +98,7 @@ from .controlplane import (
 )
 from .node_identity import NodeIdentity, agent_image_files
 from .node_netpol import NodeNetworkPolicies
+from .service import Service
 from .trainer_controllers import TrainerControllers
 from .trainer_controllers import down as trainer_down
 
@@ -145,44 +147,12 @@ TOLERATIONS = [{"operator": "Equal", **taint} for taint in TAINTS]
 
 def binaries() -> Path:
     """The folder holding BUILT: SECUREML_NODE_BIN, else build.sh's cache (built if absent)."""
-    override = os.environ.get("SECUREML_NODE_BIN")
-    return _built("node", BUILT, Path(override) if override else None)
+    return built("node", BUILT, override=os.environ.get("SECUREML_NODE_BIN"))
 
 
 def module_binaries(module: str) -> Path:
     """The folder of one of MODULES (built by build.sh if absent)."""
-    return _built(module, MODULES[module], None)
-
-
-def _built(module: str, names: tuple[str, ...], override: Path | None) -> Path:
-    if override is not None:
-        folder = override
-    else:
-        if shutil.which("go") is None:
-            raise HarnessError(
-                "the test node's kubelet is built from source with Go (1.26 or newer) and 'go' is "
-                "not on PATH; install Go or point SECUREML_NODE_BIN at a folder holding "
-                f"{', '.join(BUILT)}"
-            )
-        cache = Path(
-            os.environ.get("SECUREML_HARNESS_CACHE", Path.home() / ".cache/secureml/harness")
-        )
-        cache.mkdir(parents=True, exist_ok=True)
-        with (cache / f".{module}.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            done = subprocess.run(
-                [str(HERE / "build.sh"), module], capture_output=True, text=True, check=False
-            )
-        if done.returncode != 0:
-            raise HarnessError(
-                f"tests/harness/build.sh {module} failed (exit {done.returncode}):\n"
-                f"{done.stderr[-4000:]}"
-            )
-        folder = Path(done.stdout.strip().splitlines()[-1]) / "bin"
-    for name in names:
-        if not os.access(folder / name, os.X_OK):
-            raise HarnessError(f"{folder / name} is missing or not executable")
-    return folder
+    return built(module, MODULES[module])
 
 
 def missing_requirements() -> list[str]:
@@ -478,7 +448,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class Node:
+class Node(Service):
     """containerd, a kubelet and kube-scheduler for `cluster`, on `network`'s slot.
 
     `directory` holds every program's config, state and log (`<program>.log`), the kubelet's pod
@@ -590,18 +560,6 @@ class Node:
         )
 
     # --- lifecycle --------------------------------------------------------------------------
-
-    def __enter__(self) -> Node:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self, *, detach: bool = False, timeout_s: float = 120.0) -> None:
         began = time.monotonic()

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from .controlplane import CRDS, HarnessError
+from .spire import server_config
 
 if TYPE_CHECKING:
     from .node import Node
@@ -312,42 +313,15 @@ class NodeIdentity:
 
         self.port = _free_port()
         data = self.folder / "server"
-        config = f"""
-server {{
-    bind_address = "127.0.0.1"
-    bind_port = "{self.port}"
-    socket_path = "{self.server_socket}"
-    trust_domain = "{TRUST_DOMAIN}"
-    data_dir = "{data}"
-    log_level = "INFO"
-    ca_ttl = "24h"
-    default_x509_svid_ttl = "1h"
-    experimental {{
-        cache_reload_interval = "500ms"
-    }}
-}}
-plugins {{
-    DataStore "sql" {{
-        plugin_data {{
-            database_type = "sqlite3"
-            connection_string = "{data}/datastore.sqlite3"
-        }}
-    }}
-    KeyManager "memory" {{
-        plugin_data {{}}
-    }}
-    NodeAttestor "k8s_psat" {{
-        plugin_data {{
+        psat = f"""
             clusters = {{
                 "{CLUSTER_NAME}" = {{
                     service_account_allow_list = ["{SYSTEM_NAMESPACE}:spire-agent"]
                     kube_config_file = "{self.node.cluster.kubeconfig}"
                 }}
             }}
-        }}
-    }}
-}}
-"""
+        """
+        config = server_config(self.port, self.server_socket, TRUST_DOMAIN, data, "k8s_psat", psat)
         (data / "server.conf").write_text(config)
         self.node._spawn(
             "spire-server",

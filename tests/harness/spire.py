@@ -27,9 +27,47 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from .built import HarnessError, built
+
 HARNESS = Path(__file__).resolve().parent
 TRUST_DOMAIN = "acme.example"
 READY_TIMEOUT_S = 60.0
+
+
+def server_config(
+    port: int, socket_path: Path, trust_domain: str, data: Path, attestor: str, attestor_data: str
+) -> str:
+    """A spire-server's configuration: in-memory keys, SQLite, one node attestor (`attestor`,
+    with `attestor_data` inside its `plugin_data`)."""
+    return f"""
+server {{
+    bind_address = "127.0.0.1"
+    bind_port = "{port}"
+    socket_path = "{socket_path}"
+    trust_domain = "{trust_domain}"
+    data_dir = "{data}"
+    log_level = "INFO"
+    ca_ttl = "24h"
+    default_x509_svid_ttl = "1h"
+    experimental {{
+        cache_reload_interval = "500ms"
+    }}
+}}
+plugins {{
+    DataStore "sql" {{
+        plugin_data {{
+            database_type = "sqlite3"
+            connection_string = "{data}/datastore.sqlite3"
+        }}
+    }}
+    KeyManager "memory" {{
+        plugin_data {{}}
+    }}
+    NodeAttestor "{attestor}" {{
+        plugin_data {{{attestor_data}}}
+    }}
+}}
+"""
 
 
 class SpireError(RuntimeError):
@@ -38,16 +76,10 @@ class SpireError(RuntimeError):
 
 def build_spire() -> Path:
     """The folder holding spire-server and spire-agent (built once per machine by build.sh)."""
-    if shutil.which("go") is None:
-        raise SpireError(
-            "the test SPIRE is built from source with Go (1.26 or newer) and 'go' is not on PATH"
-        )
-    proc = subprocess.run(
-        [str(HARNESS / "build.sh"), "spire"], capture_output=True, text=True, check=False
-    )
-    if proc.returncode != 0:
-        raise SpireError(f"tests/harness/build.sh spire failed:\n{proc.stderr}")
-    return Path(proc.stdout.strip().splitlines()[-1]) / "bin"
+    try:
+        return built("spire", ("spire-server", "spire-agent"))
+    except HarnessError as error:
+        raise SpireError(str(error)) from error
 
 
 def _free_port() -> int:
@@ -200,36 +232,14 @@ class Spire:
     # -- internals -------------------------------------------------------------------------------
 
     def _server_config(self) -> str:
-        data = self.root / "server"
-        return f"""
-server {{
-    bind_address = "127.0.0.1"
-    bind_port = "{self._port}"
-    socket_path = "{self.server_socket}"
-    trust_domain = "{self.trust_domain}"
-    data_dir = "{data}"
-    log_level = "INFO"
-    ca_ttl = "24h"
-    default_x509_svid_ttl = "1h"
-    experimental {{
-        cache_reload_interval = "500ms"
-    }}
-}}
-plugins {{
-    DataStore "sql" {{
-        plugin_data {{
-            database_type = "sqlite3"
-            connection_string = "{data}/datastore.sqlite3"
-        }}
-    }}
-    KeyManager "memory" {{
-        plugin_data {{}}
-    }}
-    NodeAttestor "join_token" {{
-        plugin_data {{}}
-    }}
-}}
-"""
+        return server_config(
+            self._port,
+            self.server_socket,
+            self.trust_domain,
+            self.root / "server",
+            "join_token",
+            "",
+        )
 
     def _agent_config(self) -> str:
         data = self.root / "agent"

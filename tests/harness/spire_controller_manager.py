@@ -20,22 +20,20 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.spire import HARNESS, Spire, SpireError, _die_with_parent
+from harness.built import HarnessError, built
+from harness.spire import Spire, SpireError, _die_with_parent
 
 CLUSTER_NAME = "secureml-test"
 
 
 def build_controller_manager() -> Path:
     """The spire-controller-manager binary (built once per machine by build.sh)."""
-    proc = subprocess.run(
-        [str(HARNESS / "build.sh"), "spire-controller-manager"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise SpireError(f"tests/harness/build.sh spire-controller-manager failed:\n{proc.stderr}")
-    return Path(proc.stdout.strip().splitlines()[-1]) / "bin" / "spire-controller-manager"
+    try:
+        return built("spire-controller-manager", ("spire-controller-manager",)) / (
+            "spire-controller-manager"
+        )
+    except HarnessError as error:
+        raise SpireError(str(error)) from error
 
 
 class ControllerManager:

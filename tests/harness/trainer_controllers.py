@@ -45,7 +45,6 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
@@ -55,8 +54,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from . import controlplane
+from .built import built
 from .controlplane import ControlPlane, HarnessError
 from .go_modules import module_dir
+from .service import Service
 
 HERE = Path(__file__).resolve().parent
 TRAINER_MODULE = "github.com/kubeflow/trainer/v2@v2.3.0"
@@ -108,14 +109,7 @@ _WEBHOOK_PATHS = {
 
 def binaries() -> Path:
     """The folder holding trainer-controller-manager and jobset-controller (built once)."""
-    done = subprocess.run(
-        [str(HERE / "build.sh"), "trainer"], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise HarnessError(
-            f"tests/harness/build.sh trainer failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
-        )
-    return Path(done.stdout.strip().splitlines()[-1]) / "bin"
+    return built("trainer", ("trainer-controller-manager", "jobset-controller"))
 
 
 def _documents(path: Path) -> list[dict[str, Any]]:
@@ -196,7 +190,7 @@ def torch_runtime() -> dict[str, Any]:
     return runtime
 
 
-class TrainerControllers:
+class TrainerControllers(Service):
     """Trainer's and JobSet's controllers (and the Job controller) for `cluster`; the module's
     docstring says what runs and why."""
 
@@ -208,18 +202,6 @@ class TrainerControllers:
         self.webhooks: list[tuple[str, str]] = []  # (kind, name) registered
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         self.started_in_s = 0.0
-
-    def __enter__(self) -> TrainerControllers:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def log(self, program: str, lines: int = 40) -> str:
         path = self.directory / f"{program}.log"

@@ -1,4 +1,4 @@
-"""Memory sizes as Kubernetes quantities (`16Gi`, `500M`, bytes), parsed and written; stdlib only."""
+"""Memory sizes as Kubernetes quantities (`16Gi`, `500M`, bytes), both ways; stdlib only."""
 
 from __future__ import annotations
 

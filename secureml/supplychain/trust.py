@@ -1,4 +1,4 @@
-"""Trusted roots for Sigstore verification, loaded offline (or refreshed through TUF), and cached verifiers."""
+"""Trusted roots for Sigstore verification, loaded offline or refreshed through TUF."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The opt-in doctor DaemonSet: `secureml doctor node` on every node of the tenant's GPU pools."""
+"""The opt-in doctor DaemonSet: `secureml doctor node` on every node of the tenant's GPU pools.
+
+Why it runs where it does and mounts what it mounts: docs/bundle.md ("The doctor DaemonSet").
+"""
 
 from __future__ import annotations
 

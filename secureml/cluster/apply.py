@@ -71,7 +71,7 @@ def apply_bundle(
     cluster: Cluster | None = None,
     typecheck_timeout_s: float = TYPECHECK_TIMEOUT_S,
 ) -> ApplyResult:
-    """Server-side apply every object of `manifests` (see the module docstring for the order)."""
+    """Server-side apply every object of `manifests` (order: docs/architecture.md)."""
     objects = [dict(obj) for obj in manifests]
     cluster = cluster or connect(kubeconfig, context)
     missing = missing_kinds(objects, cluster.served)

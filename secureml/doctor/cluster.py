@@ -100,7 +100,9 @@ def cluster_report(
     options: BundleOptions,
     git_version: str,
 ) -> Report:
-    """Every check of `secureml doctor cluster` (the module docstring has the order)."""
+    """Every check of `secureml doctor cluster` in order: the server's version
+    against the bundles' version, each tenant's bundle (`cluster_tenant`), then the components
+    the controls rely on (`cluster_components`)."""
     from secureml.bundle import render_objects
 
     reader = Reader(cluster)

@@ -14,7 +14,7 @@ _SYSTEM_MANAGERS = ("kube-apiserver", "kube-controller-manager")
 
 
 def project(rendered: Any, stored: Any) -> Any:
-    """`stored` cut down to the shape of `rendered` (see the module docstring)."""
+    """`stored` cut down to the shape of `rendered` (docs/architecture.md, `doctor/`)."""
     if isinstance(rendered, dict):
         if not isinstance(stored, dict):
             return stored

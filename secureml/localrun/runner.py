@@ -351,7 +351,7 @@ def apply_local_overlay(
     *,
     spiffe_endpoint: str | None,
 ) -> None:
-    """Give each step, through its env, what a cluster would mount for it (see module docstring)."""
+    """Give each step, through its env, what a cluster would mount for it (docs/local-run.md)."""
     for step in steps:
         step.use_local_launcher()
         values = {

@@ -1,6 +1,6 @@
 """Offline evaluation of rules, failing closed, with the verdicts the API server gives.
 
-Two engines, one verdict: the C++ fast path, and the Rust plain path where it does not answer.
+Two engines, one verdict: docs/admission-rules.md ("The two engines") and performance.md.
 """
 
 from __future__ import annotations

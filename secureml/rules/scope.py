@@ -1,4 +1,7 @@
-"""Which pods a rule is in force for, defined once as CEL: every pod, or step pods."""
+"""Which pods a rule is in force for, defined once as CEL: every pod, or step pods.
+
+The system containers' shapes: docs/admission-rules.md ("KFP and Argo pod shapes").
+"""
 
 from __future__ import annotations
 

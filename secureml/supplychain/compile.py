@@ -45,7 +45,7 @@ def verify_images_for_compile(
     profile_dir: Path | None = None,
     verifier: SignatureVerifier | None = None,
 ) -> list[ImageVerification]:
-    """Verify every step's image against the profile's trusted identities (see module docstring).
+    """Verify every step's image against the profile's trusted identities (docs/supply-chain.md).
 
     `profile_dir` resolves a relative `spec.images.signatures.trustedRoot`; `verifier` lets a caller
     reuse a warm verifier (it must use the profile's trusted root).

@@ -75,7 +75,7 @@ def verify_with_bundles(
     verifier: SignatureVerifier,
     identities: Sequence[TrustedIdentity],
 ) -> BundleOutcome:
-    """The first candidate that verifies; else the most telling failure (module docstring)."""
+    """The first candidate that verifies; else the most telling failure (docs/supply-chain.md)."""
     failures: list[tuple[SignatureError, str]] = []
     for content, source in candidates:
         try:

@@ -33,7 +33,7 @@ class FetchedBundle:
 
 
 class _FastRegistry(oras.provider.Registry):  # type: ignore[misc]  # oras has no type information
-    """oras' Registry with single-try requests and a timeout (see module docstring)."""
+    """oras' Registry with single-try requests and a timeout (docs/supply-chain.md)."""
 
     def do_request(
         self,

@@ -133,7 +133,7 @@ def resources_per_node(request: GPURequest | None, placed: Placement) -> Manifes
 
 
 def trainjob_manifest(profile: TenantProfile, node: NodeSpec) -> Manifest:
-    """The step's TrainJob, all but its name and the step's argv (see the module docstring)."""
+    """The step's TrainJob, all but its name and the step's argv (docs/architecture.md)."""
     trainer: Manifest = {
         "image": node.image,
         "command": list(node.launcher),

@@ -98,7 +98,8 @@ def run_cluster(
     install_signals: bool = True,
 ) -> int:
     """Create `job` and its NetworkPolicy through `api_client` (a `kubernetes.client.ApiClient`),
-    wait for its end, print the nodes' logs, delete it; the exit code of the module docstring."""
+    wait for its end, print the nodes' logs, delete it. Exit 0 when the job
+    completed, 1 when it failed, 2 when it could not be created, 143 when cancelled."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 

@@ -1,4 +1,7 @@
-"""What of a pod a CEL expression can read, found from its syntax tree (for the verdict memo)."""
+"""What of a pod a CEL expression can read, found from its syntax tree (for the verdict memo).
+
+What each kind of read means: docs/performance.md ("rules", the verdict memo).
+"""
 
 from __future__ import annotations
 

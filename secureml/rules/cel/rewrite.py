@@ -1,4 +1,7 @@
-"""A rule's CEL text rewritten for the C++ engine's speed, to the same value."""
+"""A rule's CEL text rewritten for the C++ engine's speed, to the same value.
+
+Why and what: docs/performance.md and docs/admission-rules.md (how the rule modules are written).
+"""
 
 from __future__ import annotations
 

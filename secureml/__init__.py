@@ -1,7 +1,6 @@
 """secureml: Kubeflow Pipelines that are safe to run on GPUs shared between tenants.
 
-The public API is loaded on first use (module `__getattr__`), so `import secureml` (the CLI, the
-launcher) does not pay for importing kfp.
+The public API is loaded on first use, so `import secureml` does not import kfp.
 """
 
 from __future__ import annotations

@@ -1,3 +1,5 @@
+"""`python -m secureml`: the command line."""
+
 from secureml.cli.program import main
 
 main()

@@ -1,7 +1,6 @@
 """A pipeline file's `@dsl.pipeline` objects, built by kfp only when something reads them.
 
-`secureml compile` writes the YAML of its own build with the controls, so kfp's build at import is
-pure cost: `deferred_code` compiles the file with its `dsl.pipeline` making `DeferredGraph`s.
+`secureml compile` builds the pipeline itself with the controls; kfp's build at import is skipped.
 """
 
 from __future__ import annotations

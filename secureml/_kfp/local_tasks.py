@@ -1,7 +1,6 @@
 """Per-run env for kfp.local's tasks: the one seam `secureml run --local` needs in kfp.local.
 
-kfp.local has no hook for it (docs/upstream/kfp-local-task-env.md): `per_task_env` substitutes its
-task handler class for the length of a run; tests/localrun/test_parallel_for.py fails if kfp changes.
+No public hook exists (docs/upstream/kfp-local-task-env.md); tests/localrun/test_parallel_for.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Undo kfp 2.17's merge of a nested pipeline's platform spec over its parent's executors.
 
-kfp merges the nested spec before it renames colliding executor labels, so a parent's executor can
-get a nested task's config (docs/upstream/kfp-nested-merge.md); `restore_own_configs` rewrites it.
+See docs/upstream/kfp-nested-merge.md; `restore_own_configs` rewrites the parent's configs.
 """
 
 from __future__ import annotations

@@ -1,15 +1,4 @@
-"""`check-pod` as a library call: which rules judge, who judges, and the report.
-
-`check_offline(files, OfflinePolicy(...))` judges pods with the rules of a TenantProfile or a Pod
-Security level (optionally narrowed to some rule ids) through the CEL engine; `check_on_server(files,
-ServerTarget(...))` asks a real API server by dry-run creates. Both return a `PodCheckReport`: the
-policy that judged, its rule ids, one `PodVerdict` per pod, the counts and the JSON form documented
-in docs/cli.md. Offline, each pod is judged as the cluster's validating admission would see it
-(`secureml.pods.admitted`): the Pod API's defaults, then on CREATE the profile's mutating policy
-(`mutated=True` for pods that already went through it), the Pod API's refusal of what the mutation
-made invalid; with `before` files the pods are UPDATEs of the pods of the same name there. The CLI only parses options and prints it; the compiler's preview and the benchmarks
-call the same functions.
-"""
+"""`check-pod` as a library call: which rules judge, who judges (offline or a server), a report."""
 
 from __future__ import annotations
 

@@ -1,23 +1,4 @@
-"""Pods judged by a real API server: a dry-run create of each, in the tenant's namespace.
-
-`check_pods_on_server` sends each pod (a workload's pod template, shaped as the Pod its controller
-would create) as `POST .../pods?dryRun=All`: the server runs its whole admission chain (the
-MutatingAdmissionPolicy, LimitRanger, ServiceAccount, PodSecurity, ValidatingAdmissionPolicies,
-ResourceQuota) and stores nothing. The verdicts have the offline check's shape
-(`secureml.pods.verdict`); a denial becomes findings with the rule ids of the offline catalogue where
-the server's message carries them:
-
-- a ValidatingAdmissionPolicy message starts with the rule id (`secureml.bundle.validating`);
-- a PodSecurity denial lists the failed checks by title; each title maps back to its `pss.*` id;
-- anything else gets a `k8s.*` id naming who refused: `k8s.LimitRanger`, `k8s.ResourceQuota`,
-  `k8s.ServiceAccount`, `k8s.PodSecurity` (a title this table does not know),
-  `k8s.ValidatingAdmissionPolicy` (a policy message without a rule id, e.g. an expression error),
-  `k8s.MutatingAdmissionPolicy`, `k8s.validation` (the Pod API's own validation), `k8s.admission`.
-
-The API server stops at the first validating plugin that denies, and a ValidatingAdmissionPolicy
-reports its first failed validation only, so a server verdict names one rule (or the PodSecurity
-checks) where the offline check lists every rule a pod breaks.
-"""
+"""Pods judged by a real API server: a dry-run create of each, in the tenant's namespace."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """The tenant bundle: the cluster objects that enforce a TenantProfile (`secureml profile render`).
 
-One module per concern renders its objects; `render` assembles the kustomize folder and `diff`
-compares two renders. The bundle's MutatingAdmissionPolicy renders the data of
-`secureml.pods.mutation`, whose `apply_mutations` previews the pod the cluster would admit.
-
-The names below are imported on first use (PEP 562): `check-pod` needs the mutations and a
-constant or two, not the renderers of every bundle object (about 35 ms of its start-up).
+Names are imported on first use, so `check-pod` does not load every renderer.
 """
 
 from __future__ import annotations

@@ -1,17 +1,4 @@
-"""The profile's required attestations (`spec.images.attestations`) as admission checks, the same
-conditions `secureml compile` checks offline (`supplychain/predicates.py`):
-
-- policy-controller: an `authorities[].attestations` entry with a Rego policy (`package
-  sigstore`, `isCompliant`: predicate type, CycloneDX `bomFormat`, SPDX `spdxVersion`, the SLSA
-  builder id, the scan's severities), evaluated on the verified in-toto statement. Written with
-  `import rego.v1`, which policy-controller's OPA reads in its Rego v0 mode (OPA 0.59 and later).
-- Kyverno `ImageValidatingPolicy`: an `attestations` entry (`intoto.type`) and CEL validations:
-  `verifyAttestationSignatures` against the requirement's attestor, and a condition on
-  `extractPayload` (the statement) over `p`.
-
-Names: requirement `i` is attestation `att<i>`; one with its own signer identities has its own
-attestor `att<i>` (Kyverno) or authority (policy-controller); the others use the image signers.
-"""
+"""The profile's required attestations as admission checks (policy-controller Rego, Kyverno CEL)."""
 
 from __future__ import annotations
 

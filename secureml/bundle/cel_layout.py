@@ -1,23 +1,4 @@
-"""CEL laid out for people: the bundle's expressions folded over lines (issue 34, point 9).
-
-The rules write each expression on one line (`secureml.rules`); the rendered policies would carry
-lines of thousands of characters. `fold` breaks an expression at its own structure, outermost
-first, until each line fits `WIDTH` (or cannot be broken further: one long literal):
-
-- a bracketed list of arguments or elements, one per line, indented under the opening bracket's
-  line, the closing bracket on a line of its own;
-- a conditional `c ? a : b`, then `||`, then `&&` chains, one operand per line with the operator
-  leading it.
-
-Only whitespace changes: string literals (quoted, triple-quoted, raw, bytes) are tokens that are
-never split; the folded text stays within the API server's size limit for one expression
-(`SERVER_LIMIT`: deeper levels share a column, or the expression stays on one line); and `fold`
-checks that the folded text has exactly the tokens of the original (CEL reads a line break as a
-space between tokens), raising otherwise, so a layout bug can never reach a cluster as a
-different rule. An expression with a comment is left as written. The offline engines
-evaluate the rules' one-line text, the API server the folded one; tests/cluster compares their
-verdicts pod by pod.
-"""
+"""CEL laid out for people: the bundle's expressions folded over lines, tokens unchanged."""
 
 from __future__ import annotations
 

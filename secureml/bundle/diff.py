@@ -1,11 +1,4 @@
-"""What a profile change does to the bundle (issue 34, point 9).
-
-`bundle_changes` speaks in the profile's fields and the bundle's rules and objects: which profile
-fields changed, which admission rules were added, removed or now allow something else (the rule's
-message names what it allows, so the old and new messages are shown), and which other objects of
-the bundle changed, field by field. `bundle_diff` is the unified diff of the two renders, file by
-file, for whoever wants the YAML itself (`profile diff --unified`).
-"""
+"""What a profile change does to the bundle: fields, rules and objects changed, or the diff."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
 """The opt-in doctor DaemonSet: `secureml doctor node` on every node of the tenant's GPU pools.
 
-Rendered only where the profile sets `spec.monitoring.doctor` (docs/bundle.md). It runs in the
-platform namespace, not the tenant's: it mounts host paths, which the tenant namespace's Pod
-Security level (restricted) and the tenant's admission rules forbid, and no tenant may run it.
-The pod is otherwise hardened (non-root, read-only root filesystem, no capabilities, no privilege
-escalation, RuntimeDefault seccomp, no GPU resource) and every host path is mounted read-only:
-
-| host path | mounted at | why |
-|---|---|---|
-| `/proc/driver/nvidia` | `/host/proc/driver/nvidia` | the loaded kernel module's version (`kernel.module`, the driver/library mismatch) |
-| `/sys/module/nvidia` | `/host/sys/module/nvidia` | the module is loaded |
-| `/etc/nvidia-container-runtime` | `/host/etc/nvidia-container-runtime` | the toolkit's `config.toml` (`toolkit.envvar`) |
-| `/dev/null` | `/var/run/nvidia-container-devices/all` | asks the NVIDIA container runtime for every GPU the way the device plugin's `volume-mounts` strategy does (honoured with `accept-nvidia-visible-devices-as-volume-mounts = true`), since secureml requires the runtime to ignore `NVIDIA_VISIBLE_DEVICES` from unprivileged pods; NVML then sees the node's GPUs without a GPU resource |
-
-The node's labels (which profiles apply) are read from the API server with the pod's own service
-account, allowed `get` on nodes only (a ClusterRole of this tenant).
+Why it runs where it does and mounts what it mounts: docs/bundle.md ("The doctor DaemonSet").
 """
 
 from __future__ import annotations

@@ -1,12 +1,4 @@
-"""ResourceClaimTemplates for the `dra` backend (NVIDIA DRA driver, `resource.k8s.io/v1`).
-
-The compiler labels a step with the template name (`secureml.gpu.placement.claim_template_name`) and the
-mutating policy turns the label into the pod's resource claim. One template per request shape the
-profile allows: each allowed MIG profile for 1 up to as many instances as one GPU of the tenant's
-models holds, the time-slice share, and 1..maxPerStep whole GPUs. A template's claim belongs to
-one pod: the TimeSlicing config sets how the containers of that pod share its GPU; it does not
-put two pods on one GPU (that takes a shared ResourceClaim, which this bundle does not create).
-"""
+"""ResourceClaimTemplates for the `dra` backend (NVIDIA DRA driver, `resource.k8s.io/v1`)."""
 
 from __future__ import annotations
 

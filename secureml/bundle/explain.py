@@ -1,12 +1,4 @@
-"""What a tenant's bundle enforces, for people (issue 34, point 9): `secureml profile explain`.
-
-Per GPU pool the profile offers (and the ones it refuses), what a step may ask for and which
-admission rules hold it to that; then what every step is required to do (images, identity,
-hardening, scrub, runtime) and every admission rule of the bundle with its id, in the order the
-ValidatingAdmissionPolicies hold them. Facts come from the profile and from the rule catalogue
-(`secureml.rules.rules_for_profile`, the same rules the bundle renders), never from prose kept
-beside them.
-"""
+"""What a tenant's bundle enforces, for people: `secureml profile explain`."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
 """Image signature policy: Sigstore policy-controller `ClusterImagePolicy` or Kyverno
 `ImageValidatingPolicy`.
-
-Which registries and whether digests are pinned is the ValidatingAdmissionPolicy's job; this
-object checks the Sigstore signature of every image from the tenant's registries against the
-profile's signer identities (keyless, Fulcio certificate + Rekor entry, Sigstore bundle format):
-the images of containers, init and ephemeral containers, and of OCI image volumes
-(`volumes[].image.reference`). Kyverno's policy names them all in its `images` expression;
-policy-controller matches its `images` globs against volume images itself from the release that
-added image-volume validation (sigstore/policy-controller#1976), which docs/bundle.md requires.
-KFP's and Argo's own images (contract.KFP_SYSTEM_IMAGES) are admitted without a tenant signature,
-and so is the platform's runtime image (`runtime.image`), by its exact digest.
 """
 
 from __future__ import annotations

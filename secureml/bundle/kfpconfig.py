@@ -1,14 +1,4 @@
-"""KFP's `metadata-grpc-configmap` in the tenant namespace may hold only KFP's two keys.
-
-KFP's executor template imports this ConfigMap into every step's `main` with `envFrom` and no
-prefix (kubeflow/pipelines 2.17.0 `backend/src/v2/compiler/argocompiler/common.go`,
-`metadataEnvFrom`); KFP's profile controller writes it into each profile namespace with
-`METADATA_GRPC_SERVICE_HOST` and `METADATA_GRPC_SERVICE_PORT`
-(`manifests/kustomize/base/installs/multi-user/pipelines-profile-controller/sync.py`). Anyone who
-may write ConfigMaps in the namespace could otherwise put `LD_PRELOAD` or a shim switch into every
-step's environment, where admission never sees it. `secureml.envFrom` admits exactly that import;
-this policy refuses the ConfigMap, on create and update, with any other key or any `binaryData`.
-"""
+"""KFP's `metadata-grpc-configmap` in the tenant namespace may hold only KFP's two keys."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""Kubeflow Profile (or a plain ResourceQuota): the tenant's GPU budget.
-
-Quotas on extended resources are written with the `requests.` prefix (extended resources cannot
-be overcommitted, so requests and limits are the same number).
-
-No LimitRange caps GPUs per container: a LimitRange `max` makes the API server default every
-container's limit and request of that resource (to `max`, or to an explicit `default`), so every
-pod of the namespace, KFP's driver pods included, would carry a GPU resource it did not ask for
-(checked on kube-apiserver 1.36: `max` alone grants the maximum, a `default` of 0 still adds the
-key, a Pod-level `max` refuses every pod without that limit). The per-container caps are admission
-rules instead (`secureml.wholeGpuCount`, `secureml.timeSliceCount`, docs/admission-rules.md).
-"""
+"""Kubeflow Profile (or a plain ResourceQuota): the tenant's GPU budget."""
 
 from __future__ import annotations
 

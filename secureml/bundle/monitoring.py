@@ -1,13 +1,4 @@
-"""PrometheusRule over dcgm-exporter metrics for the tenant's GPUs.
-
-dcgm-exporter labels each GPU metric with the pod using the GPU (`namespace`, `pod`, `container`)
-when its Kubernetes mapping is on; the Prometheus scrape must keep those labels (honorLabels), or
-`namespace` names the exporter's own namespace and these alerts never match.
-
-dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS` holds the last Xid a GPU reported; one alert per Xid class
-of secureml's table (`secureml.nvidia.xid`, docs/xid.md) says what it means and what to do, and
-`SecuremlGpuXidError` catches the codes outside the table.
-"""
+"""PrometheusRule over dcgm-exporter metrics for the tenant's GPUs."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""NetworkPolicies for the tenant's namespace: deny everything, then allow what a step needs.
-
-Policies add up. The default deny and the platform allowances (DNS, the KFP API, metadata service
-and object store in the KFP namespace, the API server when its addresses are given) select every
-pod in the namespace: KFP's own driver pods run there without secureml labels and need exactly
-these. The profile's egress allowlist selects only the secure steps, by the tenant label the
-compiler sets. No ingress at all.
-"""
+"""NetworkPolicies for the tenant's namespace: deny everything, then allow what a step needs."""
 
 from __future__ import annotations
 

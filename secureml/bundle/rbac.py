@@ -1,15 +1,4 @@
-"""The pipeline runner's ServiceAccount and a least-privilege Role.
-
-KFP runs a pipeline's pods (driver, executor) under one service account. What they need in the
-tenant namespace: Argo's executor reports step results (`workflowtaskresults`), the KFP launcher
-and driver read pods, their logs and the `kfp-launcher` ConfigMap, and read the object-store
-credentials Secret. Nothing else: no pods/exec, attach or port-forward, no changing pods, no
-ephemeral containers, no writing ConfigMaps or Secrets, no creating workloads.
-
-Where the profile allows multi-node training (`spec.trainer`, docs/trainer.md), a trainer step's
-pod creates its TrainJob, watches and deletes it, and creates the job's own NetworkPolicy: the
-Role grants exactly that (`TRAINER_RULES`); the bundle's admission policies judge what it creates.
-"""
+"""The pipeline runner's ServiceAccount and a least-privilege Role."""
 
 from __future__ import annotations
 

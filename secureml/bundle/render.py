@@ -1,9 +1,4 @@
-"""Render a tenant's bundle: one kustomize folder, one file per kind, byte-for-byte reproducible.
-
-`render_bundle` returns the files in memory (for `diff`); `write_bundle` writes them under
-`DIR/<tenant>/`, replacing files an earlier render wrote there and that are no longer part of the
-bundle (recognised by the header line), and leaving other files alone.
-"""
+"""Render a tenant's bundle: one kustomize folder, one file per kind, byte-for-byte reproducible."""
 
 from __future__ import annotations
 

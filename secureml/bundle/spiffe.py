@@ -1,10 +1,4 @@
-"""SPIRE's ClusterSPIFFEID: each step gets exactly the SPIFFE ID the compiler expects.
-
-KFP cannot give a step its own service account, so the ID comes from the pod labels the compiler
-sets (pipeline, step). The profile's template is translated into the controller manager's Go
-template; the trust domain, namespace and tenant are written in literally, so a SPIRE server with
-another trust domain refuses the entry instead of issuing an unexpected ID.
-"""
+"""SPIRE's ClusterSPIFFEID: each step gets exactly the SPIFFE ID the compiler expects."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""The bundle's part for multi-node training (docs/trainer.md), rendered where the profile has
-`spec.trainer`:
-
-- the ValidatingAdmissionPolicy `validate-trainjobs` on `trainer.kubeflow.org` TrainJobs in the
-  tenant's namespace (`secureml.trainer.rules.trainjob_validations`), and its Deny binding;
-- the ValidatingAdmissionPolicy `validate-trainer-netpol` on NetworkPolicies the runner creates:
-  only a trainer job's own (its pods reach each other and nothing else), and its binding;
-- the ClusterSPIFFEID `trainer-nodes`: each node pod `<step's ID>/node/<completion index>`.
-
-The node pods themselves are judged by the pod policies (`validating.py`): they carry the step
-labels; the runner's rights to create TrainJobs and that NetworkPolicy are in `rbac.py`.
-"""
+"""The bundle's part for multi-node training (docs/trainer.md): TrainJob policies, node IDs."""
 
 from __future__ import annotations
 

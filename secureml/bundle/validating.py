@@ -1,21 +1,4 @@
-"""The ValidatingAdmissionPolicies: the tenant's rule catalogue, checked by the API server.
-
-Each rule of `secureml.rules.rules_for_profile` becomes one `validations[]` entry with the very
-expression `secureml check-pod` evaluates offline; the rule id leads each message so that a
-refusal names the rule. Rules are grouped by their `scope` (`secureml.rules.scope`), one policy per
-scope, in catalogue order:
-
-- `validate-pods`: Pod Security restricted and the secureml rules for every pod (images,
-  environment, non-root, Linux), no match condition;
-- `validate-steps`: the step rules, with the scope as the policy's `matchConditions` entry, so
-  KFP's own driver pods (only KFP/Argo images, no GPU) are not held to them.
-
-Every Pod in the tenant namespace is checked, labelled or not, on CREATE and UPDATE (labels and
-annotations of a running pod can change), on UPDATE of `pods/ephemeralcontainers` (an
-ephemeral container added to a running pod, which can turn a KFP system pod into a step pod) and of
-`pods/resize` (in-place resizing, GA in 1.35: a pod's resources change after admission). This runs
-after the mutating policy, so it sees the pod as mutated.
-"""
+"""The ValidatingAdmissionPolicies: the tenant's rule catalogue, checked by the API server."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The `secureml` command line: a thin layer over the library (docs/cli.md).
-
-`secureml.cli.app` assembles the commands; each command module parses options, calls the library
-and prints. `app` is re-exported here for the console script and for tests.
-"""
+"""The `secureml` command line: a thin layer over the library (docs/cli.md)."""
 
 from secureml.cli.app import app
 

@@ -1,19 +1,6 @@
 """The `secureml` application: every command, assembled here in the order a user meets them.
 
-A data scientist compiles a pipeline, runs it locally and builds step images; a platform team
-writes and ships tenant profiles and checks pods against them; both check signatures. Command
-modules define their functions (or their group's `typer.Typer`) and register nothing themselves,
-so importing one has no effect on the app. They import typer and the standard library at the top
-and everything heavy (kfp, sigstore, grpc, cel, pydantic models, rich) inside the commands, so
-`secureml --help` stays fast (benchmarks/startup.py; tests/cli/test_startup.py).
-
-Help is plain click formatting (`rich_markup_mode=None`): readable at 80 columns, option names never
-cut, and no rich import for `--help`.
-
-typer builds every command's click options from its signature when the app is called (about 35 ms
-for all of them, at every start); `app()` whose first argument names a command or a group builds
-that one alone (`_Commands`), and anything else (no argument, an option, a name it does not know)
-the whole app, so help, suggestions and errors are the same.
+Command modules import typer and the standard library only at the top, so `--help` stays fast.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""`secureml doctor`: is this GPU node, this cluster, this node's log, or a secured pipeline run
-on the platform's KFP healthy for secureml.
-
-Each subcommand lives with its checks in `secureml.doctor` and is added to `app` here; this module
-imports only typer so that `secureml --help` stays fast.
-"""
+"""`secureml doctor`: is this GPU node, cluster, node log or secured pipeline run healthy."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""`secureml image`: build step images and the platform's images, and check an image.
-
-    secureml image build CONTEXT --from runtime|cuda|IMAGE --tag REG/REPO:TAG [--push]
-    secureml image check IMAGE@sha256:... | oci:DIR[@sha256:...] [--profile P]
-    secureml image sbom IMAGE@sha256:... | oci:DIR[@sha256:...] -o FILE [--attest BUNDLE]
-    secureml image build-runtime --tag REG/REPO:TAG [--push] [--base IMAGE|debian]
-    secureml image build-base runtime|cuda --tag REG/REPO:TAG [--push] [--base IMAGE|debian]
-
-The logic is secureml.images (docs/images.md); this module parses options and prints.
-"""
+"""`secureml image`: build step images and the platform's images, check an image, write its SBOM."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""How every command ends: errors on stderr with one exit-code rule, JSON on stdout, rich tables.
-
-Exit codes, the same in every command (docs/cli.md):
-
-- 0  ok: valid, compliant, allowed, verified, applied, no change;
-- 1  the input is usable and the answer is no: rule violations, denied pods, a signature that does
-     not verify, a bundle that changes (`profile diff`), a failed run;
-- 2  unusable input or environment: a bad file or flag, an invalid profile, a registry or cluster
-     that cannot be reached. A `SecuremlError` carries its code: 2 unless its class is an answer
-     of no (`SignatureError`, `BundleRefusedError`; `CompileError` is caught by `compile` and
-     `run`); an `OSError` no check caught is 2 as well.
-"""
+"""How every command ends: errors on stderr, one exit-code rule (docs/cli.md), JSON on stdout."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""`secureml run FILE --profile P --host URL`: compile as `compile` does, run on a KFP server, follow.
-
-The options are declared by `run` (secureml/cli/run.py); this module does the work: the compile
-(`secureml.cli.compile.compile_secured`), the submission and the following
-(`secureml.remoterun`), the progress display and the summary.
-"""
+"""`secureml run FILE --profile P --host URL`: compile, run on a KFP server, follow the run."""
 
 from __future__ import annotations
 

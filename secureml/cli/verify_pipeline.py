@@ -1,8 +1,4 @@
-"""`secureml verify-pipeline`: was this pipeline YAML compiled by secureml, against which profile?
-
-The check a platform puts in front of pipeline uploads (docs/supply-chain.md). Sigstore is
-imported inside the command only; the signer flags are `cli.options`'.
-"""
+"""`secureml verify-pipeline`: was this pipeline YAML compiled by secureml, against which profile?"""
 
 from __future__ import annotations
 

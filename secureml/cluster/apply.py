@@ -1,23 +1,4 @@
-"""Apply a rendered tenant bundle to a cluster: server-side apply, prerequisites first.
-
-Order of work:
-
-1. every kind of the bundle must be served (`secureml.cluster.requirements`): nothing is written
-   when a CRD or the MutatingAdmissionPolicy API is missing;
-2. server-side apply of each object with field manager `secureml`: Namespaces first, then the
-   built-in kinds in bundle order (each admission policy before its binding), then the custom
-   resources. Conflicts are not forced by default: a field another manager set to a different
-   value (a hand edit of a PSA label, a GitOps tool) is reported with that manager's name, and
-   `force_conflicts=True` takes it over; a security control is not silently overwritten or left
-   half-applied. A refusal stops the apply (a dry run goes on, to list every refusal);
-3. each ValidatingAdmissionPolicy's `status.typeChecking` is read back (kube-controller-manager's
-   validatingadmissionpolicy-status-controller fills it a moment after the write) and its
-   expression warnings are reported with the rule id of the validation they name.
-
-A dry run (`dry_run=True`) sends every request with `dryRun=All`: the server validates and admits
-each object and stores nothing. Objects in a namespace that does not exist yet cannot be dry-run
-(the server answers NotFound); they are reported as skipped.
-"""
+"""Apply a rendered tenant bundle to a cluster: server-side apply, prerequisites first."""
 
 from __future__ import annotations
 
@@ -90,7 +71,7 @@ def apply_bundle(
     cluster: Cluster | None = None,
     typecheck_timeout_s: float = TYPECHECK_TIMEOUT_S,
 ) -> ApplyResult:
-    """Server-side apply every object of `manifests` (see the module docstring for the order)."""
+    """Server-side apply every object of `manifests` (order: docs/architecture.md)."""
     objects = [dict(obj) for obj in manifests]
     cluster = cluster or connect(kubeconfig, context)
     missing = missing_kinds(objects, cluster.served)

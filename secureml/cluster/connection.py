@@ -1,13 +1,4 @@
-"""One API server connection, opened from a kubeconfig, with failures a person can act on.
-
-`connect()` loads the kubeconfig the way kubectl does (`--kubeconfig`, else `$KUBECONFIG`, else
-`~/.kube/config`, else the pod's in-cluster service account) and returns a `Cluster`. Requests go
-through the `kubernetes` client's `ApiClient.call_api` with explicit paths and JSON bodies (no
-generated models, no DynamicClient discovery cache on disk), so every object kind of the bundle,
-custom or built in, is sent the same way. A failure to reach or authenticate to the server is a
-`ClusterError` (exit 2) naming the kubeconfig, the server and what failed; a request the server
-answers with an error Status is a `ServerRefusedError` for the caller to name its object.
-"""
+"""One API server connection, opened from a kubeconfig, with failures a person can act on."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Objects of a tenant's bundle on the cluster that its current render no longer has.
-
-`profile apply --prune` deletes them: a NetworkPolicy, a ClusterSPIFFEID or an admission policy
-removed from the profile stays in force otherwise. Only objects that carry the tenant's bundle
-labels (`app.kubernetes.io/managed-by: secureml`, `secureml.dev/tenant: <tenant>`) are candidates,
-of the kinds a bundle can hold; a Namespace is never deleted (it holds the tenant's data).
-"""
+"""Objects of a tenant's bundle on the cluster that its current render no longer has."""
 
 from __future__ import annotations
 

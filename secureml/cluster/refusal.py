@@ -1,10 +1,4 @@
-"""A server's refusal of one object, as a secureml error naming the object, the field and why.
-
-The API server's Status carries a message and, for validation failures (422 Invalid) and
-server-side apply conflicts (409 Conflict), `details.causes[]` with the field of each problem.
-The error names `kind/name` (and the namespace), each field with the server's message, and what to
-do for the common reasons.
-"""
+"""A server's refusal of one object, as a secureml error naming the object, the field and why."""
 
 from __future__ import annotations
 

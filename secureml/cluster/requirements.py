@@ -1,12 +1,4 @@
-"""What a cluster must serve before a bundle can be applied, and what to say when it does not.
-
-Every kind of the bundle must be served at its apiVersion (the discovery documents of the API
-server, which any authenticated user may read: no need to list CRDs). A custom resource whose
-API is missing means a component is not installed; the error names the component, how to
-install it and how to render the bundle without it. The MutatingAdmissionPolicy API is built in
-but off by default before 1.36, so its absence gets the exact flags to enable it. Everything is
-checked before the first object is written, so a missing prerequisite leaves the cluster as it was.
-"""
+"""What a cluster must serve before a bundle can be applied, and what to say when it does not."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""A signed record of each compile: an in-toto statement over the pipeline YAML, and its checks.
-
-`secureml compile --attest FILE` writes an in-toto Statement v1 whose subject is the compiled YAML
-(name: the output file's name; digest: the SHA-256 of its bytes) and whose predicate, of type
-`https://secureml.dev/compile/v1`, records what the compile checked (docs/supply-chain.md has the
-schema): the profile (name, namespace, SHA-256 of the profile file), every rule checked and its
-result, every image with its digest and signer ("unverified" when signatures were not checked),
-and the secureml and kfp versions. It is signed as a DSSE envelope in a Sigstore bundle, keyless
-(`sigstore_sign`) or with a key (`dsse_key`).
-
-`verify_pipeline` is `secureml verify-pipeline`: the signature first (nothing in an unsigned
-statement is believed), then every statement check, each failure named: the subject digest is the
-YAML's, the predicate type is ours, the compile was compliant and every recorded rule passed, and
-(when a current profile is given) the recorded profile digest is that profile's.
-"""
+"""A signed record of each compile: an in-toto statement over the pipeline YAML, and its checks."""
 
 from __future__ import annotations
 

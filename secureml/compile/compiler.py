@@ -1,8 +1,4 @@
-"""`secureml compile`: a KFP pipeline plus a TenantProfile in, a checked, secured pipeline YAML out.
-
-The user's pipeline function is traced again through kfp's own `GraphComponent` with each task
-checked and its controls written in; kfp builds the spec, then each pod is previewed and judged.
-"""
+"""`secureml compile`: a KFP pipeline and a TenantProfile in, a checked, secured pipeline YAML out."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""`@secure_component`: `@dsl.component` plus the settings a secure step carries.
-
-The decorator builds an ordinary KFP component (lightweight, `target_image` or container component)
-and attaches a `SecureSettings` value to its component spec. Nothing else changes at decoration
-time: the component still runs under `kfp.local` as written. `secureml compile` reads the settings
-back (`settings_of`) and turns them, with the tenant profile, into what the task carries in the
-cluster (GPU placement, launcher prefix, labels, environment).
-"""
+"""`@secure_component`: `@dsl.component` plus the settings a secure step carries."""
 
 from __future__ import annotations
 

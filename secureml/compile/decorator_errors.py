@@ -1,11 +1,4 @@
-"""Every bad `@secure_component` of a file in one report, instead of the first one only.
-
-A decorator error is raised while the user's file is imported, so the import stops at the first bad
-component and the next one is found only after that one is fixed. While `collecting()` is active
-(`secureml.compile.pipeline_loader` imports pipeline files under it), a failed decoration is recorded with
-the component's file and line, and the name is bound to a stand-in that fails when a pipeline uses
-it; the loader then reports every recorded error at once.
-"""
+"""Every bad `@secure_component` of a file in one report, instead of the first one only."""
 
 from __future__ import annotations
 

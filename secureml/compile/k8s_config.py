@@ -1,8 +1,4 @@
-"""A task's kubernetes config as kfp.kubernetes's setters write it, built as one message.
-
-Each `kfp.kubernetes` setter re-parses the task's whole config; `TaskConfig` parses it once, makes
-the same changes to kfp-kubernetes's own `KubernetesExecutorConfig` message and writes its dict once.
-"""
+"""A task's kubernetes config as kfp.kubernetes's setters write it, built as one message."""
 
 from __future__ import annotations
 

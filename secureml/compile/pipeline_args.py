@@ -1,10 +1,4 @@
-"""Pipeline arguments checked against a compiled pipeline's parameters before anything runs.
-
-`secureml run --arg NAME=VALUE` hands text; library callers hand Python values. Either way a name the
-pipeline does not declare, a required parameter left out or a value of the wrong type is unusable
-input: refused with one message naming every problem, before a run folder exists (kfp.local would
-raise a TypeError or an InconsistentTypeException from inside the run).
-"""
+"""Pipeline arguments checked against a compiled pipeline's parameters before anything runs."""
 
 from __future__ import annotations
 

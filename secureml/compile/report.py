@@ -1,8 +1,4 @@
-"""The compliance report of `secureml compile`: a table per step on the terminal, the same as JSON.
-
-The terminal table is `text_table`'s (rich). A compliant report is `CompiledPipeline.report()`; a refused one `violation_report(...)`. Both have
-`pipeline`, `profile`, `result` ("compliant" | "violations"), `steps` and `violations`.
-"""
+"""The compliance report of `secureml compile`: a table per step on the terminal, or JSON."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""The compile-time rules: every task of a pipeline against the tenant profile.
-
-Each rule has a stable id (documented in docs/rules.md; a test keeps the two in sync). A check
-returns every violation it finds, never raises, so `secureml compile` reports all of them at once.
-Signature rules (`image.signature-*`, `image.signer-untrusted`) come from
-`secureml.supplychain.compile`; admission rules (`admission.*`) from `secureml.rules` run on the
-previewed pods.
-"""
+"""The compile-time rules: every task of a pipeline against the tenant profile (docs/rules.md)."""
 
 from __future__ import annotations
 

@@ -1,31 +1,6 @@
 """The pipeline YAML's documents written as block YAML, several times faster than PyYAML.
 
-kfp writes the pipelineSpec and platformSpec documents (plain JSON data: `MessageToDict` of its
-protos) with PyYAML's pure-Python emitter; even PyYAML's libyaml emitter builds a Python node per
-value first, and that was the largest single cost of compiling a long pipeline after the build.
-These documents hold only dicts with string keys, lists, strings, integers, floats, booleans and
-None, so a small emitter for exactly that data does: keys sorted (as kfp's `sort_keys=True`),
-block mappings and kfp's indentless sequences, `{}` and `[]` for empty ones.
-
-What matters is that every YAML reader loads back exactly these values, so scalars are written
-only in forms that cannot be read as anything else:
-
-- a string is plain (unquoted) only when it is made of letters, digits and `_ . / -`, starts with
-  a letter, `_`, `/` or `-` and a letter, and is none of YAML 1.1's words for booleans and null
-  (`yes`, `off`, `null`, ...; any case); such a string holds no indicator, no space, no `:` or `#`,
-  and cannot resolve to a number, a date or a merge key;
-- a string of several lines of printable ASCII (and tabs) that starts with neither a space nor a
-  line break and ends in at most one line break is a literal block (`|-` or `|`), its lines
-  indented under its key; a line of it can then start no token, because it is content;
-- any other string is double-quoted, with `"` and `\\` escaped and every character outside
-  printable ASCII written as an escape (`\\n`, `\\x85`, `\\u2028`, `\\U0001f600`), so no
-  line break, tab or non-ASCII character reaches the reader raw; a key of 1,000 characters or
-  more is written as an explicit key (`? key`), as YAML reads implicit keys only up to 1,024;
-- integers in decimal, floats as PyYAML writes them (`1.0e+16`, `.inf`, `.nan`), `true`, `false`
-  and `null`.
-
-tests/compiler/test_kfp_yaml.py checks that PyYAML loads back what was written for awkward
-values and for generated data, and against kfp's own writer on whole compiled pipelines.
+Scalars only in forms every YAML reader loads back as the same value (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Names shared by the compiler, the tenant bundle, the launcher and the shim.
 
-These are the seams of docs/architecture.md ("Contracts between the parts"): the compiler writes
-them into each task, the admission policies key on them, the launcher and the shim read them.
-Change a name here only together with the tests on both sides.
+Change one only with the tests on both sides (docs/architecture.md, Contracts between the parts).
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""One error type for everything a person can fix.
-
-Every user-facing failure is a `SecuremlError` carrying *what* happened, *why* it is a problem and
-*how to fix* it. The CLI prints `diagnostics()` and exits without a traceback; library callers can
-catch the base class.
-"""
+"""One error type for everything a person can fix: `SecuremlError` says what, why and the fix."""
 
 from __future__ import annotations
 

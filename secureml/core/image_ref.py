@@ -1,14 +1,4 @@
-"""Container image references: parse, normalise, and match against allowed registries.
-
-The grammar follows the one Docker and containerd use (distribution/reference): the first path
-component is a registry host only when it contains a `.` or a `:` or is `localhost`; otherwise the
-image lives on Docker Hub (`docker.io`), and a one-component Docker Hub name is an official image
-(`docker.io/library/<name>`). Repository components are lowercase. Digests must be `sha256:` with 64
-lowercase hex digits: that is what the compiler pins and what Sigstore bundles sign.
-
-`registry_allowed` compares whole path segments, so `ghcr.io/acme/` admits `ghcr.io/acme/train`
-but never `ghcr.io/acmecorp/train`.
-"""
+"""Container image references: parse, normalise, and match against allowed registries."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Deep copies of JSON-shaped data (dicts, lists, strings, numbers, booleans, null).
-
-The preview builds every pod from a few shared templates and must never hand out a shared inner
-dict (a later mutation would change two pods). `copy.deepcopy` does that at several times the
-cost, most of it spent on its memo of shared objects, which JSON data has no use for: here every
-dict and list is copied, scalars are immutable and shared, and anything else goes to
-`copy.deepcopy`.
-"""
+"""Deep copies of JSON-shaped data, several times faster than `copy.deepcopy`."""
 
 from __future__ import annotations
 

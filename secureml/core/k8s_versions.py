@@ -1,8 +1,4 @@
-"""The Kubernetes minor versions secureml targets, in one place.
-
-The bundle pins Pod Security and picks API versions by it (`secureml.bundle`); the offline Pod
-Security rules follow its check revisions where they changed (`secureml.rules.pss`).
-"""
+"""The Kubernetes minor versions secureml targets, in one place."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Where a command may write: one rule for every command's output option, never onto an input.
-
-`-o FILE` writes that file and `-o DIR` writes into that folder; a missing folder is created
-either way. A path of the other kind (a folder where a file is written, a file where a folder is)
-is refused before any work is done, and so is an output that is the same file (same inode: a
-symlink or hard link counts) as any input: a compiled pipeline written over the pipeline's source
-destroys the very file that was checked.
-"""
+"""Where a command may write: one rule for every command's output option, never onto an input."""
 
 from __future__ import annotations
 

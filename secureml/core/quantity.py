@@ -1,13 +1,4 @@
-"""Memory sizes as Kubernetes quantities: `16Gi`, `500M` or a plain number of bytes, both ways.
-
-Profiles (`TimeSliceSettings.maxMemory`), GPU requests (`TimeSlice(memory=...)`) and the compiler's
-messages all read and write sizes here. The grammar is the integer subset of the Kubernetes
-quantity (binary `Ki`..`Pi`, decimal `k`..`P`, no fractions or exponents: a byte count is whole).
-
-Not `kubernetes.utils.parse_quantity`: importing it runs `kubernetes/utils/__init__.py`, which
-loads the whole generated API client (about 700 modules, seconds), and `TimeSlice(...)` parses
-sizes at decoration time, in the launcher's and every pipeline's import path. Standard library only.
-"""
+"""Memory sizes as Kubernetes quantities (`16Gi`, `500M`, bytes), both ways; stdlib only."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""Tables for people, laid out by rich: the compile report, check-pod's verdicts, the run summary.
-
-`render_table` returns text, so library reports and the CLI print the same thing. With no `width`
-the table takes its natural width (nothing wrapped or cut: what a pipe, a log or a test reads);
-given a terminal's width it wraps long cells inside their column, never cutting a name or a path.
-rich is imported here only, on first use, so `secureml --help` does not load it.
-
-rich lays a table out cell by cell in Python (a 500-step compile report took longer than the
-compile's own checks). At natural width, a table of single-line printable ASCII cells whose title
-fits its width is laid out here instead, to the same text: each column as wide as its widest cell,
-two spaces between columns, a rule of `─` under the headers, trailing spaces dropped
-(tests/test_text_table.py compares both on generated tables); anything else goes to rich.
-"""
+"""Tables for people (the compile report, check-pod's verdicts, the run summary), as text."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""A broken rule, the one value every check reports: compile rules, admission rules, signatures.
-
-Standard library only: the compile rules, the offline admission engine, the compiler's report and
-`check-pod` all hold it, and none of them should import the others to name it.
-"""
+"""A broken rule, the one value every check reports: compile rules, admission rules, signatures."""
 
 from __future__ import annotations
 

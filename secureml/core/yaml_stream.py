@@ -1,27 +1,6 @@
-"""Every document of a YAML stream, fast, and always exactly what PyYAML's SafeLoader gives
-(but for timestamps, read as their text, as Kubernetes reads them).
+"""Every document of a YAML stream, fast, and always exactly what PyYAML's SafeLoader gives.
 
-check-pod reads files of hundreds of pods; with libyaml's CSafeLoader, building the Python objects
-(PyYAML's composer and constructor run in Python) was most of its time. `yaml_rs` (a Rust reader)
-builds them about ten times faster, but it follows YAML 1.2's core schema where PyYAML follows
-YAML 1.1, and the two read some streams apart: `yes`/`no`/`on`/`off` (1.1 booleans), `0755` (1.1
-octal), `1:20` (1.1 base 60), `1e3` and `-.5` (1.2 floats), `2001-12-14` (a 1.1 date), `<<` (a
-1.1 merge key), tags, a repeated anchor (1.1 refuses it), a key over two lines in a flow
-collection (1.1 refuses it), the line breaks 1.1 has and 1.2 has not. Flow collections that are
-not empty are left to PyYAML altogether (kubectl and most emitters write pods in block style). So `load_all` takes the fast reader only
-for a stream in which `needs_pyyaml` finds none of those. The scan (RE2, linear) matches at every
-place a plain scalar can start, inside quoted and block scalars too, so a stream with such text in
-a string merely takes the slow path (it reads the raw text: no quoting or nesting hides a scalar
-from it). Anything the fast reader refuses is read by PyYAML,
-whose error is the one raised, so a bad file's message does not depend on the reader.
-tests/test_yaml_stream.py compares both readers on every YAML file of the repository and its
-fixtures, on each scalar where they differ in each position, and on generated streams.
-
-What this returns never shares a dict or list between two places (PyYAML shares an anchored node
-among its aliases; the copy breaks that), so a caller may change a pod in place.
-
-PyYAML is imported when a stream first needs it (`PYYAML_LOADER` and `YAMLError` too): a file the
-fast reader reads whole never loads it (15-20 ms of `check-pod --level`'s start-up).
+docs/performance.md ("YAML") says how: `yaml_rs` where it reads alike, PyYAML otherwise.
 """
 
 from __future__ import annotations

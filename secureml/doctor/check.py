@@ -1,9 +1,4 @@
-"""One doctor finding and the report that holds them: what every `secureml doctor` command prints.
-
-A check is `pass` (as expected), `warn` (works, but weaker or about to break) or `fail` (a control
-or a step will not work). `seen` says what was observed, `fix` what to do; a passing check has no
-fix. The exit code follows the worst status: 0 when nothing failed, 1 when something failed.
-"""
+"""One doctor finding (pass, warn, fail; seen; fix) and the report that holds them, as data."""
 
 from __future__ import annotations
 

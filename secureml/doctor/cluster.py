@@ -1,14 +1,5 @@
 """`secureml doctor cluster`: is this cluster ready for secureml's tenants, and are their bundles
-on it as `profile render` writes them.
-
-Checks, in order: the server's Kubernetes version against the version the bundles are rendered
-for; per tenant profile (`--profiles`), its bundle applied and in sync, Pod Security labels,
-policy bindings and type checking (`secureml.doctor.cluster_tenant`); then the components the
-controls rely on (`secureml.doctor.cluster_components`). Without profiles the tenant checks cannot
-run; the tenant namespaces found on the cluster are named so that their profiles can be given.
-
-Only reads: GETs and LISTs with the kubeconfig's user. The first request reaches the server, so an
-unreachable cluster is a `ClusterError` (exit 2) before any check is reported.
+on it as `profile render` writes them. Only reads.
 """
 
 from __future__ import annotations
@@ -109,7 +100,9 @@ def cluster_report(
     options: BundleOptions,
     git_version: str,
 ) -> Report:
-    """Every check of `secureml doctor cluster` (the module docstring has the order)."""
+    """Every check of `secureml doctor cluster` in order: the server's version
+    against the bundles' version, each tenant's bundle (`cluster_tenant`), then the components
+    the controls rely on (`cluster_components`)."""
     from secureml.bundle import render_objects
 
     reader = Reader(cluster)

@@ -1,14 +1,4 @@
-"""The cluster components secureml's controls rely on, in `secureml doctor cluster`: each one
-present or not, and what to install or change.
-
-What counts as present is what the components' own installs create: the SPIFFE CSI driver's
-CSIDriver object, SPIRE's server (StatefulSet or Deployment) and agent (DaemonSet) and the
-ClusterSPIFFEID CRD, NVIDIA's device plugin and dcgm-exporter DaemonSets (GPU Operator or Helm chart
-names and labels) and the resource names the nodes advertise, the DRA driver's DeviceClasses and
-ResourceSlices, and the image policy engine's CRD and admission webhook. A component no given
-profile needs is a pass when absent; without profiles nobody is known to need it, so absence is a
-warning. An API group the server does not serve is "not installed", never an error.
-"""
+"""The cluster components secureml's controls rely on: each one present or not, and what to do."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Is an object on the cluster as `profile render` writes it: the rendered object against the stored
-one, shown as a unified diff like `profile diff`'s.
-
-A stored object carries more than the render: server defaults, metadata the server owns, labels of
-other controllers, status. Only what the render sets is compared: the stored object is projected
-onto the rendered one's fields (a map keeps the rendered keys, a list is compared item by item and
-keeps any extra stored item, so an added rule shows), then both are written with the bundle's YAML
-dumper. A value the server writes in another form (an integer as "2", `1024Mi` as `1Gi`) is the
-same value. A field the render leaves out and someone added by hand is not seen: the bundle does
-not own it (server-side apply would not remove it either).
-"""
+"""Is an object on the cluster as `profile render` writes it: projected onto the render, diffed."""
 
 from __future__ import annotations
 
@@ -24,7 +14,7 @@ _SYSTEM_MANAGERS = ("kube-apiserver", "kube-controller-manager")
 
 
 def project(rendered: Any, stored: Any) -> Any:
-    """`stored` cut down to the shape of `rendered` (see the module docstring)."""
+    """`stored` cut down to the shape of `rendered` (docs/architecture.md, `doctor/`)."""
     if isinstance(rendered, dict):
         if not isinstance(stored, dict):
             return stored

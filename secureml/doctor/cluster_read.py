@@ -1,11 +1,4 @@
-"""Read-only access to the cluster for `secureml doctor cluster`: an absent object or API is an
-answer (None, no items), never an exception.
-
-The doctor reports what is missing as findings, so a 404 and an API group the server does not
-serve (a CRD not installed) read as "not there". A refusal of any other kind (403: the kubeconfig
-user may not read it) makes the cluster unusable for the check: a `ClusterError`, exit 2, naming
-the request. A server that cannot be reached is the `ClusterError` of `Cluster.request`.
-"""
+"""Read-only access to the cluster for `doctor cluster`: an absent object or API is an answer."""
 
 from __future__ import annotations
 

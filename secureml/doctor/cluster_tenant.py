@@ -1,13 +1,4 @@
-"""A tenant's checks in `secureml doctor cluster`: its bundle applied and in sync with `profile
-render`, its admission policies bound and type-checked clean, its namespace's Pod Security labels.
-
-Each check compares the cluster with the bundle rendered from the profile with the same options
-`profile apply` took, so the fix of a drift is to apply the profile again. A drift another field
-manager made (named in the finding) needs `--force-conflicts`; an item it added to a list that is
-a set or a map in the schema (a binding's `validationActions`) stays even then, because
-server-side apply merges such lists per item, so the fix names `kubectl replace` with the
-rendered files as well.
-"""
+"""A tenant's checks in `doctor cluster`: bundle in sync, policies bound and clean, PSA labels."""
 
 from __future__ import annotations
 

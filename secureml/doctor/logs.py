@@ -1,21 +1,4 @@
-"""`secureml doctor logs`: GPU driver events in a node's kernel log or a step's log, classified.
-
-It reads what `dmesg`, `journalctl -k` or a step's log hold (any prefix before `NVRM:`; the driver's
-formats with and without `pid=`/`name=`) and finds four kinds of event:
-
-- `xid`: `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, ...`, classified by
-  `secureml.nvidia.xid` (application, memory, device, NVLink) with its action;
-- `fallen-off-bus`: `NVRM: GPU at PCI:0000:3b:00 has fallen off the bus` (Xid 79's row);
-- `driver-mismatch`: `NVRM: API mismatch` or `Failed to initialize NVML: Driver/library version
-  mismatch` (the kernel module and the user-space libraries differ);
-- `cuda-error`: CUDA's error names and messages in an application's log.
-
-Repeats of one event (same kind and code on the same device) are one finding with a count. Where a
-pid is logged and an audit record lists it among its step's processes (`pids`), the finding names
-the tenant and step. A finding that needs the platform to act on the node (memory, device, NVLink,
-driver) fails; one that is the step's own (application faults, CUDA errors) warns. The exit code
-is the Report's: 1 when something needs action on the node, else 0.
-"""
+"""`secureml doctor logs`: GPU driver events in a node's kernel log or a step's log, classified."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""`secureml doctor node`: is this GPU node fit for the tenants whose pools hold it.
-
-Run on the node (root `/`) or in the doctor DaemonSet's pod (the host's files mounted under a
-root such as `/host`, docs/bundle.md). It reads the kernel module and the NVIDIA container
-toolkit's configuration from files, the driver, GPUs, MIG layout, ECC, row remapping, retired
-pages and the confidential-computing state through NVML, and, given its configuration file, the
-device plugin's time-slicing. What the node must offer comes from the tenant profiles
-(`--profiles`) whose pools select it (`secureml.doctor.node_pools`), known from the node's labels
-(`--node-labels`, or `--node-name` read from the API server).
-"""
+"""`secureml doctor node`: is this GPU node fit for the tenants whose pools hold it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Node checks through NVML: driver and CUDA versions, persistence, MIG layout against the
-profiles, confidential computing, ECC, row remapping and retired pages.
-
-`nvml` is an initialised `pynvml`; every call NVML answers with "not supported" (an older GPU, a
-feature a model lacks) is reported as such, not as a failure.
+"""Node checks through NVML: driver, CUDA, persistence, MIG layout, CC, ECC, remapped and retired
+pages. NVML's "not supported" is reported as such, not as a failure.
 """
 
 from __future__ import annotations

@@ -1,13 +1,4 @@
-"""Which tenant profiles apply to this node, and what they expect of its GPUs.
-
-A profile applies to a node when one of its GPU pools selects it: the time-sliced pool's node
-selector (`gpu.timeSlice.nodeSelector`, with the sharing-strategy label), the dedicated pool's
-(`gpu.wholeGpu.nodeSelector`), or, for MIG, the node's `nvidia.com/gpu.product` being a product of
-the profile's models (`<product>-MIG-<profile>` under the `single` strategy; a node without the
-product label, GPU Feature Discovery's, is in no MIG pool). Without node labels
-(`--node-labels` or `--node-name` not given) every profile applies: the checks then say what each
-profile expects, whether or not the node is in its pool.
-"""
+"""Which tenant profiles apply to this node, and what they expect of its GPUs."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""How a GPU request (`secureml.gpu.request`) becomes Kubernetes scheduling terms.
-
-`placement(request, profile)` maps a request onto what the tenant's cluster offers:
-
-| backend / strategy      | MIG                                   | TimeSlice                   | WholeGPU              |
-|-------------------------|---------------------------------------|-----------------------------|-----------------------|
-| device-plugin, mixed    | `nvidia.com/mig-<profile>`            | profile's shared resource + | `nvidia.com/gpu` +    |
-| device-plugin, single   | `nvidia.com/gpu` + `gpu.product` of   | `gpu.sharing-strategy:      | pool selector and     |
-|                         | the MIG-suffixed product name (GFD)   | time-slicing` selector      | tolerations           |
-| dra                     | pod label `secureml.dev/gpu-claim` naming a ResourceClaimTemplate (`claim_template_name`)   |
-
-Whether a request is *allowed* is decided by `secureml.compile.rules`; what exists (the MIG
-catalogue) and the resource and label names are `secureml.nvidia.catalogue`'s; the request values
-and their JSON are `secureml.gpu.request`'s; this module maps.
-"""
+"""How a GPU request becomes Kubernetes scheduling terms: resource names, selectors, a DRA claim."""
 
 from __future__ import annotations
 

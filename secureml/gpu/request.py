@@ -1,18 +1,6 @@
-"""The GPU request: one value type from `@secure_component(gpu=...)` to the launcher and reports.
+"""The GPU request (`MIG`, `TimeSlice`, `WholeGPU`): one value from the decorator to the launcher.
 
-A step asks for one of three things: `MIG(profile, count)`, a MIG instance; `TimeSlice(memory,
-compute)`, a share of a time-sliced GPU limited by the quota shim; `WholeGPU(count, product)`,
-whole GPUs on the tenant's dedicated pool. The same value is
-
-- written by the compiler as compact JSON (`to_json`): the pod annotation `secureml.dev/gpu-request`
-  and the launcher's `SECUREML_GPU_REQUEST`;
-- decoded by the launcher, the local runner and the reports (`decode_gpu_request`,
-  `gpu_request_from_dict`), with the field names of `WIRE_FIELDS`;
-- matched by the admission rules, which cannot parse JSON, through `wire_pattern`;
-- shown to people by `describe()`.
-
-Standard library only (and secureml's own light modules): the launcher imports this at start, so
-kfp, pydantic and grpc must stay out. How a request becomes scheduling terms is `secureml.gpu.placement`'s.
+The launcher imports it at start: standard library and secureml's light modules only.
 """
 
 from __future__ import annotations

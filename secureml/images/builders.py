@@ -1,11 +1,4 @@
-"""The image builder on this machine: buildah, podman or docker, in that order (docs/images.md).
-
-buildah runs with `--isolation chroot`, which needs no container runtime or daemon (CI builds
-that way); podman and docker run their defaults. Every build is `--layers`-cached where the
-builder has it. A push records the digest the registry stored, and the reference printed is always
-digest-pinned. Registries on localhost / 127.0.0.1 / [::1] are spoken to over plain HTTP, as
-secureml's registry client does.
-"""
+"""The image builder on this machine: buildah, podman or docker, in that order (docs/images.md)."""
 
 from __future__ import annotations
 

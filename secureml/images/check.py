@@ -1,15 +1,4 @@
-"""Whether an image can run a secure step, or serve as the platform's runtime image (docs/images.md
-"secureml image check"; the compiler's rule `image.no-launcher`).
-
-A step image needs Python and kfp's executor (the step's own code runs under them), a numeric
-non-root user, an empty or absent /etc/ld.so.preload (a preload in the image would load into every
-process of the step, the injected launcher's included) and no GPU selection in its environment
-(the NVIDIA toolkit honours NVIDIA_VISIBLE_DEVICES / CUDA_VERSION from the image). Where the
-launcher comes from the step image (a profile without `runtime.image`), it also needs secureml's
-runtime at a version this compiler is compatible with and the shim at the contract path. The
-platform's runtime image needs its payload at RUNTIME_PAYLOAD_DIR and RUNTIME_INSTALL_COMMAND as its
-entrypoint.
-"""
+"""Whether an image can run a secure step, or serve as the platform's runtime image."""
 
 from __future__ import annotations
 

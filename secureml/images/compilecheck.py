@@ -1,12 +1,4 @@
-"""The compiler's rule `image.no-launcher`: `secureml image check` for each step's image.
-
-`image_checks(profile)` has the shape of the compiler's image verifier (a function of the
-`(task, image)` pairs, returning results with `step`, `verified`, `rule`, `message`, `fix`), so
-`secureml compile --check-images` (and `--fetch-bundles`, which reaches the registry anyway) can
-chain it after the signature check with `chain`. Only images with a problem give a result: a
-passing image leaves the step's signature entry as the signature check made it. Each distinct
-image is read once; an image that cannot be read is a violation of the same rule (fail closed).
-"""
+"""The compiler's rule `image.no-launcher`: `secureml image check` for each step's image."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""The build context the images of `images/` are built from (docs/images.md "How they are built").
-
-    CTX/src/secureml/          secureml's runtime: the package root (contract, errors) and
-                               `enforcement/` with the shim's C sources, nothing of the SDK
-    CTX/wheels/, requirements.txt
-                               the image's Python requirements as wheels, pinned to the versions
-                               installed beside this secureml (the ones it is tested with)
-    CTX/images/                the Containerfiles and the scripts their build stages run
-    CTX/VERSION                secureml's version
-
-The wheels come from `pip wheel` with this environment's pip and index settings, cached per
-requirement set under ~/.cache/secureml/images/wheels, so a build needs no index at all (only the
-Debian mirror for its apt step).
-"""
+"""The build context the images of `images/` are built from (docs/images.md)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""A Debian base image from Debian's own mirror, without a registry (docs/images.md).
-
-`debootstrap --variant=minbase` writes a root filesystem once per machine under
-~/.cache/secureml/images/rootfs/<suite>; buildah commits it into its local storage as
-`localhost/secureml/debian:<suite>`. The images of `images/` build `FROM` it where Docker Hub's
-`debian:<suite>-slim` is out of reach or not wanted (CI, air-gapped platform teams). Needs root
-(debootstrap, `buildah mount`) and buildah.
-"""
+"""A Debian base image from Debian's own mirror, without a registry (docs/images.md)."""
 
 from __future__ import annotations
 

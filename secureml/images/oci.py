@@ -1,15 +1,4 @@
-"""Read an image's manifest, config and files from a registry or an OCI layout (docs/images.md).
-
-`open_image("REG/REPO@sha256:...")` reads over the OCI distribution API through the same client
-as the Sigstore bundle fetch (secureml.supplychain.registry: oras' session, Docker credentials,
-plain HTTP for localhost); `open_image("oci:DIR[:TAG|@sha256:...]")` reads an OCI image layout
-(what `buildah push oci:DIR`, skopeo and `docker buildx --output type=oci` write). Every blob is
-checked against its digest, and the manifest against the digest that was asked for. An image index
-resolves to its linux/amd64 manifest.
-
-`ImageFiles` is the merged view of the layers (whiteouts applied): which paths exist, what kind,
-their mode and owner, symbolic links resolved inside the image, and the content of small files.
-"""
+"""Read an image's manifest, config and files from a registry or an OCI layout (docs/images.md)."""
 
 from __future__ import annotations
 

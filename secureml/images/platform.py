@@ -1,14 +1,4 @@
-"""Build the images of `images/`: the platform runtime image and the step base images.
-
-    runtime-injector   the launcher and the shim the mutating policy injects (profile
-                       `runtime.image`); payload self-contained, entrypoint `install`
-    runtime            step base: slim Debian, Python, secureml's runtime, kfp's executor
-    cuda               step base: `runtime` plus the CUDA runtime libraries (NVIDIA's wheels)
-
-Each is built from a context `secureml.images.context.stage` fills, tagged
-`localhost/secureml/<name>:<version>` in the builder's storage, and, with `push_to`, pushed; the
-result is the digest-pinned reference (`BuiltImage.reference`), recorded as JSON where asked.
-"""
+"""Build the images of `images/`: the platform runtime image and the step base images."""
 
 from __future__ import annotations
 

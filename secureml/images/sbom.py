@@ -1,15 +1,4 @@
-"""A CycloneDX SBOM of a step image's Python packages, read from the image itself.
-
-The packages are the `*.dist-info/METADATA` files under the image's site- and dist-packages
-folders (what pip installed, the base image's and the step's requirements alike), read from the
-pushed digest or an OCI layout (`stepimage.oci`, the same reader as `secureml image check`): the
-SBOM describes the exact image a step will run, not the requirements it was built from.
-`cyclonedx-py environment` (cyclonedx-bom) would need to run the image's interpreter; the BOM is
-built with its library, cyclonedx-python-lib, instead. The image is the BOM's
-`metadata.component` (type container, version its digest, an `oci` package URL); each package a
-`library` with a `pkg:pypi` URL. The JSON is CycloneDX 1.6, the predicate of an
-`https://cyclonedx.org/bom` attestation (docs/supply-chain.md).
-"""
+"""A CycloneDX SBOM of a step image's Python packages, read from the image itself."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""A user's step image: `secureml image build CONTEXT --from runtime|cuda|IMAGE --tag ...`.
-
-Like `kfp component build`, it writes the Containerfile for the folder: FROM the base, the folder's
-`requirements.txt` installed with pip at build time (never at step start), the folder copied to
-/usr/local/src/step, and USER 1000:1000 again at the end. A Containerfile the user wrote (one
-without the generated marker) is not overwritten unless asked. docs/images.md.
-"""
+"""A user's step image: `secureml image build CONTEXT --from runtime|cuda|IMAGE --tag ...`."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
 """A local SPIFFE Workload API with a throwaway CA, for tests and `secureml run --dev-identity`.
 
-It speaks the real Workload API (gRPC over a unix socket, the `spiffe` package's own protobuf
-messages) so the launcher's identity stage runs the real `spiffe` client against it, unchanged.
-
-Like a SPIRE agent it attests the caller before answering: it accepts each connection itself,
-reads the peer's process id from the socket (`SO_PEERCRED`) and its environment from `/proc`, and
-asks `identity(workload)` which SPIFFE ID that workload gets (`None`: no identity, the call is
-denied). In a cluster SPIRE reads the pod's labels; locally the launcher's `SECUREML_PIPELINE` /
-`SECUREML_STEP` environment plays that part. Each connection is then relayed to an internal gRPC
-server that issues SVIDs for that one ID. Like SPIRE it refuses calls without the
-`workload.spiffe.io: true` metadata header.
-
-Tests that need a Workload API that misbehaves (hangs, never speaks gRPC, serves expired SVIDs)
-subclass it and override `_on_connection`, `_before_answer` or `_issue` (tests/devworkload.py).
-
-This module imports grpc at the top: import the module itself lazily.
+Imports grpc at the top: import this module lazily (docs/local-run.md).
 """
 
 from __future__ import annotations

@@ -1,11 +1,4 @@
-"""Where kfp.local's own output goes during `secureml run --local`.
-
-kfp.local prints each task's executor input, its streamed logs (the launcher's `secureml-audit:` JSON
-line among them) and its outputs to stdout, with terminal colour codes: hundreds of lines for a
-three-step pipeline, in which the per-step summary gets lost. A run therefore writes all of it, colour
-codes removed, to `DIR/run.log`, and shows it on the terminal only when asked (`--verbose`); colour
-codes reach the terminal only when it is one.
-"""
+"""Where kfp.local's own output goes during `secureml run --local`: `DIR/run.log`."""
 
 from __future__ import annotations
 

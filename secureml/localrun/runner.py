@@ -1,16 +1,4 @@
-"""`secureml run --local`: run a pipeline on this machine with the same runtime checks as a cluster.
-
-The pipeline is compiled exactly as `secureml compile` does it (same rules, same launcher prefix,
-same `SECUREML_*` variables), and that compiled pipeline is what runs, through
-`kfp.local.SubprocessRunner(use_venv=False)`.
-
-kfp.local passes a task's own environment (`task.set_env_variable`, the container `env` of the
-compiled spec) to its subprocess, but ignores the kubernetes platform spec. In a cluster, what the
-platform spec and the tenant bundle's admission policies add (the SPIFFE socket volume, the shim
-limits through the downward API, writable folders for audit and SVIDs) reaches the launcher as
-mounts; locally, `LocalOverlay` adds the equivalent per step to the container `env` of the compiled
-spec before kfp.local sees it. docs/local-run.md describes it.
-"""
+"""`secureml run --local`: a pipeline run on this machine with a cluster's runtime checks."""
 
 from __future__ import annotations
 
@@ -363,7 +351,7 @@ def apply_local_overlay(
     *,
     spiffe_endpoint: str | None,
 ) -> None:
-    """Give each step, through its env, what a cluster would mount for it (see module docstring)."""
+    """Give each step, through its env, what a cluster would mount for it (docs/local-run.md)."""
     for step in steps:
         step.use_local_launcher()
         values = {

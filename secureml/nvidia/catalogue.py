@@ -1,9 +1,6 @@
 """The GPUs secureml knows and the names NVIDIA's Kubernetes stack gives them.
 
-The extended resources of the NVIDIA device plugin (`nvidia.com/gpu`, `nvidia.com/mig-<profile>`),
-the node labels of GPU Feature Discovery, and the catalogue of MIG-capable models with their MIG
-profiles. Every module that writes or matches one of these names takes it from here (GPU requests
-and placement in secureml.gpu.placement, profile validation, the admission rules, the bundle).
+Device-plugin resources, GPU Feature Discovery labels, MIG-capable models and their profiles.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
-"""NVIDIA's Xid codes, classified for secureml: what an Xid says about a tenant's step and its GPU.
+"""NVIDIA's Xid codes, classified for secureml: what an Xid says about a step and its GPU.
 
-One table, read by `secureml doctor logs` (Xids in kernel logs) and by the launcher (Xid events
-from NVML while a step runs). Each row keeps what NVIDIA publishes (the mnemonic and the catalogue's
-"Resolution Bucket (Immediate Action)") next to secureml's class and action, and names its sources:
-
-- `catalog`: NVIDIA's Xid Catalog for Ampere and newer GPUs,
-  https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (columns Code, Mnemonic,
-  Resolution Bucket (Immediate Action));
-- `nvsentinel`: NVIDIA/NVSentinel's machine-readable copy of that catalogue,
-  distros/kubernetes/nvsentinel/charts/gpu-health-monitor/xiderrorsmapping.csv at commit
-  6f8b0fcfa8e502bdda78fabf96facef729a9285b (code, mnemonic, immediate action, fatality).
-
-docs/xid.md prints the table. The classes decide what secureml does: `memory` and `device` mean the
-GPU's memory can no longer be trusted (the launcher stops the step, exit 79, and marks the scrub
-unverified); `nvlink` and `application` are recorded. Pure data and the standard library only, and
-a top-level module: the launcher's runtime image carries secureml's top-level modules only.
+docs/xid.md prints the table and its sources; the launcher imports it, so stdlib only.
 """
 
 from __future__ import annotations

@@ -1,24 +1,4 @@
-"""The pod as the API server's validating admission judges it, for `check-pod` offline.
-
-A pod the tenant submits is not the pod Pod Security and the ValidatingAdmissionPolicies see: the
-API server first applies its defaults, then the mutating admission chain (the tenant's
-MutatingAdmissionPolicy, on CREATE), then validates the object. `as_created` does the same, so an
-offline verdict is the cluster's:
-
-1. `api_defaults`: the Pod API's defaulting where it changes a verdict: a volume with no source is
-   an emptyDir (Pod Security allows it: Kubernetes' own `restrictedvolumes0` fixture), a pod
-   without `schedulerName` gets `default-scheduler`, the deprecated `serviceAccount` alias is set
-   to `serviceAccountName` (or gives it, when that is unset), and with `hostNetwork` a container
-   port's `hostPort` defaults to its `containerPort`;
-2. the tenant's mutations (`bundle.apply_mutations`, on CREATE only; `mutated=True` for a pod that
-   already went through them, e.g. one read back from a cluster);
-3. `invalid_after_mutation`: what the Pod API then refuses: the mutating policy appends platform
-   volumes, mounts and the runtime init container, and a pod that already has one of those names
-   or paths becomes invalid (`k8s.validation`, the designed fail-closed answer).
-
-An UPDATE is judged with the pod before it (`oldObject`): no mutation (the policy matches CREATE),
-the defaults on both.
-"""
+"""The pod as the API server's validating admission judges it: defaults, then mutations, offline."""
 
 from __future__ import annotations
 

@@ -1,30 +1,6 @@
-"""The Pod Argo Workflows' controller creates for one pod template of a KFP workflow.
+"""The Pod Argo Workflows v4.0.5's controller creates for one pod template of a KFP workflow.
 
-KFP 2.17.0 runs on Argo Workflows v4.0.5 (kubeflow/pipelines 2.17.0 `go.mod`,
-`github.com/argoproj/argo-workflows/v4 v4.0.5`). Modelled on, at argoproj/argo-workflows v4.0.5:
-
-- `workflow/controller/workflowpod.go` (`createWorkflowPod`, `newExecContainer`,
-  `standardInitContainer`, `newWaitContainer`, `getExecutorLogOpts`, `createEnvVars`,
-  `createVolumes`, `addOutputArtifactsVolumes`, `addMetadata`, `addSchedulingConstraints`,
-  `setupServiceAccount`): the pod's labels and annotations, Argo's `init` init container and
-  `wait` container (image `argoexec`), the `var-run-argo` and `tmp-dir-argo` emptyDirs, the env
-  Argo adds to every container, the driver's pod spec patch applied after that, then every
-  container but `wait` started through the emissary (`/var/run/argo/argoexec emissary <log flags>
-  -- <command>`), `var-run-argo` mounted in every container;
-- `workflow/common/common.go` (container names, paths, env names), `workflow/util/pod_name.go` and
-  `pkg/apis/workflow/v1alpha1/workflow_types.go` (`NodeID`: names from the FNV-32a hash of the
-  node name), `cmd/workflow-controller/main.go` (log flag defaults `info`, `text`, `0`);
-- the executor settings KFP 2.17.0 installs (kubeflow/pipelines 2.17.0
-  `manifests/kustomize/third-party/argo/base/workflow-controller-configmap-patch.yaml`: executor
-  `imagePullPolicy: IfNotPresent` and `securityContext` runAsNonRoot, runAsUser 65532, no privilege
-  escalation, drop ALL, seccomp RuntimeDefault; `workflow-controller-deployment-patch.yaml`:
-  `--executor-image quay.io/argoproj/argoexec:v4.0.5`).
-
-Not modelled (KFP's templates never use them): artifact plugins, script templates, input
-artifacts, executor service accounts, a kubeconfig volume, `terminationGracePeriodSeconds`,
-offloading of large env or args into a ConfigMap, pod GC annotations, retry attempt suffixes in
-node names. Argo's `ARGO_TEMPLATE` value (the template as JSON) is abbreviated to the template's
-name.
+The sources it is modelled on, and what it leaves out: docs/architecture.md (`pods/`).
 """
 
 from __future__ import annotations

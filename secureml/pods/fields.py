@@ -1,19 +1,4 @@
-"""Every field of a Pod that admission judges, classified (issue 33, "from denylist to allowlist").
-
-Each object type below is listed with every field its OpenAPI schema has in the Kubernetes versions
-secureml supports (1.34-1.37; tests/cluster/test_pod_fields.py reads the API server's
-`/openapi/v3/api/v1` of the 1.34 and 1.36 control planes and fails on a field not listed here, so
-the next release's new fields are refused until someone decides). A field is
-
-- `allowed`: a tenant may set it, with the values the named rule admits;
-- `pinned`: it must equal what KFP, Argo, the platform or the API server write (the rule named);
-- `refused`: a step pod must not carry it (`secureml.podFields`, or the rule named).
-
-A field of a type not listed (a probe's handler, an affinity term, a volume source's own fields)
-sits under a field of a listed type and is judged by that field's rule as a whole, or refused with
-it. `Container` covers `EphemeralContainer` (which adds `targetContainerName`): system containers are
-pinned whole by `secureml.pods.system_shapes`; this table is for the step's own container.
-"""
+"""Every field of a Pod that admission judges, classified as allowed, pinned or refused."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Pod API field names that several layers walk: the lists a pod's containers live in.
-
-The rules, the offline engine's view of a pod, the workload reader, the admission defaults and
-the mutating policy each visit containers list by list; they take the names from here.
-"""
+"""Pod API field names that several layers walk: the lists a pod's containers live in."""
 
 from __future__ import annotations
 

@@ -1,41 +1,6 @@
 """The Pods a compiled pipeline becomes in the cluster, without a cluster: those KFP 2.17 creates.
 
-`preview_pods(docs, profile)` reads the compiled YAML (the pipelineSpec and the kubernetes
-platformSpec) and builds, per task, the executor Pod that KFP 2.17.0's backend and Argo Workflows
-v4.0.5 create, then applies the tenant bundle's MutatingAdmissionPolicy
-(`secureml.pods.mutation.apply.apply_mutations`); `iter_preview_pods` yields the same pods one
-at a time. `preview_driver_pods(docs, profile)`
-builds KFP's driver pods (the root DAG's and each task's). The admission rules (`secureml.rules`)
-are evaluated on exactly these pods, offline and on a real API server.
-
-KFP's part is modelled on kubeflow/pipelines 2.17.0:
-- `backend/src/v2/compiler/argocompiler/container.go` (`addContainerExecutorTemplate`: template
-  `[metadata-<annotations>-<labels>-][retry-]system-container-impl`, the `kfp-launcher` init
-  container `launcher-v2 --copy /kfp-launcher/launch` with its resources, the emptyDirs
-  `kfp-launcher`, `/gcs`, `/s3`, `/minio`, `/.local`, `/.cache`, `/.config`, main's placeholder,
-  mounts, `envFrom` of the optional `metadata-grpc-configmap` and `KFP_POD_NAME`/`KFP_POD_UID`;
-  `addContainerDriverTemplate`: the container driver), `dag.go` (`addDAGDriverTemplate`: the root
-  DAG driver, node names `root-driver`, `root`, `<task>-driver`, `<task>`, `executor`),
-  `security_context.go` (`applySecurityContextToExecutorTemplate`: seccomp on the executor pod, no
-  privilege escalation, drop ALL and seccomp on main, the full default with runAsNonRoot on the
-  launcher init container; `applySecurityContextToTemplate`: driver pods run as non-root),
-  `common.go` (`commonEnvs`, `metadataEnvFrom`, runtime-role annotation), `argo.go` (workflow pod
-  metadata `pipelines.kubeflow.org/v2_component`, service account, `driverResources`,
-  `launcherResources`);
-- `backend/src/v2/driver/driver.go` (the pod spec patch: main's image, command
-  `/kfp-launcher/launch <flags> --`, the task's command and args as args, env, resources,
-  accelerator) and `k8s.go` (volumes, env from secrets, config maps and field paths, scheduling,
-  the task's security context);
-- `backend/src/apiserver/template/v2_template.go` and `template.go` (pod label `pipeline/runid`,
-  annotation `sidecar.istio.io/inject: "false"`, the run's service account);
-- `manifests/kustomize/base/pipeline/ml-pipeline-apiserver-deployment.yaml` (images
-  `kfp-driver:2.17.0` and `kfp-launcher:2.17.0`, `PUBLISH_LOGS=true`, `PIPELINE_LOG_LEVEL=1`).
-Argo's part (init and wait containers, emissary, env, names) is `secureml.pods.argo`.
-
-Values the backend fills in at run time (execution id, executor input, run id) are shown as
-`<name>`; the run's service account is the bundle's `secureml-pipeline-runner`. Not modelled: the
-CA bundle and proxy settings (off by default), modelcar and workspace volumes, admin run-as
-defaults, retry attempt suffixes in node names.
+The sources it is modelled on, and what it leaves out: docs/architecture.md (`pods/`).
 """
 
 from __future__ import annotations

@@ -1,35 +1,4 @@
-"""The whole shape of every container KFP 2.17.0 and Argo Workflows v4.0.5 put in a pod, as data.
-
-Issue 33, class 2: a system container (Argo's `init` and `wait`, KFP's `kfp-launcher`, the
-driver's `main`) must equal what KFP and Argo write, field by field, with only the values they
-vary left free. `secureml.rules.system_shape` renders these shapes into CEL (one rule, the same
-text in the bundle and offline); tests compare them with the pods Argo's controller really writes.
-Sources, at argoproj/argo-workflows v4.0.5 `workflow/controller/workflowpod.go`
-(`newExecContainer`, `createEnvVars`, `createWorkflowPod`'s env and mounts, `getExecutorLogOpts`)
-and kubeflow/pipelines 2.17.0 `backend/src/v2/compiler/argocompiler/container.go`, modelled in
-`secureml.pods.argo` and `secureml.pods.preview`.
-
-What a shape pins:
-
-- `CONTAINER_FIELDS`: the only fields a system container may carry; every other field of the
-  Container schema (lifecycle hooks, probes, `restartPolicy`, `ports`, `stdin`, `tty`,
-  `workingDir`, `envFrom`, `volumeDevices`, `resizePolicy`, ...) must be absent;
-- the image: the component's repository at one of `VERSIONS` (tag, tag and digest) or by digest;
-- the env: only the names Argo sets for that container (`Env`), each with the value Argo gives it
-  (a field reference, a fixed value, the container's own name) or a free value where Argo's value
-  varies per workflow (its name, uid, node id, deadline). `ARGO_TEMPLATE`, the template Argo's
-  `init` writes to `/var/run/argo/template` for the emissary and `wait`, is JSON whose keys must all
-  be ones KFP's executor template uses (`ARGO_TEMPLATE_KEYS`, or a prefixed label/annotation/
-  resource key): no `containerSet` (the emissary re-runs `main`'s command on its retry strategy),
-  no `inputs.artifacts` (`argoexec init` writes them, `raw` ones inline, at a path its name can
-  point anywhere), no `script`, `sidecars` or artifact locations;
-- the mounts (`Mount`): the container's own emptyDirs at their paths, `wait`'s mirror of main's
-  mounts under `/mainctrfs`, and (added by `secureml.rules.system_shape`) the platform's own mounts
-  and the service account token;
-- resources: `cpu`, `memory`, `ephemeral-storage` only, no `claims`;
-- `SECURITY_CONTEXT`: KFP's and Argo's hardening, never weaker (no added capability, no SELinux,
-  AppArmor, Windows or procMount setting, no privilege).
-"""
+"""The whole shape of every container KFP 2.17.0 and Argo Workflows v4.0.5 put in a pod, as data."""
 
 from __future__ import annotations
 

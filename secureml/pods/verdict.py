@@ -1,9 +1,4 @@
-"""Verdicts on pods, whoever judged them: the offline rule engine or a real API server.
-
-One `PodVerdict` per pod (allowed, or denied with `(rule id, message)` findings) whichever judged,
-so the offline and the server check cannot drift apart in what they report;
-`secureml.admission.check_pod` aggregates them into `check-pod`'s report.
-"""
+"""Verdicts on pods, whoever judged them: the offline rule engine or a real API server."""
 
 from __future__ import annotations
 

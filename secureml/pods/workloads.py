@@ -1,11 +1,4 @@
-"""Pods out of Kubernetes manifests: Pods, and the pod templates of workload kinds.
-
-`read_pods(paths)` reads YAML files (multi-document; `-` is standard input) and returns one
-`PodObject` per Pod or pod template, each shaped as the Pod the API server would receive (the
-template's metadata and spec), so that admission rules and Pod Security checks judge workloads the
-way the API server's pod-security admission judges them. Anything that cannot be read as such is
-an `InputError` naming the file, the document index and what is wrong.
-"""
+"""Pods out of Kubernetes manifests: Pods, and the pod templates of workload kinds."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""What `spec.images.attestations` may ask for: options only where their predicate has them.
-
-`maxSeverity` reads the findings of cosign's vuln predicate (Trivy's `cosign-vuln` output),
-`builder` the builder of SLSA provenance; on any other type they would be silently ignored, so
-the profile refuses them. Each requirement needs someone trusted to sign it: its own
-`identities`, or the image signers of `images.signatures.identities`. A type listed twice is
-refused (two requirements on one predicate type read as one with the other's options lost).
-"""
+"""What `spec.images.attestations` may ask for: options only where their predicate has them."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""`spec.gpu.confidentialComputing: required`: which profiles may ask for it.
-
-Confidential computing (CC) protects a step's GPU memory and its CPU-GPU traffic from the host;
-it is a tier's promise, so only the tiers that promise isolation (`confidential`, `restricted`)
-may require it, and only on GPU models that have a CC mode (`gpu_catalogue`'s
-`confidential_computing`: H100, H200, B200). docs/confidential-computing.md says what it covers.
-"""
+"""`spec.gpu.confidentialComputing: required`: which tiers and GPU models may ask for it."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Checks across several profiles read together (`profile validate`, `profile render`, `apply`).
-
-Each TenantProfile owns its namespace: its bundle writes the Namespace (Pod Security labels), the
-quota, the NetworkPolicies and the admission policy bindings that select it. Two profiles for one
-namespace would write one Namespace twice and bind both tenants' policies to every pod there, so
-which rules hold depends on the order of applying; `render` and `apply` refuse it, `validate`
-names it.
-"""
+"""Checks across several profiles read together (`profile validate`, `profile render`, `apply`)."""
 
 from __future__ import annotations
 

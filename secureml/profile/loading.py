@@ -1,10 +1,4 @@
-"""Reading a TenantProfile's YAML: refuse duplicate keys, remember where every field was written.
-
-PyYAML's SafeLoader keeps the last of two equal keys without a word, so a merge mistake
-(`tier: internal`, later `tier: public`) would lower a tenant's tier. The loader here checks the
-keys of every mapping, at every nesting level, while it constructs them, and the loader's node
-tree gives each field its line and column for the messages about it.
-"""
+"""Reading a TenantProfile's YAML: refuse duplicate keys, remember where every field was written."""
 
 from __future__ import annotations
 

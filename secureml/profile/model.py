@@ -1,11 +1,6 @@
 """The TenantProfile: one YAML file per tenant, written by the platform team.
 
-The model is the documentation: field descriptions become the JSON Schema (`secureml profile
-schema`) and the CLI's messages. Loading rejects unknown fields, duplicate keys and contradictions,
-and reports every problem in one run with the YAML path of the field
-(`spec.gpu.timeSlice.maxCompute`) and, read from a file, its line and column.
-
-Python attributes are the snake_case of the YAML's camelCase names.
+Field descriptions become the JSON Schema and the messages; attributes are the YAML names in snake_case.
 """
 
 from __future__ import annotations

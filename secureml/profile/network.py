@@ -1,11 +1,5 @@
 """Egress a profile opens to every address: refused for tiers confidential and restricted, warned
 about for the others.
-
-An egress rule whose network has prefix length 0 (`0.0.0.0/0`, `::/0`) lets a step reach any
-address; with no ports it does so on every port, which undoes the default deny of the tenant's
-NetworkPolicies (docs/bundle.md, "Network"). A confidential or restricted tenant may not have that:
-a step could send what it holds anywhere. Open egress on listed ports, and any open egress on the
-lower tiers, is allowed but named on every `profile validate`.
 """
 
 from __future__ import annotations

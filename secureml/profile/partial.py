@@ -1,14 +1,4 @@
-"""The parts of an invalid profile that did parse, so cross-field checks can still run on them.
-
-A profile with a field error cannot become a model, yet its contradictions (a tier against the GPU
-section) should show in the same run. Every field that failed is removed from a copy of the data
-(its default applies) or, when the field is required, replaced by a placeholder; the copy is then
-validated again. The paths that failed are returned with it: a check that reads one of them (or
-anything below it) is skipped, so a default or placeholder never speaks in a message.
-
-Errors inside a list item or a dict entry fail the whole list or dict: a check that counts or
-scans it would otherwise reason about a collection that lost an entry.
-"""
+"""The parts of an invalid profile that did parse, so cross-field checks can still run on them."""
 
 from __future__ import annotations
 

@@ -1,19 +1,6 @@
 """The in-toto predicates a profile can require on images, and what each one's content must say.
 
-Plain data and checks on parsed JSON (no Sigstore import): the profile validates its
-`spec.images.attestations` with these names, the compiler checks verified statements with
-`content_problem`, `findings_above` and `builder_id`, and the image policies render the same
-conditions for admission (`bundle/attestation_policies.py`).
-
-- SBOM: CycloneDX (`https://cyclonedx.org/bom`, what `cosign attest --type cyclonedx`, Syft and
-  Trivy write) or SPDX (`https://spdx.dev/Document`).
-- Vulnerability scan: cosign's vuln predicate (`https://cosign.sigstore.dev/attestation/vuln/v1`),
-  which Trivy writes with `--format cosign-vuln` and `cosign attest --type vuln` signs: the Trivy
-  JSON report sits at `predicate.scanner.result`, each finding's `Severity` one of UNKNOWN, LOW,
-  MEDIUM, HIGH, CRITICAL. `maxSeverity` applies to it only; the in-toto vulns predicate
-  (`https://in-toto.io/attestation/vulns/v0.1`) carries CVSS scores, not levels, and can only be
-  required to be present.
-- SLSA provenance v1 (`predicate.runDetails.builder.id`) or v0.2 (`predicate.builder.id`).
+Plain data and checks on parsed JSON (no Sigstore import), shared by profile, compiler and bundle.
 """
 
 from __future__ import annotations

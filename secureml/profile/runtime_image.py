@@ -1,15 +1,4 @@
-"""Where a step's launcher and shim come from (issue 10, class 9).
-
-With the profile's `runtime.image` (the platform's runtime image, digest-pinned), the mutating
-policy injects both from that image (contract.RUNTIME_*): the compiler puts
-contract.RUNTIME_LAUNCHER in front of the step's command, `/etc/ld.so.preload` names
-contract.RUNTIME_SHIM, and the ValidatingAdmissionPolicy requires the injected shape. Without it the
-launcher is the `secureml` package of the step's own image (`python3 -m secureml.enforcement.launch`)
-and the shim is the file at contract.SHIM_LIBRARY_PATH inside that image: an image the tenant builds
-can replace both. Tiers confidential and restricted refuse a profile without `runtime.image`
-(profile validation); for the others `warnings` says what is weaker, and the commands that read a
-profile print it.
-"""
+"""Where a step's launcher and shim come from: the profile's `runtime.image`, or the step's image."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The profile's SPIFFE ID template as SPIRE's ClusterSPIFFEID writes it (a Go template).
-
-The trust domain, namespace and tenant are written in literally; the pipeline and step come from the
-pod labels the compiler sets, so a step's ID does not depend on its service account.
-"""
+"""The profile's SPIFFE ID template as SPIRE's ClusterSPIFFEID writes it (a Go template)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""A run on a KFP server followed to its end: task states as they change, admission refusals named by
-their rule, the steps' audit records read from their logs.
-
-A pod that admission refuses never starts: Argo marks its node failed (or, for a refusal it takes
-for transient, leaves it pending) with the API server's message. KFP 2.17's v2beta1 API reports the
-task as FAILED or PENDING without that message, so the run's Argo Workflow (the v1beta1 API) is read
-for it, and the message becomes findings with our rule ids (`secureml.admission.server`): a refused
-step is a violation, never a task that silently fails or waits.
+"""A run on a KFP server followed to its end: task states, admission refusals named by their rule,
+the steps' audit records read from their logs.
 """
 
 from __future__ import annotations

@@ -1,18 +1,4 @@
-"""The KFP server behind `--host`: its URL checked, its health read, runs created through `kfp.Client`.
-
-What each call reads, and from which of KFP's services (docs/cli.md, "run --host"):
-
-- `/apis/v2beta1/healthz` (the API server): is this a KFP server, is it multi-user;
-- experiments and runs through `kfp.Client` (`create_run_from_pipeline_package`, `get_run`): the
-  run's state and its tasks' states. KFP 2.17's v2beta1 task details carry neither the pod name
-  nor Argo's node message;
-- `/apis/v1beta1/runs/{id}` (the same API server, still served by 2.x): the run's Argo Workflow
-  (`pipeline_runtime.workflow_manifest`), whose nodes carry the message a refused pod creation left
-  (`pods "..." is forbidden: ValidatingAdmissionPolicy ... denied request: <rule>: ...`) and from
-  which the step pods' names follow (KFP's `RetrievePodName`);
-- `/k8s/pod/logs` (the KFP UI's server, which serves `/apis` too when `--host` is the UI): a step
-  pod's log, with the launcher's `secureml-audit:` line.
-"""
+"""The KFP server behind `--host`: its URL, its health, runs created through `kfp.Client`."""
 
 from __future__ import annotations
 

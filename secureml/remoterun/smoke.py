@@ -1,11 +1,5 @@
 """`secureml doctor pipeline`: a tiny secured pipeline run on the platform's own KFP, every step
 checked admitted, run and audited.
-
-The pipeline is built here, in code, for the image the platform team names: `hello` returns a word
-and `check` receives it (a parameter passed between two step pods) and fails unless it is the
-word sent. Both are plain CPU steps, so it runs on any node the tenant's profile allows; the
-profile's rules, the bundle's admission, the injected runtime and the launcher's audit record
-are all those of a real step.
 """
 
 from __future__ import annotations

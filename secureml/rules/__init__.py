@@ -1,36 +1,6 @@
 """The admission rule catalogue: each rule defined once, enforced in the cluster and offline.
 
-A `Rule` is a small value: a stable `id`, a static `message`, a CEL `expression` over `object`
-(the Pod) that is true when the pod is allowed, a `message_expression` that names the offending
-container, `applies_to` (`level:baseline`, `level:restricted`, `profile:<tenant>`), and `scope`:
-CEL over `object` that selects the pods the rule holds for ("" = every pod; `scope.STEP_POD` =
-every pod but KFP's own system pods, see `secureml.rules.scope`). The tenant bundle renders each
-rule into one `validations[]` entry of the ValidatingAdmissionPolicy of its scope (`expression`,
-`messageExpression`, `message`; the scope is that policy's `matchConditions` entry);
-`secureml check-pod` and the compiler evaluate the same text here through the real CEL engine. The CEL is written in the subset both the API server
-and the Python engine accept (docs/admission-rules.md).
-
-Public API::
-
-    rules_for_level(level: str, kubernetes: str = "1.36") -> list[Rule]
-        The Pod Security Standards of Kubernetes `kubernetes` (1.34..1.37): "baseline" or
-        "restricted" (ids `pss.*`).
-    rules_for_profile(profile: TenantProfile, kubernetes: str = "1.36") -> list[Rule]
-        Restricted plus secureml's rules for that tenant (ids `secureml.*`), the profile's values
-        baked in as CEL literals: no policy parameters needed.
-    profile_rules(profile: TenantProfile) -> list[Rule]
-        Only the `secureml.*` rules of that tenant.
-    evaluate(obj: dict, rules: Iterable[Rule], old_obj=None, created_by=None) -> list[Violation]
-        The violations of a Pod (a dict as the API server sees it); empty means allowed. Each
-        expression is compiled once per process; a rule that errors denies (fail closed); a rule
-        whose scope is false for the pod is skipped (each scope evaluated once per pod).
-        `old_obj`: the pod before an UPDATE; `created_by`: the requesting user (None: the
-        pipeline runner, `secureml.rules.request`).
-    in_scope(obj: dict, scope: str) -> bool
-        Whether rules of `scope` hold for the pod (`scope.STEP_POD`, `scope.KFP_SYSTEM_POD`).
-    Rule, Violation(rule, what), LEVELS
-
-Importing this package imports the CEL engine; import it inside CLI commands.
+Importing it imports the CEL engine: import it inside CLI commands (docs/admission-rules.md).
 """
 
 from __future__ import annotations

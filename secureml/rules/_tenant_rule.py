@@ -1,8 +1,4 @@
-"""One tenant rule value, built the way every `secureml.*` rule is: `object.spec` bound once.
-
-Shared by the rule modules that sit beside `secureml.rules.tenant` (launcher, mounts, accounts,
-immutable), so each of them holds one concern and none repeats the binding.
-"""
+"""One tenant rule value, built the way every `secureml.*` rule is: `object.spec` bound once."""
 
 from __future__ import annotations
 

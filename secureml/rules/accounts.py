@@ -1,19 +1,4 @@
-"""Whose rights a pod runs with: the runner's service account, never group 0 (issue 10, class 8).
-
-- `secureml.serviceAccount`: every pod of the tenant namespace runs as the bundle's runner
-  (`bundle.rbac.RUNNER_NAME`, the least-privilege account KFP runs the tenant's pipelines as), in
-  `serviceAccountName` and in the deprecated `serviceAccount` alias. Any other account of the
-  namespace (an editor, `default` with rights someone granted) gives the step's code its rights
-  through the mounted token. The API server's ServiceAccount admission sets an empty name to
-  `default` before the policy runs, so an unset name is refused too.
-- `secureml.groupNotRoot`: no group 0 anywhere, pod or container: not `runAsGroup`, not `fsGroup`
-  (the kubelet adds it to every container's supplementary groups), not in `supplementalGroups`.
-  Group 0 owns much of an image's files; with it a non-root user can write what is group-writable
-  for root. A step's own container must also set a `runAsGroup` (itself or from the pod): without
-  one it runs with the image user's primary group, which may be 0.
-
-Both hold for every pod: KFP's driver pods run as the same account as the steps.
-"""
+"""Whose rights a pod runs with: the runner's service account, never group 0."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""`secureml.confidentialComputing`: a GPU pod of a CC tenant runs only on CC-ready nodes.
-
-For a profile with `gpu.confidentialComputing: required` the compiler gives every GPU step the
-node selector of the GPU operator's CC manager (`gpu.confidential_selector`:
-`nvidia.com/cc.ready.state: "true"`) and the annotation `secureml.dev/confidential-computing:
-required`, from which the launcher learns (through the read-only podinfo volume) that its
-preflight must verify the CC mode through NVML. A pod written by hand could drop either: the rule
-refuses a pod that holds a GPU (an `nvidia.com/` resource in any container, or a resource claim)
-without both. The annotation then cannot change (`secureml.platformMetadataImmutable`) and the
-launcher's `SECUREML_CONFIDENTIAL_COMPUTING` must equal it (`secureml.launcherEnv`).
-"""
+"""`secureml.confidentialComputing`: a GPU pod of a CC tenant runs only on CC-ready nodes."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The field pins every system container shares: KFP's, Argo's and the platform's runtime init.
-
-Only the fields such a container is written with (`system_shapes.CONTAINER_FIELDS`), the API's
-defaults where it sets them, native resources without claims, and a security context no weaker
-than KFP's and Argo's (`system_shapes.SECURITY_CONTEXT`). Used by `secureml.rules.system_shape`
-and `secureml.rules.runtime`.
-"""
+"""The field pins every system container shares: KFP's, Argo's and the platform's runtime init."""
 
 from __future__ import annotations
 

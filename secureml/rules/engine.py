@@ -1,30 +1,6 @@
 """Offline evaluation of rules, failing closed, with the verdicts the API server gives.
 
-The pod is given to CEL the way the API server gives it to a ValidatingAdmissionPolicy: as
-`object`, with fields that are null left out (the API server drops them when it decodes the pod).
-A rule that cannot be evaluated, or whose expression is not a boolean, denies the pod, as a policy
-with `failurePolicy: Fail` does. A rule whose `scope` (its policy's matchCondition) is false for
-the pod is not in force and is skipped; each distinct scope is evaluated once per pod.
-
-Two engines, one verdict:
-
-- the fast path (`secureml.rules.cel.cpp`, Google's C++ CEL) reads the pod's dicts in place and
-  judges every rule it compiles. Whenever it gives anything but a boolean (an error, another type),
-  and for a rule it cannot compile, the rule is judged again by
-- the plain path (`common-expression-language`, the Rust engine; `evaluate_plain`), whose result
-  and message stand. So a violation's text for an error is always the plain engine's, and both
-  paths agree wherever the fast one answers: tests/rules/test_engine_paths.py compares them on
-  every corpus pod, attack pod and previewed pod. A failing rule's message comes from the fast
-  engine too, compiled when that rule first fails, and from the plain engine where the fast one
-  cannot compile it or gives an error.
-
-The plain engine copies the value of `object` on every access, so its cost grows with the size of
-the pod (KFP inlines a lightweight component's whole source in `args`): it is handed a projection
-that keeps, at the pod, metadata, spec, container and volume levels, only the fields the rules
-name in their text (`evaluate_plain`: those of the whole list; a fast-path fallback: the one
-rule's). A rule cannot read a field its text does not name, so no verdict or message changes;
-deeper levels (maps of labels, limits, ...) are kept whole. The plain engine is
-imported on first use (its package also loads an interactive shell, about a second).
+Two engines, one verdict: docs/admission-rules.md ("The two engines") and performance.md.
 """
 
 from __future__ import annotations

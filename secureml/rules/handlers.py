@@ -1,10 +1,4 @@
-"""No command of the tenant's that the kubelet runs outside the launcher: exec probes, hooks, restarts.
-
-The kubelet runs an `exec` probe or `postStart`/`preStop` hook inside the container but not as the
-launcher's child: before the identity check and the scrub, unseen by the NVML watchdog, and
-possibly holding GPU memory while scrub-after runs. A restart re-runs `main` from emptyDirs its
-first run could write (argoexec, `/kfp-launcher/launch`). Step pods carry none of these.
-"""
+"""No tenant command the kubelet runs outside the launcher: exec probes, hooks, restarts."""
 
 from __future__ import annotations
 

@@ -1,22 +1,4 @@
-"""A pipeline's identity only on the pods its runner creates (issue 33, class 8).
-
-A step pod's SPIFFE ID, its expected ID and the audit record's pipeline come from its labels
-`secureml.dev/pipeline` and `secureml.dev/step` (the ClusterSPIFFEID's template reads them;
-`secureml.launcherEnv` pins the launcher's variables to them). Every pod of a tenant may carry
-any pipeline's labels, so a pod written by hand could copy another pipeline's and get its
-identity. What a tenant cannot write is who sent the request: `secureml.pipelineIdentity` (every
-pod) admits a pod that carries a pipeline label, or any of KFP's or Argo's containers (only Argo
-creates such pods: a person's copy of a driver or of Argo's `wait` could act for another
-workflow's node with the runner's rights), on CREATE only from a user of the profile's
-`identity.pipelineRunners` (`request.userInfo.username`: KFP's Argo workflow controller by
-default); a pod a person creates gets none. A trainer node pod only from Kubernetes' Job
-controller (`JOB_CONTROLLERS`), which creates it from the TrainJob only the tenant's runner may
-create (docs/trainer.md). UPDATEs (`oldObject` set) are `secureml.platformMetadataImmutable`'s:
-no `secureml.dev/` label changes.
-
-The offline engine has no request: `created_by` binds the username a rule is judged with
-(`secureml.rules.request`; without it a pod is judged as the first runner creates it).
-"""
+"""A pipeline's identity only on the pods its runner creates (`secureml.pipelineIdentity`)."""
 
 from __future__ import annotations
 

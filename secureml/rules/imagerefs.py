@@ -1,9 +1,4 @@
-"""CEL tests on an image reference, shared by the container image rules and the image volumes.
-
-A reference is admitted by registry when it starts with one of the profile's prefixes, each ending
-in `/` so that `ghcr.io/acme/` never admits `ghcr.io/acmecorp/` (whole path segments), and by
-digest when it ends in `@sha256:<64 hex>`.
-"""
+"""CEL tests on an image reference, shared by the container image rules and the image volumes."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""The platform's labels and annotations cannot change after creation (issue 10, class 7).
-
-The mutating policy runs on CREATE only, and what it and the admission rules decided follows the
-`secureml.dev/*` labels and annotations: the isolation level, the tenant, the pipeline and step
-(the SPIFFE ID), the shim limits file and the preload (both downward-API files that the kubelet
-rewrites when the annotation changes). `secureml.platformMetadataImmutable` refuses an UPDATE
-that adds, removes or changes any of them, on labels and annotations alike.
-
-CEL sees the pod before the update as `oldObject` (null on CREATE, where the rule holds). The
-ValidatingAdmissionPolicy evaluates it on every UPDATE of a pod (and of its ephemeral
-containers); `secureml check-pod` reads single pods, that is CREATE only, so offline the rule is
-exercised through `secureml.rules.evaluate(pod, rules, old_obj=...)`.
-"""
+"""The platform's labels and annotations cannot change after creation."""
 
 from __future__ import annotations
 

@@ -1,29 +1,4 @@
-"""Every step container runs under the launcher, configured by the platform (issue 10, class 1).
-
-A tenant can write its pod by hand instead of compiling it, so the rules here hold the pod to the
-shape the compiler and KFP give it:
-
-- `secureml.tenantContainers`: init and ephemeral containers are only KFP's and Argo's own, and
-  every KFP/Argo container of a step pod has exactly its own shape (`scope.system_container`: name,
-  image, command, args) and no device resource; the only other container is `main`. So neither a
-  tenant image nor a system image can run the tenant's code beside `main` (an init container, a
-  native sidecar, a second container, Argo's emissary or KFP's launcher made to run a command), or
-  ask for its own GPU share;
-- `secureml.launcherArgv`: `main`'s argv (command + args) is, behind Argo's emissary
-  (`/var/run/argo/argoexec emissary <log flags> --`, `scope.argo_log_flags`) or not, KFP's launcher
-  (`/kfp-launcher/launch` with its value flags `preview.KFP_LAUNCHER_FLAGS`, then `--`) and then
-  exactly `python3 -m secureml.enforcement.launch --` and a step command. Every flag position is
-  matched against KFP's flag names (Go's flag parser takes the next argument as a flag's value
-  whatever it is, and stops at the first non-flag), so nothing can run between KFP's launcher and
-  ours, and `python3 -c CODE -m secureml.enforcement.launch` is not the launcher;
-- `secureml.launcherEnv`: `main`'s `SECUREML_*` variables and `SPIFFE_ENDPOINT_SOCKET` are exactly
-  the ones the compiler writes, each a plain value pinned to what the profile and the pod's labels
-  and annotations require; the ones whose absence would weaken the launcher are required; no
-  `envFrom` prefix can form one of them;
-- `secureml.interpreterEnv`: no `PYTHON*` variable but harmless output settings, no `PATH` or
-  `HOME` (they choose the interpreter, its import path or its user site), no `workingDir` (`-m`
-  puts the working directory first on the import path), no `envFrom` prefix that can form them.
-"""
+"""Every step container runs under the launcher, configured by the platform."""
 
 from __future__ import annotations
 

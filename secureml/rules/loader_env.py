@@ -1,24 +1,4 @@
-"""No environment that makes a process load code or configuration from elsewhere (issue 33, class 4).
-
-The platform's runtime (the injected launcher and its libraries) must load nothing from the step's
-image; whatever the runtime does itself, admission refuses the variables that steer glibc's
-loader, its character-set and locale modules and OpenSSL's configuration and providers, in every
-container of every pod (`secureml.loaderEnv`):
-
-- every `LD_*` variable (`LD_PRELOAD`, `LD_LIBRARY_PATH`, `LD_AUDIT`, `LD_BIND_NOW`, ...: the
-  loader reads them all, and `secureml.forbiddenEnv` names only three);
-- `GCONV_PATH` (iconv modules, `dlopen`ed), `LOCPATH` and `NLSPATH` (locale data and message
-  catalogues from a folder the image provides), `GLIBC_TUNABLES` (the loader's and malloc's
-  tunables);
-- `OPENSSL_CONF`, `OPENSSL_MODULES`, `OPENSSL_ENGINES` (a configuration that loads a provider or
-  engine, and the folders they are loaded from).
-
-`envFrom` cannot be judged by its keys (a ConfigMap's or Secret's keys are not part of the pod and
-may change after admission), so an import must have a prefix that can form none of these names:
-not a prefix of `LD_` or of a name above, and not starting with `LD_`. `LANG`/`LC_*` stay allowed
-(they name a locale, not where it comes from); the runtime starts from its own environment and
-pins its locale (docs/threat-model.md, T38).
-"""
+"""No environment that makes a process load code or configuration from elsewhere."""
 
 from __future__ import annotations
 

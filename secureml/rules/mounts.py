@@ -1,29 +1,4 @@
-"""Tenant mounts only where the platform allows them (issue 10, class 2).
-
-A volume mounted over the platform's files switches its controls off without any other change: an
-emptyDir at the shim's folder leaves `/etc/ld.so.preload` naming a missing library (or, mounted
-with the tenant's content, the tenant's own), an emptyDir at `/etc` makes it writable over the
-read-only root, a `subPath` mount inside `/etc/secureml/podinfo` replaces the limits file the
-watchdog and the shim read, a volume at the image's site-packages replaces the launcher itself.
-
-`secureml.mountPaths` (step pods; the containers that are not KFP's or Argo's own, nor the
-platform's runtime init container, `rules.runtime.runtime_container`) allows a
-volume mount only when it is one of
-
-- the platform's own mounts, exactly as the mutating policy adds them (`bundle.mutation`: the
-  SPIFFE socket folder, the podinfo folder and the `/etc/ld.so.preload` subPath, the injected
-  runtime read-only at `contract.RUNTIME_DIR`), on a volume of that name with the platform's source
-  (the CSI driver, the downward-API items, an emptyDir);
-- KFP's and Argo's own emptyDirs at their own paths (`/kfp-launcher`, `/gcs`, `/s3`, `/minio`,
-  `/.local`, `/.cache`, `/.config`, `/var/run/argo`), no subPath;
-- an emptyDir at one of the profile's scratch mounts (`hardening.scratchMounts`);
-- any volume at or under one of the profile's data prefixes (`hardening.dataMountPrefixes`), the
-  path without `..` segments.
-
-The profile itself refuses a scratch mount or data prefix at, above or below a platform path
-(`contract.touches_platform_path`), so no allowed path can cover one. No `volumeDevices` either: a
-block device node can be created at any path.
-"""
+"""Tenant mounts only where the platform allows them (`secureml.mountPaths`)."""
 
 from __future__ import annotations
 

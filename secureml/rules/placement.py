@@ -1,31 +1,4 @@
-"""Rules on where a pod may run: the placement the compiler writes, and nothing a pod author adds.
-
-The compiler (`gpu.placement`) writes, per step, the node selector of the tenant's pool (the
-time-sliced nodes, the dedicated pool, the GPU product), a required node affinity `In` over GPU
-products (MIG strategy single), the dedicated pool's tolerations, and, on a step without a GPU, a
-required node affinity `NotIn` the GPU pools the profile names (so that no GPU-free step lands on
-a GPU node, where an image's own `NVIDIA_VISIBLE_DEVICES` could reach devices nobody allocated).
-These rules admit exactly that vocabulary:
-
-- `secureml.nodeName`: no `spec.nodeName` on CREATE (it skips the scheduler, and with it taints
-  and selectors). The scheduler's binding writes it later; UPDATEs of a bound pod keep it.
-- `secureml.tolerations`: only the profile's tolerations (`gpu.wholeGpu.tolerations`, exact key,
-  operator, value, effect) and the two the API server's DefaultTolerationSeconds plugin adds to
-  every pod; never `operator: Exists` without a key (it tolerates every taint).
-- `secureml.nodeSelector` / `secureml.nodeAffinity`: node labels only from the tenant's pools
-  (and `kubernetes.io/os`, `kubernetes.io/arch`, which name no pool); required node affinity only
-  `In` over those values or `NotIn`/`DoesNotExist` on the pool labels, no `matchFields` (a node
-  by name); no preferred node affinity (a hint towards a chosen node).
-- `secureml.gpuFreeOffGpuNodes`: a step pod with no GPU resource and no claim excludes every
-  pool label pair in every required node affinity term (only where the profile names pools).
-- `secureml.podAffinityNamespaces`: pod (anti-)affinity terms only in the pod's own namespace:
-  no `namespaceSelector` (even `{}` means every namespace), `namespaces` only the tenant's.
-- `secureml.priorityClass`: `priorityClassName` only from `spec.scheduling.priorityClassNames`.
-- `secureml.schedulerName`: `schedulerName` unset or `spec.scheduling.schedulerName`.
-
-All but `secureml.gpuFreeOffGpuNodes` hold for every pod: a KFP system pod of the tenant's own
-making gets no GPU, but could still sit on another tenant's dedicated node or pre-empt its pods.
-"""
+"""Where a pod may run: the placement the compiler writes, and nothing a pod author adds."""
 
 from __future__ import annotations
 

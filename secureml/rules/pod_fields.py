@@ -1,13 +1,4 @@
-"""The Pod fields the allowlist refuses that no other rule judges (`secureml.pods.fields`).
-
-`secureml.podFields` (every pod): none of `fields.REFUSED_POD_FIELDS` (DNS settings and host
-aliases, readiness and scheduling gates, pod-level resources, a shared process namespace),
-`dnsPolicy` only the API's default `ClusterFirst`, and in every container the termination message
-at the API's default path (the kubelet mounts a writable file at that path, which would hide
-`/etc/ld.so.preload` or a launcher) and no `env` value from `fileKeyRef` (a file another container
-of the pod writes, read after admission), and no `resizePolicy` that restarts the container on a
-resize (`pods/resize` would re-run `main` from the emptyDirs its first run could write).
-"""
+"""The Pod fields the allowlist refuses that no other rule judges (`secureml.podFields`)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""The Pod Security Standards of Kubernetes 1.34 to 1.37, one rule per upstream check.
-
-Each rule mirrors one check of `k8s.io/pod-security-admission/policy` at policy version `latest`
-on an API server of the given version (on 1.36 that resolves to policy v1.35, the newest check
-revision): same fields, same allowed values, same exemptions. Rule ids are `pss.<upstream check
-id>`. Restricted is Baseline minus the checks a Restricted check overrides, plus the Restricted
-checks, as in the upstream registry. The version changes one check: sysctls v1.37 (two more
-safe sysctls on 1.37). 1.34 and 1.35 get the 1.36 revisions (not modelled separately).
-docs/pod-security-agreement.md lists the sources and the agreement with Kyverno.
-"""
+"""The Pod Security Standards of Kubernetes 1.34 to 1.37, one rule per upstream check."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Who sends the admission request, as both the API server and the offline engines read it.
-
-The API server gives a ValidatingAdmissionPolicy `request` (`request.userInfo.username`); the
-offline engines bind only `object` and `oldObject`. A rule that reads the requesting user
-(`secureml.rules.identity`) is written with `creator(default)`: a CEL string that is `default`
-offline, and that the bundle renders as `request.userInfo.username` (`for_server`). The offline
-engine judges a pod as created by another user through `created_by`.
-"""
+"""Who sends the admission request, as both the API server and the offline engines read it."""
 
 from __future__ import annotations
 

@@ -1,24 +1,5 @@
 """Rules on how a pod reaches devices: the resource names it asks for, how many, and the NVIDIA
 container runtime's environment variables.
-
-- `secureml.resourceName`: a container (or the pod, `spec.resources`) asks only for the kubelet's
-  own resources (`cpu`, `memory`, `ephemeral-storage`, `hugepages-*`) and the GPU resource names
-  the profile grants (`gpu.allowed_accelerators`). Any other extended resource is refused: another
-  vendor's (`amd.com/gpu`), a DRA extended resource (`deviceclass.resource.kubernetes.io/<class>`
-  or any name a DeviceClass maps), which reach devices past every claim and isolation rule.
-- `secureml.gpuCount`: each granted name is held by at most one container of the pod (init,
-  regular and ephemeral containers together) at a count within the profile's per-step limit (and
-  the namespace quota, where it has an entry). One holder makes the container's count the pod's:
-  CEL has no sum both engines share, and Kubernetes' effective request (the larger of the biggest
-  init container and the sum of the others) is never more than the sum of all containers, so a
-  single holder within the limit bounds what the pod can get either way. KFP puts a step's GPU on
-  `main` only.
-- `secureml.nvidiaEnv`: no container sets `CUDA_VERSION` or any `NVIDIA_*` variable, directly or
-  through an `envFrom` prefix that can form one. The NVIDIA container toolkit reads them from the
-  container's environment: `NVIDIA_VISIBLE_DEVICES` selects devices, and an environment with
-  `CUDA_VERSION` but neither `NVIDIA_REQUIRE_CUDA` nor `NVIDIA_VISIBLE_DEVICES` is a "legacy image"
-  that gets every GPU of the node. The image's own environment is out of admission's sight: the
-  node requirement in docs/bundle.md closes that.
 """
 
 from __future__ import annotations

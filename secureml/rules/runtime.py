@@ -1,24 +1,4 @@
-"""The launcher and the shim come from the platform's runtime image (issue 10, class 9).
-
-Where the profile names `runtime.image` (`secureml.profile.runtime_image`), the mutating policy adds to
-every step pod the init container `contract.RUNTIME_INIT_CONTAINER` of exactly that image, running
-`contract.RUNTIME_INSTALL_COMMAND` into the emptyDir `contract.RUNTIME_VOLUME`, and mounts that
-volume read-only at `contract.RUNTIME_DIR` in `main`. `secureml.runtimeInjected` (step pods)
-requires the result, so that a pod which lost or replaced any part of it is refused:
-
-- exactly one init container of that name, the first (it fills the folder the preload file of
-  every later container names), in exactly that shape (`runtime_container`: image,
-  command, no args, env, working directory or restart policy, the one read-write mount and the
-  service account token the API server adds, no device resource); `secureml.tenantContainers` admits no other init container with that image;
-- the volume of that name is an emptyDir (not a tenant's PVC, ConfigMap or image volume with its
-  own launcher), and there is one;
-- each of the step's own containers mounts it read-only at `contract.RUNTIME_DIR`, and no
-  container but the init container mounts it any other way (a second, writable mount at a data
-  path would let the step replace the shim that later `exec`s preload).
-
-`secureml.launcherArgv` then requires the injected launcher in front of the step's command, and
-`secureml.mountPaths` keeps every other volume off `contract.RUNTIME_DIR` (a platform path).
-"""
+"""The launcher and the shim come from the platform's runtime image (`secureml.runtimeInjected`)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Which container runtime handler a pod may ask for (issue 10).
-
-`runtimeClassName` picks the RuntimeClass, and with it the node's container runtime handler. A
-handler that runs the NVIDIA container runtime in legacy mode (or any handler the platform did not
-vet) would read `NVIDIA_VISIBLE_DEVICES` from the image and hand out GPUs past the device plugin,
-which the node requirement of docs/bundle.md rules out only for the default handler.
-`secureml.runtimeClass` (every pod) allows none, or one of the profile's
-`scheduling.runtimeClassNames`. The RuntimeClass admission plugin may add its own node selector,
-tolerations and overhead to the pod: the placement rules judge the result.
-"""
+"""Which container runtime handler a pod may ask for (`secureml.runtimeClass`)."""
 
 from __future__ import annotations
 

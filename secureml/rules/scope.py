@@ -1,34 +1,6 @@
-"""Which pods a rule is in force for, defined once as CEL.
+"""Which pods a rule is in force for, defined once as CEL: every pod, or step pods.
 
-KFP (Argo backend) starts pods in the tenant namespace that the secureml compiler never saw: the
-driver pods (`kfp-driver`), each with Argo's `init`/`wait` containers (`argoexec`). Step pods carry
-KFP's `kfp-launcher` init container and Argo's containers beside the step's own `main`.
-
-- Pod Security (`pss.*`) and the secureml rules that keep any container from switching a control
-  off or running something unvetted (images, environment, non-root, Linux) are in force for EVERY
-  pod: their `scope` is `EVERY_POD` ("").
-- The step rules (labels, isolation, GPU, claims, shim annotations, read-only root) are in force
-  for every pod that is not a KFP system pod: their `scope` is `STEP_POD`.
-
-A KFP system pod is made only of KFP's and Argo's own containers, each in its exact shape
-(`system_container`: name, image repository and command, as KFP 2.17 and Argo v4.0.5 create them;
-the repository of `contract.KFP_SYSTEM_IMAGES` matched on whole path segments: `REPO`,
-`REPO:<tag>`, `REPO@<digest>`, `REPO:<tag>@<digest>`), in every container, init container and
-ephemeral container, and asks for no GPU: only `cpu`, `memory` and `ephemeral-storage` as
-resources, and no `resourceClaims`. Any other pod, labelled or not, is a step pod and must pass
-the step rules. The shapes (docs/admission-rules.md, "KFP and Argo pod shapes"):
-
-- `init` (init container) and `wait` (container): `argoexec`, command
-  `argoexec init|wait --loglevel L --log-format F --gloglevel N`, no args;
-- `kfp-launcher` (init container): `kfp-launcher`, command `launcher-v2`, args
-  `--copy /kfp-launcher/launch` then only `--cache_disabled`, `--log_level N`, `--publish_logs B`;
-- `main` of a driver pod: `kfp-driver`, command
-  `/var/run/argo/argoexec emissary --loglevel L --log-format F --gloglevel N -- driver`, any args
-  (the driver's flags).
-
-The offline engine evaluates a scope once per pod and skips the rules it excludes; the
-ValidatingAdmissionPolicy renderer puts the step rules in a policy of their own whose
-`matchConditions` entry is the very same `STEP_POD` text.
+The system containers' shapes: docs/admission-rules.md ("KFP and Argo pod shapes").
 """
 
 from __future__ import annotations

@@ -1,16 +1,4 @@
-"""KFP's and Argo's own containers equal their whole shape (issue 33, class 2).
-
-`secureml.systemContainers` (every pod): a container that claims to be a system container (one of
-KFP's or Argo's images, or the name `init`, `wait` or `kfp-launcher`) must be exactly one of the
-shapes of `secureml.pods.system_shapes`, in the list KFP and Argo put it in: its name, image,
-command and args (`scope.system_container`), the image at a supported version, and every other
-field as the shape says (no lifecycle hook, probe, restart policy, port, extra env or mount, device
-or claim, weaker security context). No ephemeral container may claim to be one: KFP and Argo never
-add any. The message names the container, the field as written and what to do.
-
-`runtime_container_fields` holds the platform's runtime init container to the same field and
-security-context pins (`secureml.rules.runtime` checks its image, command and mounts).
-"""
+"""KFP's and Argo's own containers equal their whole shape (`secureml.systemContainers`)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""secureml's own admission rules for one tenant, with the profile's values baked in as literals.
-
-The rules need no policy parameters: the ValidatingAdmissionPolicy of a tenant's bundle and the
-offline engine evaluate the very same text. What CEL cannot check (the numbers inside the GPU
-request JSON against those in the limits annotation, image signatures) is named in
-docs/admission-rules.md together with the control that covers it instead.
-"""
+"""secureml's own admission rules for one tenant, with the profile's values baked in as literals."""
 
 from __future__ import annotations
 

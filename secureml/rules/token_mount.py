@@ -1,11 +1,4 @@
-"""The one mount the API server adds to every container: the service account's token.
-
-The ServiceAccount admission mounts the pod's token into every container (a projected
-`kube-api-access-<5>` volume at SERVICE_ACCOUNT_TOKEN_DIR, read-only), also into the init container
-the mutating policy appends (it is invoked again after the policy changed the pod). KFP's launcher
-and Argo's executor read the API with it. Shared by `secureml.rules.mounts` and
-`secureml.rules.runtime`.
-"""
+"""The one mount the API server adds to every container: the service account's token."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""A trainer node pod is what a TrainJob of the tenant makes, with a usable node index (issue 18).
-
-`secureml.trainerNode`: a pod labelled `secureml.dev/trainer-node` (docs/trainer.md) belongs to a
-tenant whose profile allows TrainJobs, the label is `true`, and the Job controller's completion
-index (label, and the annotation Trainer's `PET_NODE_RANK` reads) is one number below
-`spec.trainer.maxNodes`, the same in both, beside JobSet's job name. SPIRE issues such a pod
-`<step's ID>/node/<index>` and its launcher expects exactly that, so the index must be one.
-"""
+"""A trainer node pod is what a TrainJob of the tenant makes, with a usable node index."""
 
 from __future__ import annotations
 

@@ -1,35 +1,6 @@
-"""Each rule judges each distinct part of the pods it can read once: verdicts kept by what was read.
+"""Each rule judges each distinct part of the pods it can read once: verdicts kept by what it read.
 
-A KFP pipeline's step pods differ in a few fields (the step's name in labels, annotations and a
-few environment values; the component's source in `args`), and most rules read none of them: the
-1,000 step pods of benchmarks/check_pod.py show 1 to 6 distinct values of what each of 50 of
-team-a's 57 rules reads. So a `Kept` extracts from a pod (`Pod.key`) exactly the parts of
-`object` and `oldObject` that `secureml.rules.cel.reads` found its expressions can read, and the
-engine keeps the outcome (a rule's verdict, its violation, a scope's value, a mask program's
-value: see `Memo`) under that key.
-
-Why a kept outcome is the outcome: a CEL expression's value (and its error) is a function of the
-values it reads; `reads` over-approximates those; the key holds them exactly (below). So two pods
-with the same key get the same value of the rule, the scope and the message, from either engine.
-
-The key is `marshal` (version 2: equal values, equal bytes) of a structure built by the rule's
-`Read` tree over the pod:
-
-- a part read whole is the value itself (marshal keeps bool, int, float, str, list, dict and
-  tuple apart, which `==` does not: `1 == 1.0 == True`);
-- a dict read by fields is `('d', [keys], value or ABSENT per field...)`, keys when it is
-  iterated, its size when only sized; a list is `('l', [elements])`, `('l', size)` or `('l',)`;
-  a list read by a field or a key test (an error, or `'x' in list`) is read whole;
-- anything else (a scalar not of the JSON kinds, a Mapping that is not a dict...) is not keyed:
-  the pod is judged in full (`NotKeyedError`). So is a pod holding `...` where a field may be absent.
-
-Read trees are made coarser where that is cheaper and changes nothing but how often a key is
-shared: a part at depth four or more (a container's `securityContext`, `resources`...) whose
-tree iterates nothing below it is read whole (it holds at least what its tree reads).
-
-A rule whose expressions `reads` cannot analyse, or that the fast engine cannot compile, has no
-key: it is judged on every pod. Outcomes are kept per rule list (a profile's rules, a Pod Security
-level), at most `LIMIT` per rule; past that a rule's outcomes are dropped and kept anew.
+The key is `marshal` of exactly what `cel.reads` finds the rule can read (docs/performance.md).
 """
 
 from __future__ import annotations

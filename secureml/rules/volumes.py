@@ -1,20 +1,4 @@
-"""Rules on volumes Pod Security's restricted level admits but the tenant's controls do not see.
-
-- `secureml.csiVolume`: the only inline CSI volume is the platform's SPIFFE Workload API socket,
-  exactly as the mutating policy adds it (`bundle.mutation`: name `secureml-spiffe`, driver
-  `csi.spiffe.io`, read-only, no attributes or secrets). Any other driver mounts what its node
-  plugin decides (another tenant's storage, secrets stores, node paths). A pod that writes the
-  SPIFFE volume itself gains nothing: the socket is the same one the platform mounts, the SVID it
-  serves is the one SPIRE attests for the pod (namespace, service account, labels), and on a step
-  pod the mutating policy's own volume of that name then collides, so the API server rejects it.
-- `secureml.imageVolume`: an OCI image volume (`volumes[].image.reference`) is held to the rules
-  of container images: a tenant registry, on whole path segments, and a digest when the profile
-  requires one (`secureml.rules.imagerefs`, the same tests as `secureml.imageRegistry` and
-  `secureml.imageDigest`); its signature is checked by the image policy (`bundle.imagepolicy`).
-  KFP's own images are not admitted as volumes: KFP never mounts one.
-
-Both hold for every pod: volumes are not part of what makes a pod a KFP system pod.
-"""
+"""Rules on volumes Pod Security's restricted level admits but the tenant's controls do not see."""
 
 from __future__ import annotations
 

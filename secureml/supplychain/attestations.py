@@ -1,21 +1,4 @@
-"""Attestations the profile requires on every image (`spec.images.attestations`), checked offline.
-
-An attestation is a Sigstore bundle holding a DSSE envelope over an in-toto statement (what
-`cosign attest --new-bundle-format` writes) whose subject digest is the image's manifest digest.
-Candidates are found like image signatures:
-
-- `--bundles DIR`: every `DIR/sha256-<hex>.<anything>.sigstore.json` (e.g. `.sbom.`, `.vuln.`,
-  `.provenance.`), the signature's own `sha256-<hex>.sigstore.json` being the image signature;
-- with `fetch`, when DIR does not satisfy every requirement: every Sigstore bundle the registry
-  lists for the digest (OCI referrers, `sha256-<hex>` tag fallback; `supplychain/registry.py`).
-
-A requirement is met by the first candidate whose statement has its predicate type, verifies
-against the trusted root, names the image digest, is signed by one of the requirement's
-identities (its own, or the image signers), and whose predicate says what the requirement asks.
-Which candidates a requirement tries is read from each statement's predicate type before it is
-verified; only a verified statement is ever accepted. Each unmet requirement is one failure with
-its own rule id (`RULES`), the most telling when several candidates fail.
-"""
+"""Attestations the profile requires on every image (`spec.images.attestations`), checked offline."""
 
 from __future__ import annotations
 

@@ -1,23 +1,4 @@
-"""Image signature checks for `secureml compile`.
-
-The compiler calls `verify_images_for_compile(steps, profile, bundles_dir, fetch)` once per
-pipeline, with `(task name, image reference)` pairs, when the profile requires signatures or the
-user passed `--bundles`. It gets one `ImageVerification` per step, in order: either who signed the
-image (subject and issuer, for the compliance report) or a violation with a rule id:
-
-- `image.signature-missing`   no bundle for the image digest (not in DIR, not in the registry), or
-                              the image is not pinned by digest;
-- `image.signature-invalid`   a bundle exists but does not verify (bad signature, wrong digest,
-                              wrong predicate type, bundle not from the trusted root's instance);
-- `image.signer-untrusted`    it verifies, but the signer is none of the profile's identities.
-
-A step's bundle is `DIR/sha256-<hex>.sigstore.json`; with `fetch=True` and no such file, the
-bundles attached to the image in its registry (OCI referrers API, `sha256-<hex>` tag fallback).
-Each distinct image digest is verified once; steps sharing an image share the result. Which bundle
-decides, and which failure is reported, is `image_bundles.verify_with_bundles` (as for
-`secureml verify-image`); a registry that does not answer raises `NetworkError` (exit 2).
-Configuration problems (a trusted root that cannot be loaded) raise `SecuremlError`.
-"""
+"""Image signature checks for `secureml compile`: one result per step, each digest verified once."""
 
 from __future__ import annotations
 
@@ -64,7 +45,7 @@ def verify_images_for_compile(
     profile_dir: Path | None = None,
     verifier: SignatureVerifier | None = None,
 ) -> list[ImageVerification]:
-    """Verify every step's image against the profile's trusted identities (see module docstring).
+    """Verify every step's image against the profile's trusted identities (docs/supply-chain.md).
 
     `profile_dir` resolves a relative `spec.images.signatures.trustedRoot`; `verifier` lets a caller
     reuse a warm verifier (it must use the profile's trusted root).

@@ -1,17 +1,4 @@
-"""DSSE envelopes signed with a key the user holds, in a Sigstore bundle (v0.3) with no log entry.
-
-Where no OIDC identity exists (a laptop, a CI without id-token), `secureml compile --attest-key`
-signs its in-toto statement with a private key. The bundle carries the DSSE envelope and, as
-verification material, the key's hint (`publicKey.hint`: base64 of the SHA-256 of its DER
-SubjectPublicKeyInfo, as in managed-key bundles); `tlogEntries` is empty: nothing is sent to a
-transparency log, so the verifier trusts the key alone and no signing time is proven.
-
-Signatures are over DSSE's pre-authentication encoding (PAE): ECDSA P-256/P-384/P-521 with
-SHA-256/384/512 (the hash matched to the curve, as Sigstore's key details name them), RSA PKCS#1
-v1.5 with SHA-256 (2048 bits or more), Ed25519. A private key is an unencrypted PEM (PKCS#8 or
-SEC1/PKCS#1), or a PKCS#8 one encrypted with the password in `SECUREML_ATTEST_KEY_PASSWORD`.
-cosign's own encrypted key format (`ENCRYPTED SIGSTORE PRIVATE KEY`) is not read.
-"""
+"""DSSE envelopes signed with a key the user holds, in a Sigstore bundle (v0.3) with no log entry."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""An image's ENTRYPOINT and CMD, read from its config in the registry (`compile --resolve-entrypoints`).
-
-A container component without `command` runs the image's ENTRYPOINT (with its `args`, or else the
-image's CMD), which the secureml launcher cannot wrap without knowing it. For an image pinned by
-digest both are fixed: the manifest is content-addressed and names its config blob by digest, so
-reading them once at compile time gives the exact argv the container would run. The compiler then
-writes that argv as the task's command, behind the launcher prefix.
-
-The manifest (or, for a multi-platform index, the linux/amd64 manifest; docker's v2 schema 2 types
-too) and the config blob are fetched through the same single-try registry client as the bundles
-(`secureml.supplychain.registry`), and every document is checked against its digest.
-"""
+"""An image's ENTRYPOINT and CMD, read from its config in the registry (`--resolve-entrypoints`)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Who signed: the signer of a Fulcio certificate, and the identities a tenant trusts.
-
-A `TrustedIdentity` is an OIDC issuer plus either an exact subject or a regular expression over
-the subject (the certificate's SAN: an e-mail address, a URI such as a GitHub workflow, or
-Sigstore's own "other name"). Regular expressions follow cosign: `re.search`, so anchor them with
-`^` (and `$`) when the whole subject must match. The issuer always compares exactly.
-
-`IdentityPolicy` plugs the identities into sigstore-python's verifier as a verification policy
-(any identity may match); its failure names the certificate's actual signer and issuer.
-"""
+"""Who signed: the signer of a Fulcio certificate, and the identities a tenant trusts."""
 
 from __future__ import annotations
 

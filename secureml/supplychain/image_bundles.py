@@ -1,11 +1,4 @@
-"""One image's signature from its candidate bundles: where they come from, which one decides.
-
-`secureml verify-image` and the compiler's image check (`supplychain/compile.py`) both call
-`verify_with_bundles`: every candidate bundle is tried; the first that verifies for a trusted
-signer decides. When none does, the failure reported is the one that says most: an untrusted
-signer over a bundle that does not verify over a missing one (ties: the first candidate's). A
-registry that does not answer is a `NetworkError` (exit 2), never a missing signature.
-"""
+"""One image's signature from its candidate bundles: where they come from, which one decides."""
 
 from __future__ import annotations
 
@@ -82,7 +75,7 @@ def verify_with_bundles(
     verifier: SignatureVerifier,
     identities: Sequence[TrustedIdentity],
 ) -> BundleOutcome:
-    """The first candidate that verifies; else the most telling failure (module docstring)."""
+    """The first candidate that verifies; else the most telling failure (docs/supply-chain.md)."""
     failures: list[tuple[SignatureError, str]] = []
     for content, source in candidates:
         try:

@@ -1,29 +1,6 @@
 """Verify DSSE bundles logged as Rekor v1 `intoto` 0.0.2 entries, which sigstore-python 4.x refuses.
 
-sigstore-python accepts a DSSE bundle only with a `dsse` 0.0.1 (Rekor v1) or `hashedrekord` 0.0.2
-(Rekor v2) log entry: `Verifier._establish_time` refuses the integrated time of any other kind
-("Integrated time only supported for dsse/hashedrekord 0.0.1 types") and `verify_dsse` has no body
-check for `intoto`. Older cosign and sigstore-go clients logged DSSE envelopes as `intoto` 0.0.2
-entries, and sigstore-conformance's `intoto-with-custom-trust-root` is one.
-
-Every check sigstore-python makes still runs, and one is added for the entry kind it lacks:
-
-1. steps 0-6 of sigstore-python's verification (`Verifier._verify_common_signing_cert`, private:
-   sigstore_private.py): verified times (RFC 3161 and the integrated time under its inclusion
-   promise), the certificate chain at each time, the SCT, the identity policy, the inclusion
-   proof, checkpoint and signed entry timestamp, and the certificate's validity at each time; then
-   the trusted root's validity windows at the signing time (root_windows.py). It runs on a copy of
-   the bundle whose `kindVersion` label says `dsse`/0.0.1: that label is not covered by the log's
-   signatures (the body is, and it is checked to say `intoto` 0.0.2 below), so only the gate
-   changes;
-2. the envelope's signature over its PAE, by the certificate's key (ECDSA with SHA-256, as
-   sigstore-python's `verify_dsse`), the envelope read from the bundle with sigstore-models;
-3. the log body is this envelope (what sigstore-js checks for `intoto` 0.0.2): kind and version as
-   labelled, exactly one signature, which (base64 twice in Rekor's encoding) is the envelope's, a
-   `publicKey` that is the signing certificate, the same payload type, and `payloadHash` the
-   SHA-256 of the payload.
-
-tests/supplychain/test_intoto_entry.py breaks each link of a real bundle.
+docs/sigstore-conformance.md says which checks run; tests/supplychain/test_intoto_entry.py.
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """Verify managed-key Sigstore bundles: a message signature by a PEM public key, logged in Rekor v1.
 
-sigstore-python 4.x verifies only bundles signed by a Fulcio certificate (its `Bundle` refuses a
-`publicKey` verification material), so `verify-bundle --key` checks these bundles here. Each of the
-following must hold, in this order, or a `SignatureError` says which did not:
-
-1. the bundle is a message signature (no DSSE) with exactly one `hashedrekord` 0.0.1 log entry;
-2. its `messageDigest`, when present, is the artifact's SHA-256, and its signature verifies over
-   that digest with the given key (ECDSA P-256/P-384/P-521 and RSA PKCS#1 v1.5 over the SHA-256
-   digest; Ed25519 over the artifact's bytes, so only with the file itself);
-3. the entry's log id names a Rekor log of the trusted root, and it has an integrated time and an
-   inclusion promise;
-4. the entry is proven by that log's key alone: the Merkle inclusion proof against the signed
-   checkpoint, and the signed entry timestamp (the inclusion promise, which authenticates the
-   integrated time). sigstore-python's own code does these checks, through private APIs kept in
-   sigstore_private.py (`verify_log_entry`), given only the matching log's key;
-5. the integrated time lies within that log key's validity window in the trusted root (end
-   inclusive);
-6. the entry's canonicalized body records this signature, this key and this digest.
-
-RFC 3161 timestamps in the bundle are not used: the time checked is the log's signed integrated
-time. The bundle's `publicKey.hint` is unauthenticated; it is only quoted when the key is wrong.
+docs/sigstore-conformance.md ("Managed keys") lists the checks, in order.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
 """The profile's model trust as one JSON text: what the compiler writes, admission pins, the
-launcher reads (`secureml.supplychain.models.trust_from_json`).
-
-`{"signers": [{issuer, subject | subjectRegExp}], "keys": [PEM], "trustedRoot": ...}` with the
-trusted root by name (`production`, `staging`: the launcher has sigstore's own copy) or, for a
-private Sigstore, the `trusted_root.json` document itself, so the pod needs no file of the tenant's
-and no network. Compact and key-sorted, so the same profile always gives the same bytes (admission
-compares them exactly). Standard library only: the admission rules import this.
+launcher reads. Standard library only: the admission rules import it.
 """
 
 from __future__ import annotations

@@ -1,27 +1,4 @@
-"""Verify an OpenSSF model-signing signature over a model directory, offline.
-
-A model signed with `model-signing` 1.x (`model_signing.signing.Config().sign(...)`, or its CLI)
-carries a Sigstore bundle, by default `model.sig` in the model's folder, whose DSSE envelope holds
-an in-toto statement with predicate type `https://model_signing/signature/v1.0`: one resource per
-file (or shard) with its digest, the serialization that produced them, and as subject the SHA-256
-over all the digests. Verifying it takes three steps, each failing closed with a `SignatureError`
-(`missing`, `invalid`, `untrusted`; rule ids `model.signature-missing` and so on):
-
-1. **who signed**: a certificate bundle is verified by sigstore-python's `Verifier.verify_dsse`
-   against the trusted root loaded from a file (`trust.verifier_for`: the root sigstore ships, or
-   the profile's own), with the profile's signer identities (`IdentityPolicy`: exact subject or
-   regular expression); a key bundle (`model-signing` key signing: a public-key hint, no log entry)
-   by `dsse_key.verify_envelope` with each trusted public key. model-signing's own Sigstore
-   verifier is not used: it takes one exact identity and loads the public-good root through TUF;
-2. **what was signed**: the statement's type, predicate type and subject, and that the subject
-   digest is the digest over the listed resources;
-3. **that the folder is what was signed**: model-signing's public hashing API
-   (`model_signing.hashing.Config`, with the serialization the signed statement names) hashes the
-   folder, and every file must be listed with its digest, none missing, none extra. The
-   signature file itself and the paths the signer excluded (`ignore_paths`, signed) are not hashed.
-
-Nothing here touches the network.
-"""
+"""Verify an OpenSSF model-signing signature over a model directory, offline."""
 
 from __future__ import annotations
 

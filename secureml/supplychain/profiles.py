@@ -1,11 +1,4 @@
-"""Signed TenantProfiles: the profile file's exact bytes, signed like any blob with Sigstore.
-
-A platform team signs the profile it publishes (`cosign sign-blob --bundle team-a.yaml.sigstore.json
-team-a.yaml`, or `sigstore sign`). `secureml profile verify` and `secureml compile
---require-signed-profile` check those bytes against the bundle and a signer identity given on the
-command line (never taken from the profile itself, which is what is being checked), so a profile
-loosened locally after signing no longer verifies.
-"""
+"""Signed TenantProfiles: the profile file's exact bytes, signed like any blob with Sigstore."""
 
 from __future__ import annotations
 

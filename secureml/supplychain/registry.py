@@ -1,16 +1,4 @@
-"""Fetch an image's Sigstore bundles from its registry, over the OCI 1.1 distribution API.
-
-The OCI referrers API (`GET /v2/<name>/referrers/<digest>`) lists artifacts that refer to the image;
-a registry without it answers 404, and clients then read the fallback image index tagged
-`sha256-<hex>` (OCI distribution spec 1.1, "referrers tag schema"), which lists the same
-descriptors. Cosign v3 attaches each bundle as an OCI artifact whose `artifactType` is the Sigstore
-bundle media type and whose single layer is the bundle JSON.
-
-HTTP goes through oras (oras-py): its session, Docker credential lookup and token authentication.
-Its own retry decorator sleeps for minutes when a registry is down, so requests here go through
-`_FastRegistry`, which tries once, with a timeout, and still answers authentication challenges.
-`localhost`, `127.0.0.1` and `[::1]` registries are spoken to over plain HTTP, as Docker does.
-"""
+"""Fetch an image's Sigstore bundles from its registry, over the OCI 1.1 distribution API."""
 
 from __future__ import annotations
 
@@ -45,7 +33,7 @@ class FetchedBundle:
 
 
 class _FastRegistry(oras.provider.Registry):  # type: ignore[misc]  # oras has no type information
-    """oras' Registry with single-try requests and a timeout (see module docstring)."""
+    """oras' Registry with single-try requests and a timeout (docs/supply-chain.md)."""
 
     def do_request(
         self,

@@ -1,21 +1,4 @@
-"""The trusted root's validity windows, checked at the signing time (sigstore-python 4.x does not).
-
-A trusted root gives each Fulcio CA, Rekor log key and CT log key a `validFor` window: the key may
-vouch only for what happened inside it (a CA retired after a rotation, a log key whose end marks a
-compromise). sigstore-python checks those windows against the current time only, and only their
-start (`is_timerange_valid(allow_expired=True)`): it accepts a certificate issued by a CA after its
-window ended, an entry integrated after its log key's window ended, and an SCT from a CT log key
-outside its window. sigstore-go checks them at the signing time, and so does secureml, after
-sigstore-python has verified the bundle:
-
-* every verified time (RFC 3161 timestamps, the integrated time under an inclusion promise) must lie
-  in the window of a trusted CA that holds the certificate that issued the signing certificate;
-* the integrated time, when there is one, in the window of the log key with the entry's log id;
-* the SCT's timestamp in the window of the CT log key with the SCT's log id.
-
-Windows are closed intervals. The verified times come from sigstore-python's private
-`Verifier._establish_time` (sigstore_private.py); the windows from the root's document.
-"""
+"""The trusted root's validity windows, checked at the signing time (sigstore-python 4.x does not)."""
 
 from __future__ import annotations
 

@@ -1,26 +1,6 @@
 """The only module that uses sigstore-python's private APIs: checks it has no public entry point for.
 
-sigstore-python 4.x offers `Verifier.verify_artifact` and `Verifier.verify_dsse`, which secureml
-uses for every bundle they accept. Four checks need more (docs/sigstore-conformance.md), and each
-reuses sigstore-python's own code through these private names:
-
-* `Verifier._verify_common_signing_cert`: its verification steps 0-6 (verified times, chain, SCT,
-  policy, inclusion proof, checkpoint, signed entry timestamp) for a DSSE bundle logged as a Rekor
-  v1 `intoto` 0.0.2 entry, which `verify_dsse` refuses (intoto_entry.py; conformance
-  `intoto-with-custom-trust-root`);
-* `Verifier._establish_time`: the times it verified a bundle at, to check the trusted root's
-  validity windows at the signing time, which it compares with now only (root_windows.py);
-* `sigstore.models.TransparencyLogEntry` built from a `sigstore_models` entry (its constructor is
-  `@private`), its `_verify`, and `sigstore._internal.trust.Keyring` / `RekorKeyring`: the Merkle
-  inclusion proof, signed checkpoint and signed entry timestamp of a managed-key bundle's entry by
-  one log's key, since `Bundle` refuses a public-key bundle (managed_key.py; conformance
-  `managed-key-*`);
-* the package data `sigstore/_store/<instance>/`: the production and staging `trusted_root.json`
-  and TUF `root.json` sigstore-python ships, read offline (trust.py, tuf_refresh.py).
-
-Importing this module checks the installed sigstore against `TESTED`, the releases the conformance
-suite and tests/supplychain pass with, and refuses any other with a `SigstoreVersionError`. The
-proposed public API that would retire this module: docs/upstream/sigstore-python-public-verify.md.
+Refuses an untested sigstore release; docs/sigstore-conformance.md lists the names and why.
 """
 
 from __future__ import annotations

@@ -1,14 +1,4 @@
-"""Sign an in-toto statement with Sigstore, keyless: the CI job's ambient OIDC identity.
-
-In CI (GitHub Actions with `id-token: write`, GitLab, Buildkite, CircleCI, Google Cloud),
-sigstore-python's `detect_credential` finds the job's identity token; Fulcio binds it to a
-short-lived certificate, the DSSE envelope is logged in Rekor, and the result is a v0.3 bundle
-that `secureml verify-pipeline` checks against the signer's identity (the workflow, not a key).
-
-The instance is Sigstore's public-good production one (its signing config through TUF), or a
-private deployment's `ClientTrustConfig` JSON (`--attest-trust-config`, as `sigstore sign
---trust-config`). Signing needs the network; nothing here runs unless `--attest` asks for it.
-"""
+"""Sign an in-toto statement with Sigstore, keyless: the CI job's ambient OIDC identity."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Trusted roots for Sigstore verification, loaded offline.
-
-`production` and `staging` are the public-good instances: their `trusted_root.json` is the copy that
-sigstore-python ships as the bootstrap of its TUF client, read directly from the installed package,
-so verification needs no network and no TUF cache. `online=True` refreshes it through TUF instead
-(tuf_refresh.py, failing closed). Anything else names a `trusted_root.json` file (a private Sigstore deployment, or a test root).
-
-Every root is loaded with its timestamp authorities' validity windows closed at the end (see
-`closed_tsa_windows`). Verifiers are cached per root: building one parses certificates and keys,
-verifying with a warm one costs only the signature checks.
-"""
+"""Trusted roots for Sigstore verification, loaded offline or refreshed through TUF."""
 
 from __future__ import annotations
 

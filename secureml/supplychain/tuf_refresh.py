@@ -1,19 +1,4 @@
-"""Refresh a Sigstore trusted root through TUF (`--online`, `--tuf-url`), failing closed.
-
-A TUF repository publishes `trusted_root.json` as a target; python-tuf's client (`tuf.ngclient`,
-the library sigstore-python uses) walks the root chain from a bootstrap `root.json`, then checks
-timestamp, snapshot and targets metadata: signatures by the keys the root names, expiry, and that no
-version is older than the one seen before (rollback). The metadata seen before is kept in a cache
-per repository, `$XDG_CACHE_HOME/secureml/tuf/<quoted url>/` (default `~/.cache`), which is what
-makes a rollback detectable on the next refresh.
-
-Any refusal is an error (exit 2) that names what TUF refused and why. The last root fetched stays in
-the cache, but it is never used in place of a refused or failed refresh: the offline alternative
-is the root shipped with sigstore-python (no `--online`) or an explicit `--trusted-root FILE`.
-
-The public instances bootstrap from the `root.json` sigstore-python ships next to its
-`trusted_root.json`; any other repository needs its `root.json` given (`--tuf-root`).
-"""
+"""Refresh a Sigstore trusted root through TUF (`--online`, `--tuf-url`), failing closed."""
 
 from __future__ import annotations
 

@@ -1,19 +1,4 @@
-"""Verify Sigstore bundles offline with sigstore-python, and say why when they do not verify.
-
-Two bundle shapes sign a container image (both name the image by its manifest digest):
-
-* cosign v3 (`cosign sign --new-bundle-format`): a DSSE envelope holding an in-toto statement whose
-  predicate type is `https://sigstore.dev/cosign/sign/v1` and one of whose subjects has
-  `digest.sha256` equal to the image digest;
-* a message-signature bundle whose signature is over the manifest digest itself (cosign's
-  `sign-blob` of the manifest, or any client signing the digest).
-
-Blobs (a file, e.g. a TenantProfile, or a `sha256:` digest of one) verify the same way: a
-message-signature over the bytes, or a DSSE in-toto statement naming their digest as a subject.
-
-Every failure is a `SignatureError` whose `kind` is `missing`, `invalid` or `untrusted`; `rule()`
-turns it into a rule id such as `image.signature-invalid`.
-"""
+"""Verify Sigstore bundles offline with sigstore-python, and say why when they do not verify."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""`verify_inputs=`: the input artifacts whose model-signing signature the launcher verifies.
-
-`@secure_component(verify_inputs=["model"])` names input artifacts of the component (a `Model`,
-a `Dataset`, any artifact that is a folder); `{"model": ModelSignature(signature="sig/model.sig")}`
-also says where the signature lies inside the folder (default `model.sig`, model-signing's own).
-Whom to trust is never the step's choice: it is the profile's `spec.models`. The compiler writes
-the list as JSON (`to_json`) into the pod annotation `secureml.dev/verify-inputs` and the
-launcher's `SECUREML_VERIFY_INPUTS` (admission pins one to the other); the launcher decodes it with
-`from_json` and finds each input's local path in KFP's executor input.
-"""
+"""`verify_inputs=`: the input artifacts whose model-signing signature the launcher verifies."""
 
 from __future__ import annotations
 

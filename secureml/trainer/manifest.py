@@ -1,18 +1,4 @@
-"""The TrainJob a trainer step creates, built at compile time so it is visible and checked there.
-
-Trainer's own webhook checks only structure, and its runtimes carry no security context, so the
-tenant's rules travel in the TrainJob itself: the trainer's image (digest-pinned), command (the
-launcher in front of the step's command), environment (the launcher's `SECUREML_*`) and per-node
-resources, and one runtime patch (manager `contract.TRAINER_PATCH_MANAGER`) on the trainer's pod
-template with the secureml labels and annotations, the runner service account, the hardened pod
-and container security contexts, the scratch emptyDirs and the GPU placement. The bundle's
-admission policy on TrainJobs (`secureml.trainer.rules`) refuses anything weaker; the node pods
-JobSet creates carry the labels, so the pod rules judge them too.
-
-The job's name and the step's resolved command are known only when the step runs: the submitter
-(`secureml.trainer.submit`) fills `metadata.name` and appends the argv it was given to
-`spec.trainer.command`.
-"""
+"""The TrainJob a trainer step creates, built at compile time so it is visible and checked there."""
 
 from __future__ import annotations
 
@@ -147,7 +133,7 @@ def resources_per_node(request: GPURequest | None, placed: Placement) -> Manifes
 
 
 def trainjob_manifest(profile: TenantProfile, node: NodeSpec) -> Manifest:
-    """The step's TrainJob, all but its name and the step's argv (see the module docstring)."""
+    """The step's TrainJob, all but its name and the step's argv (docs/architecture.md)."""
     trainer: Manifest = {
         "image": node.image,
         "command": list(node.launcher),

@@ -1,15 +1,4 @@
-"""The node pods Trainer v2 and JobSet create from a TrainJob, for the compile-time admission check,
-`check-pod` style tests and the real API server's verdict.
-
-A model, like `secureml.pods.preview` is one of KFP and Argo: Trainer (v2.3) merges the TrainJob into
-its runtime's JobSet template (the trainer container takes `spec.trainer`'s image, command, args,
-env and resources; the runtime patch adds its labels, annotations and pod fields; the torch plugin
-adds the `PET_*` rendezvous variables and port 29500), JobSet names the pods of replicated job
-`node` and labels them, and the Job controller gives each its completion index (label and
-annotation). The runtime's own pod template is read from the ClusterTrainingRuntime when given,
-otherwise it is the shape of Trainer's `torch-distributed` (one container `node`, no security
-context).
-"""
+"""The node pods Trainer v2 and JobSet create from a TrainJob, modelled for the admission check."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""The admission rules on a tenant's TrainJobs and on the NetworkPolicies its trainer steps create.
-
-Trainer's webhook checks only structure: `runtimePatches` may name any service account, a
-privileged security context, host volumes, extra init containers and pull secrets, and any node
-placement, and `spec.trainer` any image and command. Each rule here is one `validations[]` entry
-of the bundle's ValidatingAdmissionPolicy on `trainer.kubeflow.org` TrainJobs in the tenant's
-namespace (`secureml.bundle.trainer`), CEL over the CRD's typed object, with the profile's values
-written in as literals. The node pods JobSet creates are judged again by the pod rules (they carry
-the step labels); these rules refuse a weakened TrainJob before any pod exists, with a message
-that names what is wrong.
-
-`network_policy_validations` pins the one NetworkPolicy a trainer step creates for its job
-(`secureml.trainer.submit.network_policy`): only the runner may create NetworkPolicies, and only
-that shape.
-"""
+"""Admission rules on a tenant's TrainJobs and on the NetworkPolicies its trainer steps create."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""A plain-Python stand-in for torch.distributed's rendezvous, for local runs and tests.
-
-torch is not installed here (the CPU build is a large download); this is what a 2-node job on
-loopback needs to show that its nodes found each other: the `PET_*` variables Trainer's torch
-plugin sets (and `secureml run --local` sets the same way), node 0 listening at
-`PET_MASTER_ADDR:PET_MASTER_PORT`, every other node connecting to it, and one all-reduce (a sum
-of integers). Not a training library: it exists to exercise the rendezvous path.
-"""
+"""STAND-IN for torch.distributed's rendezvous (no torch here), for local runs and tests."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""The in-step program of a trainer step: create the compiled TrainJob, wait, report, clean up.
-
-`python3 -m secureml.trainer.submit --trainjob JSON -- ARGV...` runs under the launcher in the
-step's own pod. It names the job for this run (from the pod's name), appends ARGV (the step's
-command and its arguments as KFP resolved them) to the trainer's command behind the launcher,
-creates the TrainJob and a NetworkPolicy that lets the job's pods reach each other (owned by the
-TrainJob, so it goes with it), prints the job's node logs and its final status, and deletes the
-job when it ends, fails, or the run is cancelled (SIGTERM, SIGINT). Exit 0 when the job completed,
-1 when it failed, 2 when it could not be created, 143 when cancelled.
-
-With `SECUREML_TRAINER_LOCAL` set (only `secureml run --local` sets it; admission refuses any
-unknown `SECUREML_*` variable in a cluster) the nodes run here instead, as processes under the
-launcher with a rendezvous on loopback (`run_local`).
-"""
+"""The in-step program of a trainer step: create the compiled TrainJob, wait, report, clean up."""
 
 from __future__ import annotations
 
@@ -111,7 +98,8 @@ def run_cluster(
     install_signals: bool = True,
 ) -> int:
     """Create `job` and its NetworkPolicy through `api_client` (a `kubernetes.client.ApiClient`),
-    wait for its end, print the nodes' logs, delete it; the exit code of the module docstring."""
+    wait for its end, print the nodes' logs, delete it. Exit 0 when the job
+    completed, 1 when it failed, 2 when it could not be created, 143 when cancelled."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 

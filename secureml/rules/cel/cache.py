@@ -1,20 +1,4 @@
-"""Compiled programs of the fast CEL engine kept on disk between processes.
-
-Compiling a profile's rules is most of a short command's start-up (team-a's 57 rules: about
-0.16 s; the compiler and check-pod compile them in every process). The engine can serialize a
-program and read it back about six times faster, so `load` keeps each program in the
-user's cache, under the SHA-256 of the engine's build (`_engine`), the environment it was compiled
-in (`ENVIRONMENTS`: what the program may refer to) and the expression's text: a file is only ever
-read for exactly the text it was compiled from, in that environment, by the build that compiled
-it.
-
-A cached program is trusted as Python trusts `__pycache__`: it lives in a folder that only the user
-can write. The folder is created private (0700); a folder or file that another user owns, or that
-others may write, is not used, and nothing is then cached. Any failure to read or write the cache
-(a full disk, a file cut short, an engine that refuses the bytes) falls back to compiling. Set
-`SECUREML_CACHE_DIR` to choose the folder (default `$XDG_CACHE_HOME/secureml`, else
-`~/.cache/secureml`), or to `off` to compile every time.
-"""
+"""Compiled programs of the fast CEL engine kept on disk between processes, in a private folder."""
 
 from __future__ import annotations
 

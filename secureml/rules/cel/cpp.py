@@ -1,14 +1,4 @@
-"""The fast CEL engine: Google's C++ CEL (`cel-expr-python`), the family of cel-go, which the API
-server runs.
-
-It reads the pod's Python dicts in place (no copy of the pod per evaluation, unlike the Rust
-engine of `secureml.rules.engine`), which makes it ten to twenty times faster on the pods KFP
-creates. `program(expression)` is the compiled program (type-checked, then planned from the
-parsed tree: `_planned`), or None where this engine does not take the text (its parser nests 32
-levels deep at most); the caller then uses the Rust engine for that rule. Values come back as
-`cel.Value`: `.value()` is the Python value, an error's text for an error, so only a Python
-`True` or `False` is a boolean verdict.
-"""
+"""The fast CEL engine: Google's C++ CEL (`cel-expr-python`), reading the pod's dicts in place."""
 
 from __future__ import annotations
 

@@ -1,29 +1,6 @@
-"""What of a pod a CEL expression can read, found from its syntax tree (`secureml.rules.cel.syntax`).
+"""What of a pod a CEL expression can read, found from its syntax tree (for the verdict memo).
 
-`reads(tree)` gives, for `object` and `oldObject`, a `Read`: the parts of that value the
-expression's result can depend on, whatever the pod. Two pods that agree on those parts get the
-same result and the same error from the expression (`secureml.rules.verdict_memo` rests on it). A
-`Read` says, of one value:
-
-- `whole`: all of it (it was compared, passed to a function, converted...);
-- `fields`: for each name selected (`v.name`, `has(v.name)`) or looked up with a constant string
-  (`v['name']`, `'name' in v`), whether the value holds that key and, under it, that key's `Read`;
-- `each`: it was iterated (a comprehension): its keys, or its length and each element's `Read`;
-- `size`: its size only (`size(v)`);
-- `index`: an element of it was taken by a constant number (`v[0]`): each element, as `each`,
-  where it is a list; all of it where it is a map (whose keys may be numbers).
-
-The analysis follows values through the tree abstractly. An expression's value is a set of
-possible origins: a `Read` (the value is, or is built from, the value at that place), a `ListOf`
-(a list literal or a concatenation: its elements come from these origins; its length from
-constants or from iterations already counted), an exact constant string, or `OPAQUE` (computed
-from constants or from values already read whole). Whatever is not one of the few cases below is
-taken to read all of its operands: a function call, a comparison, a conversion. Selecting from a
-constant, a list or the like gives an error or a value that no pod can change.
-
-A tree with anything the analysis does not model (a message literal, a two-variable comprehension,
-an optional element, an identifier that is neither a variable nor a comprehension's) gives None:
-its rule is evaluated on every pod.
+What each kind of read means: docs/performance.md ("rules", the verdict memo).
 """
 
 from __future__ import annotations

@@ -1,13 +1,4 @@
-"""Building blocks for rule expressions: CEL text that both the API server and `cel` accept.
-
-Literals, label tests and image tests shared with the bundle are in `secureml.rules.cel.text`. Every
-helper returns CEL source. The subset used here is the one both engines share: field access
-guarded by `has()`, `in`, `==`, `startsWith`/`endsWith`/`matches`, `size`, `string()`, the macros
-`all`/`exists`/`filter`/`map`, list literals and `+`, and the ternary operator. No `?.`, no
-`optional`, no Kubernetes library functions (`join`, `split`, `quantity`, `find`...) that the Python
-engine lacks. Container lists are never concatenated: `containers` and `ephemeralContainers` have
-different element types in the API server's type checker, so each list is visited on its own.
-"""
+"""Building blocks for rule expressions: CEL text that both the API server and `cel` accept."""
 
 from __future__ import annotations
 

@@ -1,23 +1,6 @@
 """A rule's CEL text rewritten for the C++ engine's speed, to the same value.
 
-The C++ engine (`secureml.rules.cel.cpp`) neither folds constants nor keeps compiled regular
-expressions, and two costs of the tenant rules came from that (measured on KFP step pods):
-
-- a constant list such as the ten names of `e.name in ['LD_PRELOAD', ...]` inside
-  `c.env.all(e, ...)` was built again for every entry of every container. `rewritten` builds each
-  such list (four items or more, in a comprehension's body) once per evaluation:
-  `[[dyn([...]), ...]].all(secureml_k, <the text, the lists replaced by secureml_k[i]>)`. A list of
-  constants has no variable, no call and cannot fail, so where it is built changes no value;
-  `all` over the one element gives the expression's boolean as it is.
-- `s.matches('@sha256:[0-9a-f]{64}$')` compiled its pattern at every call (about 0.1 ms for this
-  one). `s.secureml_matches('...')` (declared by `cel_cpp`) is the same RE2 search with each
-  pattern compiled once (Python's `re2` is the same library as the engine's).
-
-An expression whose value is not a boolean stays one that is not (the engine passes it through
-`all`, or gives an error), which the engine's caller treats as "judge this rule by the plain
-engine"; so only rules and scopes are rewritten, not message expressions, whose strings count. Text the rewrite cannot take apart (raw, bytes or
-triple-quoted strings) is left as it is. This is for the fast engine only: the text the API server
-runs is unchanged, and tests/rules/test_engine_paths.py compares the two engines on every pod.
+Why and what: docs/performance.md and docs/admission-rules.md (how the rule modules are written).
 """
 
 from __future__ import annotations

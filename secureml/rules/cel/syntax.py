@@ -1,15 +1,4 @@
-"""The syntax tree of a compiled CEL expression, read from the C++ engine's own serialized form.
-
-`cel_cpp.checked(expression)` is a `google.protobuf.Any` holding a `cel.expr.CheckedExpr`: the
-tree after the parser expanded the macros (`all`, `exists`, `map`, `filter`, `has`...) into
-comprehensions and test-only selects, and after the checker resolved it. No Python package on the
-index ships the `cel.expr` message classes, so `parse` reads the protobuf wire format itself, for
-the messages and fields of cel-spec's `cel/expr/syntax.proto` that a tree is made of. Anything it
-does not know (an unknown field of a known message is skipped, as protobuf readers do; an unknown
-kind of node is `Unknown`) is left for the caller to refuse (`secureml.rules.cel.reads`).
-`without_source_info` writes the one message `cel_cpp` plans its programs from: a parsed tree
-alone.
-"""
+"""The syntax tree of a compiled CEL expression, read from the C++ engine's own serialized form."""
 
 from __future__ import annotations
 

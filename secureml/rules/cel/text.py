@@ -1,10 +1,4 @@
-"""CEL source text shared by the rule catalogue (`secureml.rules`) and the bundle (`secureml.bundle`).
-
-One way to write a string literal, test a pod label and recognise an image of a repository, so
-the validating rules, the mutating policy's JSON patches and the image policy agree. The text is in
-the subset both the API server (cel-go) and the Python engines (`cel`, `cel_expr_python`) accept.
-Kept apart from `secureml.rules` so the bundle imports it without importing the rule engine.
-"""
+"""CEL source text shared by the rule catalogue and the bundle: literals, label and image tests."""
 
 from __future__ import annotations
 

@@ -16,9 +16,12 @@ what a tenant could do to a compiled run after `secureml compile` judged it.
 
 from __future__ import annotations
 
+import copy
+import json
+import re
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +31,10 @@ from harness.kfp_workflow import driver_patches, kfp_workflow, patch_key
 from node import pods as node_pods
 
 from secureml.core import contract
+from secureml.pods.mutation.apply import apply_mutations
+from secureml.pods.preview import preview_driver_pods
+from secureml.profile.model import TenantProfile
+from tests.cluster import admission
 from tests.e2e import steps
 from tests.e2e.environment import E2E
 
@@ -94,6 +101,24 @@ def run_reference(
     patches = driver_patches(docs, values)
     if alter is not None:
         alter(workflow, patches)
+    return run_workflow(
+        e2e, workflow, patches, docs=docs, values=values, timeout_s=timeout_s, logs=logs
+    )
+
+
+def run_workflow(
+    e2e: E2E,
+    workflow: dict[str, Any],
+    patches: dict[str, str],
+    *,
+    docs: list[dict[str, Any]],
+    values: dict[str, dict[str, str]],
+    timeout_s: float = 420.0,
+    logs: bool = True,
+) -> ArgoRun:
+    """Submit `workflow` (named, with its namespace) with each task's driver patch published,
+    and wait until it is done: what `run_reference` does for any Workflow of KFP's shape."""
+    name, namespace = workflow["metadata"]["name"], workflow["metadata"]["namespace"]
     _delete_pods(e2e, namespace, name)  # pods of an earlier run of this name (Argo would adopt)
     for task, patch in patches.items():
         e2e.store.objects[patch_key(name, task)] = patch.encode()
@@ -173,3 +198,62 @@ def _log(e2e: E2E, namespace: str, pod: dict[str, Any], container: str) -> str:
         return node_pods.log(e2e.cluster, namespace, pod["metadata"]["name"], container)
     except AssertionError as error:
         return f"<no log: {error}>"
+
+
+# What only the run knows, which the preview cannot: the Workflow's UID (Argo's executor gets
+# it as ARGO_WORKFLOW_UID; the preview shows the run id there, which KFP puts where the compiled
+# Workflow says {{workflow.uid}}), the owner reference Argo sets, and Argo's own bookkeeping once
+# the step is done (the `completed` label). ARGO_TEMPLATE is the whole template as JSON, which
+# secureml.pods.argo abbreviates to the template's name (checked: the name is the same).
+WORKFLOW_UID_ENV = "ARGO_WORKFLOW_UID"
+TEMPLATE_ENV = "ARGO_TEMPLATE"
+COMPLETED = "workflows.argoproj.io/completed"
+BOUND = (".spec.nodeName:",)  # the scheduler's binding
+PLACEHOLDER = re.compile(r"^<[a-z_]+>$")
+
+
+def _env(pod: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for container in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]:
+        yield from container.get("env", [])
+
+
+def with_run_values(expected: dict[str, Any], created: dict[str, Any]) -> dict[str, Any]:
+    """The preview with what only the run knows taken from the pod Argo created."""
+    expected = copy.deepcopy(expected)
+    uid = created["metadata"]["ownerReferences"][0]["uid"]
+    for item in _env(expected):
+        if item["name"] == WORKFLOW_UID_ENV:
+            item["value"] = uid
+    templates = {
+        item["name"]: item["value"] for item in _env(created) if item["name"] == TEMPLATE_ENV
+    }
+    for item in _env(expected):
+        if item["name"] == TEMPLATE_ENV:
+            assert json.loads(templates[TEMPLATE_ENV])["name"] == json.loads(item["value"])["name"]
+            item["value"] = templates[TEMPLATE_ENV]
+    expected["metadata"]["labels"][COMPLETED] = created["metadata"]["labels"][COMPLETED]
+    expected["metadata"]["ownerReferences"] = created["metadata"]["ownerReferences"]
+    return expected
+
+
+def driver_differences(run: ArgoRun, profile: TenantProfile) -> dict[str, list[str]]:
+    """Per driver pod Argo created (by its Argo node), its differences from `preview_driver_pods` (the tenant's
+    MAP applied) after the server's defaulting, the scheduler's binding left out. The preview
+    shows what KFP fills in per run as `<name>` (run id and name, create time, the DAG's
+    execution id, the task's component, task, container and kubernetes config) and no display
+    name; those are taken from the pod Argo created (the run id and name checked)."""
+    previewed = preview_driver_pods(run.workflow_docs, profile)
+    found = {}
+    for node, created in run.drivers.items():
+        expected = apply_mutations(previewed[node.rsplit(".", 1)[-1]], profile)
+        main = next(c for c in expected["spec"]["containers"] if c["name"] == "main")
+        real = next(c for c in created["spec"]["containers"] if c["name"] == "main")["args"]
+        for index, arg in enumerate(main["args"]):
+            if PLACEHOLDER.match(arg) or main["args"][index - 1] == "--run_display_name":
+                main["args"][index] = real[index]
+        given = dict(zip(real[::2], real[1::2], strict=False))
+        assert given["--run_id"] == created["metadata"]["labels"]["pipeline/runid"]
+        assert given["--run_name"] == run.workflow["metadata"]["name"]
+        differences = admission.differences(with_run_values(expected, created), created)
+        found[node] = [d for d in differences if not d.startswith(BOUND)]
+    return found

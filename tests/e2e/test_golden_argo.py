@@ -30,10 +30,15 @@ Then, for every pod Argo tries to create:
   server's defaulting (tests/e2e/argo_run.py `driver_differences`);
 - each step's pod is refused, as the preview said: the offline rules (`secureml.rules`) find
   violations in the previewed pod (no secureml launcher, an image outside the allowed registries
-  and not pinned, ...), Argo cannot create it, and every rule its node's message names (a
-  ValidatingAdmissionPolicy's rule or a PodSecurity check, `secureml.admission.server.
-  message_findings`) is one the preview predicted. A step that depends on a refused one is
-  never tried.
+  and not pinned, ...), and Argo cannot create it. The pod Argo sent (the API server's audit log
+  keeps each pod create as sent, after the server's defaulting and before admission,
+  `ControlPlane.pod_create_requests`) is the previewed pod field by field (tests/cluster/
+  admission.py `differences`), with only what the run alone knows taken from it (the Workflow's
+  UID, the owner reference, the whole template in `ARGO_TEMPLATE`); the offline rules find in it exactly the
+  rules they find in the preview; and the refusal Argo reports on the step's node names rules of
+  that set: PodSecurity, which answers first and lists every check that fails, names exactly the
+  preview's `pss.*` rules (a ValidatingAdmissionPolicy refusal names one rule, which must be
+  among the preview's). A step that depends on a refused one is never tried.
 """
 
 from __future__ import annotations
@@ -61,8 +66,16 @@ from secureml.pods.preview import preview_driver_pods, preview_pods
 from secureml.rules import rules_for_profile
 from secureml.rules.engine import evaluate
 from tests.bundle.conftest import fixtures_dir
+from tests.cluster import admission
+from tests.cluster.admission import PIPELINE_RUNNER
 from tests.e2e import steps
-from tests.e2e.argo_run import ArgoRun, delete_run, driver_differences, run_workflow
+from tests.e2e.argo_run import (
+    ArgoRun,
+    delete_run,
+    driver_differences,
+    run_workflow,
+    with_run_values,
+)
 from tests.e2e.environment import E2E
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
@@ -78,21 +91,28 @@ GOLDENS: dict[str, dict[str, Any]] = {
 @dataclass
 class GoldenRun:
     run: ArgoRun
+    previewed: dict[str, dict[str, Any]]  # each task's pod as Argo should send it
     predicted: dict[str, list[str]]  # each task's rule ids, as the offline rules judge its pod
     dependencies: dict[str, list[str]]  # each task's dependent tasks
 
 
-def _predicted(
+def _previewed(
     docs: list[dict[str, Any]], e2e: E2E, values: dict[str, dict[str, str]], parameters: Any
-) -> dict[str, list[str]]:
-    """The offline verdict on each previewed step pod, as the run fills it in."""
-    rules = rules_for_profile(e2e.profile)
+) -> dict[str, dict[str, Any]]:
+    """Each previewed step pod as Argo sends it (before the tenant's MAP), the run's values and
+    the run's claim and secret names filled in."""
     found = {}
     for task, pod in preview_pods(docs, e2e.profile, mutate=False).items():
         filled = steps.as_run(pod, values[task])
         name_volumes(filled["spec"], task_kubernetes(docs, task), parameters)
-        found[task] = [v.rule for v in evaluate(apply_mutations(filled, e2e.profile), rules)]
+        found[task] = filled
     return found
+
+
+def _rules(pod: dict[str, Any], e2e: E2E) -> list[str]:
+    """The rules the offline engine finds in a pod as sent (the tenant's MAP applied first)."""
+    violations = evaluate(apply_mutations(pod, e2e.profile), rules_for_profile(e2e.profile))
+    return [v.rule for v in violations]
 
 
 def _submit(e2e: E2E, golden_name: str) -> GoldenRun:
@@ -117,13 +137,14 @@ def _submit(e2e: E2E, golden_name: str) -> GoldenRun:
     )
     values = run_values(docs, run_id)
     patches = golden_patches(docs, values, parameters)
-    predicted = _predicted(docs, e2e, values, parameters)
+    previewed_steps = _previewed(docs, e2e, values, parameters)
+    predicted = {task: _rules(pod, e2e) for task, pod in previewed_steps.items()}
     run = run_workflow(
         e2e, workflow, patches, docs=docs, values=values, timeout_s=300.0, logs=False
     )
     tasks = docs[0]["root"]["dag"]["tasks"]
     dependencies = {task: list(spec.get("dependentTasks", [])) for task, spec in tasks.items()}
-    return GoldenRun(run, predicted, dependencies)
+    return GoldenRun(run, previewed_steps, predicted, dependencies)
 
 
 @pytest.fixture(scope="module")
@@ -157,9 +178,26 @@ def test_the_drivers_are_admitted_as_previewed(
     assert found == dict.fromkeys(found, []), found
 
 
+def _sent(e2e: E2E, pod_name: str) -> dict[str, Any]:
+    """The pod Argo's controller sent for `pod_name`, from the API server's audit log: each try
+    the same pod, each refused (403)."""
+    tries = [
+        event
+        for event in e2e.cluster.pod_create_requests()
+        if event["objectRef"].get("name") == pod_name
+        and event["objectRef"].get("namespace") == e2e.namespace
+        and event["user"]["username"] == PIPELINE_RUNNER
+    ]
+    assert tries, f"no create of {pod_name} by {PIPELINE_RUNNER} in the audit log"
+    assert {event["responseStatus"]["code"] for event in tries} == {403}, tries[-1]
+    sent = [event["requestObject"] for event in tries]
+    assert all(pod == sent[0] for pod in sent), "Argo sent different pods under one name"
+    return dict(sent[0])
+
+
 @pytest.mark.parametrize("golden", sorted(GOLDENS))
-def test_each_step_is_refused_naming_a_rule_the_preview_predicted(
-    golden_runs: dict[str, GoldenRun], golden: str
+def test_each_step_pod_argo_sent_is_the_preview_refused_as_predicted(
+    e2e: E2E, golden_runs: dict[str, GoldenRun], golden: str
 ) -> None:
     result = golden_runs[golden]
     run = result.run
@@ -175,8 +213,15 @@ def test_each_step_is_refused_naming_a_rule_the_preview_predicted(
             assert node is None, node
             continue
         assert node is not None and node["phase"] == "Error", run.explain()
+        expected = result.previewed[task]
+        sent = _sent(e2e, expected["metadata"]["name"])
+        found = admission.differences(with_run_values(expected, sent), sent)
+        assert found == [], found
+        assert _rules(sent, e2e) == predicted
         named = [v.rule for v in message_findings(node["message"])]
         print(f"{golden}/{task}: refused, {named}; predicted {predicted}")
+        if all(rule.startswith("pss.") for rule in named):  # PodSecurity lists every check
+            assert sorted(named) == sorted(r for r in predicted if r.startswith("pss.")), named
         assert named and set(named) <= set(predicted), (named, predicted, node["message"])
         tried += 1
     assert tried, run.explain()

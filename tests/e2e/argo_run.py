@@ -74,9 +74,12 @@ class ArgoRun:
         )
 
 
-def run_values(docs: list[dict[str, Any]], e2e: E2E) -> dict[str, dict[str, str]]:
-    """KFP's run-time values for each step (tests/e2e/steps.py `run_values`)."""
-    submitted = steps.previewed(docs, e2e.profile, mutate=False)
+def run_values(
+    docs: list[dict[str, Any]], e2e: E2E, profile: TenantProfile | None = None
+) -> dict[str, dict[str, str]]:
+    """KFP's run-time values for each step (tests/e2e/steps.py `run_values`), for the e2e
+    tenant or `profile`."""
+    submitted = steps.previewed(docs, profile or e2e.profile, mutate=False)
     return {
         task: steps.run_values(docs, pod, task, execution=index + 1)
         for index, (task, pod) in enumerate(submitted.items())
@@ -92,17 +95,28 @@ def run_reference(
     alter: Alteration | None = None,
     timeout_s: float = 420.0,
     logs: bool = True,
+    profile: TenantProfile | None = None,
+    pools: dict[str, dict[str, str]] = POOLS,
 ) -> ArgoRun:
-    namespace = namespace or e2e.namespace
+    """The compiled pipeline's run in the e2e tenant's namespace, or `profile`'s (the tenant it
+    was compiled for), each step's node given `pools[task]`."""
+    namespace = namespace or (profile.spec.namespace if profile else e2e.namespace)
     workflow = kfp_workflow(
         docs, name=name, namespace=namespace, service_account=contract.RUNNER_NAME
     )
-    values = run_values(docs, e2e)
+    values = run_values(docs, e2e, profile)
     patches = driver_patches(docs, values)
     if alter is not None:
         alter(workflow, patches)
     return run_workflow(
-        e2e, workflow, patches, docs=docs, values=values, timeout_s=timeout_s, logs=logs
+        e2e,
+        workflow,
+        patches,
+        docs=docs,
+        values=values,
+        timeout_s=timeout_s,
+        logs=logs,
+        pools=pools,
     )
 
 
@@ -115,6 +129,7 @@ def run_workflow(
     values: dict[str, dict[str, str]],
     timeout_s: float = 420.0,
     logs: bool = True,
+    pools: dict[str, dict[str, str]] = POOLS,
 ) -> ArgoRun:
     """Submit `workflow` (named, with its namespace) with each task's driver patch published,
     and wait until it is done: what `run_reference` does for any Workflow of KFP's shape."""
@@ -136,8 +151,8 @@ def run_workflow(
             )
         for pod in _pods(e2e, namespace, name):
             task = _task(pod)
-            if task in POOLS and not pod["spec"].get("nodeName") and e2e.pools != POOLS[task]:
-                e2e.pool(POOLS[task])
+            if task in pools and not pod["spec"].get("nodeName") and e2e.pools != pools[task]:
+                e2e.pool(pools[task])
         time.sleep(0.2)
     seconds = time.monotonic() - started
     step_pods, drivers = {}, {}

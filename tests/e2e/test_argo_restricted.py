@@ -1,0 +1,133 @@
+"""The reference pipeline compiled for team-restricted, through Argo's real workflow-controller.
+
+The second tenant (tests/e2e/restricted.py: profiles/team-restricted.yaml with the session's
+registry and runtime image and a test Sigstore as its signer; the pipeline's GPU steps on
+`WholeGPU(1)`, the only GPU its tier allows; a fake H100 in CC mode on the node) is installed
+beside team-a on the e2e cluster. The Workflow KFP 2.17's API server would submit for it runs in
+namespace team-restricted exactly as tests/e2e/test_argo_run.py runs team-a's, and:
+
+- it Succeeded, each step's pod created by Argo and run on the node, under uid 3000;
+- each step's audit record: its SPIFFE identity checked, config and run ok; prep without GPU
+  stages (its dataset in the store); train and evaluate with the GPU's preflight (the profile's
+  model and confidential computing required: the fake GPU reports CC on and ready) and the
+  scrubs before and after;
+- preview = reality: each step pod and each driver pod Argo created equals the preview for
+  team-restricted field by field after the server's defaulting (the values only the run knows
+  taken from the pod, as for team-a).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from secureml.core import contract
+from secureml.pods.preview import preview_driver_pods
+from tests.cluster import admission
+from tests.e2e import steps
+from tests.e2e.argo_run import (
+    BOUND,
+    ArgoRun,
+    delete_run,
+    driver_differences,
+    run_reference,
+    with_run_values,
+)
+from tests.e2e.environment import E2E, IDENTITY_REQUIRED
+from tests.e2e.restricted import RESTRICTED_POOLS, RUN_AS_USER, Restricted, restricted_tenant
+
+pytestmark = [pytest.mark.node, pytest.mark.cluster]
+
+TASKS = ("prep", "train", "evaluate")
+GPU_STAGES = ("preflight", "scrub-before", "scrub-after")
+
+
+@pytest.fixture(scope="module")
+def restricted(e2e: E2E, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restricted]:
+    with restricted_tenant(e2e, tmp_path_factory.mktemp("restricted")) as tenant:
+        yield tenant
+
+
+@pytest.fixture(scope="module")
+def preview(restricted: Restricted) -> dict[str, dict[str, Any]]:
+    return steps.previewed(restricted.docs, restricted.profile)
+
+
+@pytest.fixture(scope="module")
+def argo_run(
+    e2e: E2E, restricted: Restricted, preview: dict[str, dict[str, Any]]
+) -> Iterator[ArgoRun]:
+    name = next(iter(preview.values()))["metadata"]["labels"]["workflows.argoproj.io/workflow"]
+    run = run_reference(
+        e2e, restricted.docs, name=name, profile=restricted.profile, pools=RESTRICTED_POOLS
+    )
+    print(f"\nteam-restricted: the Workflow {run.phase} in {run.seconds:.1f} s")
+    yield run
+    delete_run(e2e, name, restricted.profile.spec.namespace)
+
+
+def _explain(run: ArgoRun, task: str) -> str:
+    pod = run.steps.get(task, {})
+    states = steps.container_states(pod) if pod else {}
+    return (run.explain() + "\n" + json.dumps({"states": states, "logs": run.logs.get(task)}))[
+        -6000:
+    ]
+
+
+def test_the_workflow_succeeds_on_the_node(e2e: E2E, argo_run: ArgoRun) -> None:
+    assert argo_run.phase == "Succeeded", argo_run.explain()
+    assert sorted(argo_run.steps) == sorted(TASKS), argo_run.explain()
+    uid = argo_run.workflow["metadata"]["uid"]
+    for task, pod in argo_run.steps.items():
+        assert pod["status"]["phase"] == "Succeeded", _explain(argo_run, task)
+        assert pod["spec"]["nodeName"] == e2e.node.name
+        assert pod["spec"]["securityContext"]["runAsUser"] == RUN_AS_USER, pod["spec"]
+        (owner,) = pod["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"]) == ("Workflow", uid)
+    assert {p["status"]["phase"] for p in argo_run.drivers.values()} == {"Succeeded"}
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_each_step_audit_record(
+    e2e: E2E, argo_run: ArgoRun, preview: dict[str, dict[str, Any]], task: str
+) -> None:
+    assert task in argo_run.steps, argo_run.explain()
+    record = steps.audit_record(argo_run.logs[task]["main"])
+    annotations = preview[task]["metadata"]["annotations"]
+    assert record["expected_spiffe_id"] == annotations[contract.ANNOTATION_SPIFFE_ID]
+    assert record["image_digest"] == annotations[contract.ANNOTATION_IMAGE_DIGEST]
+    assert record["exit_code"] == 0, record
+    stages = {stage["name"]: stage["status"] for stage in record["stages"]}
+    print(f"{task}: audit stages {stages}")
+    assert stages["identity"] == ("ok" if IDENTITY_REQUIRED else "skipped"), record["stages"]
+    assert stages["config"] == stages["run"] == "ok", record["stages"]
+    if task == "prep":
+        assert {stages[name] for name in GPU_STAGES} == {"skipped"}, record["stages"]
+        run_id = argo_run.steps[task]["metadata"]["labels"]["pipeline/runid"]
+        key = f"{steps.run_root(run_id).removeprefix('minio://')}/prep/dataset"
+        assert len(json.loads(e2e.store.objects[key])) == steps.ROWS
+    else:
+        assert {stages[name] for name in GPU_STAGES} == {"ok"}, record["stages"]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_the_pod_argo_created_is_the_preview(
+    argo_run: ArgoRun, preview: dict[str, dict[str, Any]], task: str
+) -> None:
+    assert task in argo_run.steps, argo_run.explain()
+    created = argo_run.steps[task]
+    expected = steps.as_run(preview[task], argo_run.values[task])
+    found = admission.differences(with_run_values(expected, created), created)
+    assert [d for d in found if not d.startswith(BOUND)] == [], found
+
+
+def test_the_driver_pods_argo_created_are_the_preview(
+    argo_run: ArgoRun, restricted: Restricted
+) -> None:
+    previewed = preview_driver_pods(argo_run.workflow_docs, restricted.profile)
+    assert sorted(previewed) == sorted(n.rsplit(".", 1)[-1] for n in argo_run.drivers)
+    found = driver_differences(argo_run, restricted.profile)
+    assert found == dict.fromkeys(found, []), found

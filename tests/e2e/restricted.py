@@ -55,7 +55,6 @@ GPU_REQUESTS['gpu=TimeSlice(memory="8Gi", compute=25)'] = "gpu=WholeGPU(1)"
 @dataclass
 class Restricted:
     profile: TenantProfile
-    profile_path: Path
     docs: list[dict[str, Any]]  # the reference pipeline compiled for it
 
 
@@ -132,4 +131,4 @@ def restricted_tenant(e2e: E2E, folder: Path) -> Iterator[Restricted]:
         machine.write()
         state = folder / "gpu" / GPU.replace("/", "_")
         subprocess.run(["chown", "-R", f"{RUN_AS_USER}:{RUN_AS_USER}", str(state)], check=True)
-        yield Restricted(profile, path, docs)
+        yield Restricted(profile, docs)

@@ -43,6 +43,7 @@ pytestmark = [pytest.mark.node, pytest.mark.cluster]
 
 TASKS = ("prep", "train", "evaluate")
 GPU_STAGES = ("preflight", "scrub-before", "scrub-after")
+GPU_NAME = "NVIDIA H100 80GB HBM3"  # the fake GPU (tests/e2e/restricted.py PRODUCT)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,8 @@ def test_the_workflow_succeeds_on_the_node(e2e: E2E, argo_run: ArgoRun) -> None:
     for task, pod in argo_run.steps.items():
         assert pod["status"]["phase"] == "Succeeded", _explain(argo_run, task)
         assert pod["spec"]["nodeName"] == e2e.node.name
-        assert pod["spec"]["securityContext"]["runAsUser"] == RUN_AS_USER, pod["spec"]
+        (main,) = [c for c in pod["spec"]["containers"] if c["name"] == "main"]
+        assert main["securityContext"]["runAsUser"] == RUN_AS_USER, main["securityContext"]
         (owner,) = pod["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"]) == ("Workflow", uid)
     assert {p["status"]["phase"] for p in argo_run.drivers.values()} == {"Succeeded"}
@@ -111,6 +113,10 @@ def test_each_step_audit_record(
         assert len(json.loads(e2e.store.objects[key])) == steps.ROWS
     else:
         assert {stages[name] for name in GPU_STAGES} == {"ok"}, record["stages"]
+        (preflight,) = [stage for stage in record["stages"] if stage["name"] == "preflight"]
+        detail = preflight["detail"]
+        assert [device["name"] for device in detail["devices"]] == [GPU_NAME], detail
+        assert detail["confidential_computing"]["required"] is True, detail
 
 
 @pytest.mark.parametrize("task", TASKS)

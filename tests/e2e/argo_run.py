@@ -36,7 +36,7 @@ from secureml.pods.preview import preview_driver_pods
 from secureml.profile.model import TenantProfile
 from tests.cluster import admission
 from tests.e2e import steps
-from tests.e2e.environment import E2E
+from tests.e2e.environment import E2E, IDENTITY_REQUIRED
 
 # The node's pool per step: the labels its node selector or affinity asks for.
 POOLS: dict[str, dict[str, str]] = {
@@ -272,3 +272,27 @@ def driver_differences(run: ArgoRun, profile: TenantProfile) -> dict[str, list[s
         differences = admission.differences(with_run_values(expected, created), created)
         found[node] = [d for d in differences if not d.startswith(BOUND)]
     return found
+
+
+def step_record(
+    e2e: E2E, run: ArgoRun, previewed: dict[str, Any], task: str
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The step's audit record (from `main`'s log) and its stages' statuses by name, checked as
+    every run checks it: the SPIFFE ID and image digest the preview announced, exit 0, the
+    identity stage (ok where `IDENTITY_REQUIRED`), config and run ok; for prep, its dataset in
+    the run's store (the launcher stand-in uploaded it)."""
+    assert task in run.steps, run.explain()
+    record = steps.audit_record(run.logs[task]["main"])
+    annotations = previewed["metadata"]["annotations"]
+    assert record["expected_spiffe_id"] == annotations[contract.ANNOTATION_SPIFFE_ID]
+    assert record["image_digest"] == annotations[contract.ANNOTATION_IMAGE_DIGEST]
+    assert record["exit_code"] == 0, record
+    stages = {stage["name"]: stage["status"] for stage in record["stages"]}
+    print(f"{task}: audit stages {stages}")
+    assert stages["identity"] == ("ok" if IDENTITY_REQUIRED else "skipped"), record["stages"]
+    assert stages["config"] == stages["run"] == "ok", record["stages"]
+    if task == "prep":
+        run_id = run.steps[task]["metadata"]["labels"]["pipeline/runid"]
+        key = f"{steps.run_root(run_id).removeprefix('minio://')}/prep/dataset"
+        assert len(json.loads(e2e.store.objects[key])) == steps.ROWS
+    return record, stages

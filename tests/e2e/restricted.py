@@ -30,13 +30,12 @@ import yaml
 from harness import kfp_images
 from harness.controlplane import HarnessError
 from harness.fake_gpu_plugin import FakeGpuPlugins
-from typer.testing import CliRunner
 
-from secureml.cli import app
 from secureml.core.image_ref import ImageRef
 from secureml.gpu.request import WholeGPU
 from secureml.profile.model import TenantProfile, load_profile
 from tests.cluster.admission import install_tenant
+from tests.e2e import steps
 from tests.e2e.environment import E2E, REPO, STORE_PORT
 from tests.supplychain.testpki import PrivateSigstore
 
@@ -48,8 +47,11 @@ PRODUCT = "NVIDIA-H100-80GB-HBM3"
 RUN_AS_USER = 3000  # profiles/team-restricted.yaml hardening.runAsUser
 POOL = {"secureml.dev/pool": "restricted-h100", "nvidia.com/cc.ready.state": "true"}
 RESTRICTED_POOLS: dict[str, dict[str, str]] = {"prep": {}, "train": POOL, "evaluate": POOL}
-GPU_REQUESTS = {'gpu=MIG("1g.10gb")': "gpu=WholeGPU(1)"}
-GPU_REQUESTS['gpu=TimeSlice(memory="8Gi", compute=25)'] = "gpu=WholeGPU(1)"
+PIPELINE_CHANGES = {  # whole GPUs, the only kind team-restricted's tier allows
+    "from secureml import MIG, TimeSlice,": "from secureml import WholeGPU,",
+    'gpu=MIG("1g.10gb")': "gpu=WholeGPU(1)",
+    'gpu=TimeSlice(memory="8Gi", compute=25)': "gpu=WholeGPU(1)",
+}
 
 
 @dataclass
@@ -71,29 +73,6 @@ def _profile(e2e: E2E, folder: Path, trusted_root: Path) -> Path:
     return path
 
 
-def _compile(e2e: E2E, profile: Path, bundles: Path, folder: Path) -> list[dict[str, Any]]:
-    source = (REPO / "pipelines" / "secure_finetune.py").read_text()
-    source = source.replace(
-        "from secureml import MIG, TimeSlice,", "from secureml import WholeGPU,"
-    )
-    for request, whole in GPU_REQUESTS.items():
-        assert request in source, request
-        source = source.replace(request, whole)
-    lines = [
-        f'IMAGE = "{e2e.step_image}"' if line.startswith("IMAGE = ") else line
-        for line in source.splitlines()
-    ]
-    (folder / "pipeline.py").write_text("\n".join(lines) + "\n")
-    result = CliRunner().invoke(
-        app,
-        ["compile", str(folder / "pipeline.py"), "--profile", str(profile),
-         "--bundles", str(bundles), "-o", str(folder / "pipeline.yaml")],
-    )  # fmt: skip
-    if result.exit_code != 0:
-        raise HarnessError(f"compiling for team-restricted: {result.output}")
-    return list(yaml.safe_load_all((folder / "pipeline.yaml").read_text()))
-
-
 @contextlib.contextmanager
 def restricted_tenant(e2e: E2E, folder: Path) -> Iterator[Restricted]:
     """team-restricted installed on the e2e cluster, its GPU on the node (module docstring)."""
@@ -107,7 +86,9 @@ def restricted_tenant(e2e: E2E, folder: Path) -> Iterator[Restricted]:
     )
     path = _profile(e2e, folder, trusted_root)
     profile = load_profile(path)
-    docs = _compile(e2e, path, bundles, folder)
+    docs = steps.compile_reference(
+        e2e.step_image, path, folder, replace=PIPELINE_CHANGES, options=("--bundles", str(bundles))
+    )
     install_tenant(e2e.cluster, profile)
     status, answer = e2e.cluster.request(
         "POST",

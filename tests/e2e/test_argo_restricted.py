@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-from secureml.core import contract
 from secureml.pods.preview import preview_driver_pods
 from tests.cluster import admission
 from tests.e2e import steps
@@ -34,9 +33,10 @@ from tests.e2e.argo_run import (
     delete_run,
     driver_differences,
     run_reference,
+    step_record,
     with_run_values,
 )
-from tests.e2e.environment import E2E, IDENTITY_REQUIRED
+from tests.e2e.environment import E2E
 from tests.e2e.restricted import RESTRICTED_POOLS, RUN_AS_USER, Restricted, restricted_tenant
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
@@ -96,21 +96,9 @@ def test_the_workflow_succeeds_on_the_node(e2e: E2E, argo_run: ArgoRun) -> None:
 def test_each_step_audit_record(
     e2e: E2E, argo_run: ArgoRun, preview: dict[str, dict[str, Any]], task: str
 ) -> None:
-    assert task in argo_run.steps, argo_run.explain()
-    record = steps.audit_record(argo_run.logs[task]["main"])
-    annotations = preview[task]["metadata"]["annotations"]
-    assert record["expected_spiffe_id"] == annotations[contract.ANNOTATION_SPIFFE_ID]
-    assert record["image_digest"] == annotations[contract.ANNOTATION_IMAGE_DIGEST]
-    assert record["exit_code"] == 0, record
-    stages = {stage["name"]: stage["status"] for stage in record["stages"]}
-    print(f"{task}: audit stages {stages}")
-    assert stages["identity"] == ("ok" if IDENTITY_REQUIRED else "skipped"), record["stages"]
-    assert stages["config"] == stages["run"] == "ok", record["stages"]
+    record, stages = step_record(e2e, argo_run, preview[task], task)
     if task == "prep":
-        assert {stages[name] for name in GPU_STAGES} == {"skipped"}, record["stages"]
-        run_id = argo_run.steps[task]["metadata"]["labels"]["pipeline/runid"]
-        key = f"{steps.run_root(run_id).removeprefix('minio://')}/prep/dataset"
-        assert len(json.loads(e2e.store.objects[key])) == steps.ROWS
+        assert {stages[name] for name in GPU_STAGES} == {"skipped"}, stages
     else:
         assert {stages[name] for name in GPU_STAGES} == {"ok"}, record["stages"]
         (preflight,) = [stage for stage in record["stages"] if stage["name"] == "preflight"]

@@ -40,13 +40,13 @@ from tests.e2e.argo_run import (
     delete_run,
     driver_differences,
     run_reference,
+    step_record,
     with_run_values,
 )
-from tests.e2e.environment import E2E, IDENTITY_REQUIRED
+from tests.e2e.environment import E2E
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 
-IDENTITY = "ok" if IDENTITY_REQUIRED else "skipped"
 GPU_STAGES = ("shim-claim", "preflight", "scrub-before", "shim", "scrub-after")
 
 
@@ -107,25 +107,13 @@ def test_the_workflow_succeeds_with_every_step_pod_created_by_argo(
 def test_each_step_audit_record(
     e2e: E2E, argo_run: ArgoRun, preview: dict[str, dict[str, Any]], task: str
 ) -> None:
-    assert task in argo_run.steps, argo_run.explain()
-    record = steps.audit_record(argo_run.logs[task]["main"])
-    annotations = preview[task]["metadata"]["annotations"]
-    assert record["expected_spiffe_id"] == annotations[contract.ANNOTATION_SPIFFE_ID]
-    assert record["image_digest"] == annotations[contract.ANNOTATION_IMAGE_DIGEST]
-    assert record["exit_code"] == 0, record
-    stages = {stage["name"]: stage["status"] for stage in record["stages"]}
-    print(f"{task}: audit stages {stages}")
-    assert stages["identity"] == IDENTITY, record["stages"]
-    assert stages["config"] == stages["run"] == "ok", record["stages"]
+    _, stages = step_record(e2e, argo_run, preview[task], task)
     if task == "prep":  # no GPU
-        assert {stages[name] for name in GPU_STAGES} == {"skipped"}, record["stages"]
-        run_id = argo_run.steps[task]["metadata"]["labels"]["pipeline/runid"]
-        key = f"{steps.run_root(run_id).removeprefix('minio://')}/prep/dataset"
-        assert len(json.loads(e2e.store.objects[key])) == steps.ROWS  # the launcher stand-in
+        assert {stages[name] for name in GPU_STAGES} == {"skipped"}, stages
     else:
         assert stages["preflight"] == stages["scrub-before"] == stages["scrub-after"] == "ok"
         shim = "ok" if task == "evaluate" else "skipped"  # the time-sliced share runs under it
-        assert stages["shim-claim"] == stages["shim"] == shim, record["stages"]
+        assert stages["shim-claim"] == stages["shim"] == shim, stages
 
 
 @pytest.mark.parametrize("task", ["prep", "train", "evaluate"])

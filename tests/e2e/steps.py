@@ -14,6 +14,7 @@ filled in.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,22 @@ ROWS, EPOCHS = 200, 60
 PLACEHOLDERS = ("<run_id>", "<execution_id>", "<executor_input>", "<component_spec>")
 
 
-def compile_reference(image: str, profile: Path, folder: Path) -> list[dict[str, Any]]:
+def compile_reference(
+    image: str,
+    profile: Path,
+    folder: Path,
+    *,
+    replace: Mapping[str, str] | None = None,
+    options: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """pipelines/secure_finetune.py with its IMAGE set to `image` (and each text of `replace`
+    replaced, each required), compiled by `secureml compile` for `profile` with `options`."""
     import yaml
 
     source = (REPO / "pipelines" / "secure_finetune.py").read_text()
+    for old, new in (replace or {}).items():
+        assert old in source, old
+        source = source.replace(old, new)
     lines = [
         f'IMAGE = "{image}"' if line.startswith("IMAGE = ") else line
         for line in source.splitlines()
@@ -43,7 +56,7 @@ def compile_reference(image: str, profile: Path, folder: Path) -> list[dict[str,
     result = CliRunner().invoke(
         app,
         ["compile", str(folder / "pipeline.py"), "--profile", str(profile),
-         "-o", str(folder / "pipeline.yaml")],
+         "-o", str(folder / "pipeline.yaml"), *options],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     return list(yaml.safe_load_all((folder / "pipeline.yaml").read_text()))

@@ -21,9 +21,7 @@ in force; the node runs them (tests/e2e/argo_run.py). Then:
 
 from __future__ import annotations
 
-import copy
 import json
-import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -32,16 +30,23 @@ from typing import Any
 import pytest
 
 from secureml.core import contract
-from secureml.pods.mutation.apply import apply_mutations
 from secureml.pods.preview import preview_driver_pods
 from tests.cluster import admission
 from tests.e2e import steps
-from tests.e2e.argo_run import POOLS, ArgoRun, delete_run, run_reference
-from tests.e2e.environment import E2E, IDENTITY_REQUIRED
+from tests.e2e.argo_run import (
+    BOUND,
+    POOLS,
+    ArgoRun,
+    delete_run,
+    driver_differences,
+    run_reference,
+    step_record,
+    with_run_values,
+)
+from tests.e2e.environment import E2E
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 
-IDENTITY = "ok" if IDENTITY_REQUIRED else "skipped"
 GPU_STAGES = ("shim-claim", "preflight", "scrub-before", "shim", "scrub-after")
 
 
@@ -102,60 +107,13 @@ def test_the_workflow_succeeds_with_every_step_pod_created_by_argo(
 def test_each_step_audit_record(
     e2e: E2E, argo_run: ArgoRun, preview: dict[str, dict[str, Any]], task: str
 ) -> None:
-    assert task in argo_run.steps, argo_run.explain()
-    record = steps.audit_record(argo_run.logs[task]["main"])
-    annotations = preview[task]["metadata"]["annotations"]
-    assert record["expected_spiffe_id"] == annotations[contract.ANNOTATION_SPIFFE_ID]
-    assert record["image_digest"] == annotations[contract.ANNOTATION_IMAGE_DIGEST]
-    assert record["exit_code"] == 0, record
-    stages = {stage["name"]: stage["status"] for stage in record["stages"]}
-    print(f"{task}: audit stages {stages}")
-    assert stages["identity"] == IDENTITY, record["stages"]
-    assert stages["config"] == stages["run"] == "ok", record["stages"]
+    _, stages = step_record(e2e, argo_run, preview[task], task)
     if task == "prep":  # no GPU
-        assert {stages[name] for name in GPU_STAGES} == {"skipped"}, record["stages"]
-        run_id = argo_run.steps[task]["metadata"]["labels"]["pipeline/runid"]
-        key = f"{steps.run_root(run_id).removeprefix('minio://')}/prep/dataset"
-        assert len(json.loads(e2e.store.objects[key])) == steps.ROWS  # the launcher stand-in
+        assert {stages[name] for name in GPU_STAGES} == {"skipped"}, stages
     else:
         assert stages["preflight"] == stages["scrub-before"] == stages["scrub-after"] == "ok"
         shim = "ok" if task == "evaluate" else "skipped"  # the time-sliced share runs under it
-        assert stages["shim-claim"] == stages["shim"] == shim, record["stages"]
-
-
-# What only the run knows, which the preview cannot: the Workflow's UID (Argo's executor gets
-# it as ARGO_WORKFLOW_UID; the preview shows the run id there, which KFP puts where the compiled
-# Workflow says {{workflow.uid}}), the owner reference Argo sets, and Argo's own bookkeeping once
-# the step is done (the `completed` label). ARGO_TEMPLATE is the whole template as JSON, which
-# secureml.pods.argo abbreviates to the template's name (checked: the name is the same).
-WORKFLOW_UID_ENV = "ARGO_WORKFLOW_UID"
-TEMPLATE_ENV = "ARGO_TEMPLATE"
-COMPLETED = "workflows.argoproj.io/completed"
-BOUND = (".spec.nodeName:",)  # the scheduler's binding
-
-
-def _env(pod: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for container in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]:
-        yield from container.get("env", [])
-
-
-def _with_run_values(expected: dict[str, Any], created: dict[str, Any]) -> dict[str, Any]:
-    """The preview with what only the run knows taken from the pod Argo created."""
-    expected = copy.deepcopy(expected)
-    uid = created["metadata"]["ownerReferences"][0]["uid"]
-    for item in _env(expected):
-        if item["name"] == WORKFLOW_UID_ENV:
-            item["value"] = uid
-    templates = {
-        item["name"]: item["value"] for item in _env(created) if item["name"] == TEMPLATE_ENV
-    }
-    for item in _env(expected):
-        if item["name"] == TEMPLATE_ENV:
-            assert json.loads(templates[TEMPLATE_ENV])["name"] == json.loads(item["value"])["name"]
-            item["value"] = templates[TEMPLATE_ENV]
-    expected["metadata"]["labels"][COMPLETED] = created["metadata"]["labels"][COMPLETED]
-    expected["metadata"]["ownerReferences"] = created["metadata"]["ownerReferences"]
-    return expected
+        assert stages["shim-claim"] == stages["shim"] == shim, stages
 
 
 @pytest.mark.parametrize("task", ["prep", "train", "evaluate"])
@@ -169,33 +127,17 @@ def test_the_pod_argo_created_is_the_preview(
     created = argo_run.steps[task]
     expected = steps.as_run(preview[task], argo_run.values[task])
     assert created["metadata"]["name"] == expected["metadata"]["name"]
-    found = admission.differences(_with_run_values(expected, created), created)
+    found = admission.differences(with_run_values(expected, created), created)
     assert [d for d in found if not d.startswith(BOUND)] == [], found
-
-
-PLACEHOLDER = re.compile(r"^<[a-z_]+>$")
 
 
 def test_the_driver_pods_argo_created_are_the_preview(argo_run: ArgoRun, e2e: E2E) -> None:
     """The drivers' pods (the kfp-driver STAND-IN's image in KFP's driver templates) against
-    `preview_driver_pods`: the preview shows what KFP fills in per run as `<name>` (run id and
-    name, create time, the DAG's execution id, the task's component, task, container and
-    kubernetes config) and no display name; those are taken from the pod Argo created (the run
-    id and name checked), the rest must be equal."""
+    `preview_driver_pods` (tests/e2e/argo_run.py `driver_differences`)."""
     previewed = preview_driver_pods(argo_run.workflow_docs, e2e.profile)
     assert sorted(previewed) == sorted(n.rsplit(".", 1)[-1] for n in argo_run.drivers)
-    for node, created in argo_run.drivers.items():
-        expected = apply_mutations(previewed[node.rsplit(".", 1)[-1]], e2e.profile)
-        main = next(c for c in expected["spec"]["containers"] if c["name"] == "main")
-        real = next(c for c in created["spec"]["containers"] if c["name"] == "main")["args"]
-        for index, arg in enumerate(main["args"]):
-            if PLACEHOLDER.match(arg) or main["args"][index - 1] == "--run_display_name":
-                main["args"][index] = real[index]
-        given = dict(zip(real[::2], real[1::2], strict=False))
-        assert given["--run_id"] == created["metadata"]["labels"]["pipeline/runid"]
-        assert given["--run_name"] == argo_run.workflow["metadata"]["name"]
-        found = admission.differences(_with_run_values(expected, created), created)
-        assert [d for d in found if not d.startswith(BOUND)] == [], (node, found)
+    found = driver_differences(argo_run, e2e.profile)
+    assert found == dict.fromkeys(found, []), found
 
 
 # --- a Workflow altered after compile ---------------------------------------------------------

@@ -76,6 +76,21 @@ ADMISSION_PLUGINS = (
 )
 # Stopped in this order. kube-controller-manager runs only the controllers tests need.
 PROGRAMS = ("kube-controller-manager", "kube-apiserver", "etcd")
+# The API server's audit log keeps each pod create with the pod as sent (`pod_create_requests`):
+# what a controller such as Argo tried to create, also where admission refused it.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {
+            "level": "Request",
+            "verbs": ["create"],
+            "resources": [{"group": "", "resources": ["pods"]}],
+        },
+        {"level": "None"},
+    ],
+}
 CONTROLLERS = (
     "serviceaccount-controller",  # a namespace's `default` service account
     "resourcequota-controller",  # quota usage: ResourceQuota admission refuses pods until it is there
@@ -288,6 +303,16 @@ class ControlPlane(Service):
         text = path.read_text(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
+    def pod_create_requests(self) -> list[dict[str, Any]]:
+        """The audit events of every pod create so far (`AUDIT_POLICY`): each has the pod as
+        its creator sent it (`requestObject`: decoded with the server's defaults, before
+        admission), the user and the answer
+        (`responseStatus`), also for a create that admission refused."""
+        path = self.directory / "audit.log"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
     def api_client(self) -> Any:
         """A kubernetes-client ApiClient authenticated as the cluster admin."""
         from kubernetes import client, config
@@ -436,6 +461,7 @@ class ControlPlane(Service):
     def _start_apiserver(self, folder: Path, detach: bool) -> None:
         self.port = _free_port(self.address)
         pki = self.directory / "pki"
+        (self.directory / "audit-policy.json").write_text(json.dumps(AUDIT_POLICY))
         self._spawn(
             "kube-apiserver",
             [
@@ -464,6 +490,8 @@ class ControlPlane(Service):
                 "--profiling=false",
                 *VERSIONS[self.version][1],
                 "--allow-privileged=true",  # as a platform runs it: admission, not validation, decides
+                f"--audit-policy-file={self.directory / 'audit-policy.json'}",
+                f"--audit-log-path={self.directory / 'audit.log'}",
             ],
             detach,
         )

@@ -612,6 +612,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     """secureml's rules for `profile` (without the Pod Security Standards)."""
     from secureml.rules.accounts import account_rules
     from secureml.rules.confidential import confidential_rules
+    from secureml.rules.gpu_request import gpu_request_rules
     from secureml.rules.handlers import handler_rules, restart_rules
     from secureml.rules.identity import pipeline_identity_rules
     from secureml.rules.immutable import immutable_rules
@@ -629,6 +630,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     return [
         *_Catalogue(profile).all(),
         *resource_rules(profile),
+        *gpu_request_rules(profile),
         *placement_rules(profile),
         *confidential_rules(profile),
         *runtime_class_rules(profile),

@@ -134,9 +134,7 @@ def raises(pod: dict[str, Any], profile: TenantProfile) -> dict[str, dict[str, A
         out["device-plugin GPU beside the claim"] = beside
     if held or label is not None:
         bare = copy.deepcopy(pod)
-        main(bare)["env"] = [
-            e for e in main(bare)["env"] if e["name"] != contract.ENV_GPU_REQUEST
-        ]
+        main(bare)["env"] = [e for e in main(bare)["env"] if e["name"] != contract.ENV_GPU_REQUEST]
         del bare["metadata"]["annotations"][contract.ANNOTATION_GPU_REQUEST]
         out["no request"] = bare
     for name in granted:

@@ -630,12 +630,12 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     return [
         *_Catalogue(profile).all(),
         *resource_rules(profile),
-        *gpu_request_rules(profile),
         *placement_rules(profile),
         *confidential_rules(profile),
         *runtime_class_rules(profile),
         *volume_rules(profile),
         *launcher_rules(profile),
+        *gpu_request_rules(profile),  # after tenantContainers: a stray container is named so
         *system_container_rules(profile),
         *pod_field_rules(profile),
         *loader_env_rules(profile),

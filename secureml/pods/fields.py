@@ -16,6 +16,12 @@ POD_SPEC: Classified = {
     "dnsPolicy": ("pinned", "secureml.podFields: ClusterFirst, the API's default"),
     "enableServiceLinks": ("allowed", "service variables of the tenant's own namespace"),
     "ephemeralContainers": ("allowed", "KFP's/Argo's only: none (secureml.systemContainers)"),
+    "evictionResponders": (
+        "allowed",
+        "1.37 alpha (EvictionRequestAPI, off by default: the API server drops it); where enabled "
+        "a responder only delays an eviction through the API, each passed over after its "
+        "heartbeat deadline; not in 1.34-1.36's schemas, so no rule serving them can name it",
+    ),
     "hostAliases": ("refused", "secureml.podFields: rewrites /etc/hosts of every container"),
     "hostIPC": ("refused", "pss.hostNamespaces"),
     "hostNetwork": ("refused", "pss.hostNamespaces"),
@@ -57,6 +63,11 @@ POD_SPEC: Classified = {
     "tolerations": ("allowed", "secureml.tolerations"),
     "topologySpreadConstraints": ("allowed", "the tenant's own pods only (no namespace field)"),
     "volumes": ("allowed", "VOLUME, secureml.mountPaths and the volume rules"),
+    "workloadRef": (
+        "allowed",
+        "1.35 alpha gang scheduling (GenericWorkload, off by default) of the tenant's own pods, "
+        "a Workload of the pod's namespace; 1.36 names it schedulingGroup",
+    ),
 }
 
 CONTAINER: Classified = {
@@ -139,6 +150,7 @@ ENV_VAR_SOURCE: Classified = {
 }
 
 VOLUME_MOUNT: Classified = {
+    "bindMountOptions": ("allowed", "1.37 alpha: noexec, nodev, nosuid only, which take rights"),
     "mountPath": ("allowed", "secureml.mountPaths"),
     "mountPropagation": ("allowed", "HostToContainer only without privilege (Pod validation)"),
     "name": ("allowed", "secureml.mountPaths"),

@@ -221,9 +221,14 @@ ARGO_TEMPLATE_KEYS = (
 )
 
 
+# A Kubernetes label or annotation key: an optional DNS-subdomain prefix and `/`, then a name.
+METADATA_KEY = "(?:[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
+
+
 def argo_template_pattern() -> str:
     """A regular expression (RE2 and Rust `regex` alike) for ARGO_TEMPLATE's JSON: an object whose
-    every key is one of ARGO_TEMPLATE_KEYS or a prefixed map key.
+    every key is one of ARGO_TEMPLATE_KEYS or a prefixed map key, or any label key inside a
+    `labels` or `annotations` object of strings (the pod metadata KFP's template carries).
 
     JSON is read as tokens: a key is a string followed by `:`, and the only string token that may
     be followed by `:` is an allowed key written plainly (no escape), so no other key, nor an
@@ -237,7 +242,14 @@ def argo_template_pattern() -> str:
     key = f'"(?:{names}|{prefixed})"{ws}:'
     after = f"{ws}[,}}\\]]"
     literal = "(?:-?[0-9][0-9.eE+-]*|true|false|null)"
-    tokens = f"[ \\t\\n\\r{{\\[,}}\\]]|{key}|{string}{after}|{literal}{after}"
+    # The template's pod labels and annotations (`kfp.kubernetes.add_pod_label`/`_annotation`),
+    # a flat object of strings read whole, so that its keys may be any label key, prefixed or
+    # not: a key inside it is a map key, never a field of Argo's template types.
+    entry = f'"{METADATA_KEY}"{ws}:{ws}{string}'
+    metadata_map = (
+        f'"(?:labels|annotations)"{ws}:{ws}\\{{{ws}(?:{entry}{ws}(?:,{ws}{entry}{ws})*)?\\}}{after}'
+    )
+    tokens = f"[ \\t\\n\\r{{\\[,}}\\]]|{metadata_map}|{key}|{string}{after}|{literal}{after}"
     return f"^{ws}\\{{(?:{tokens})*$"
 
 

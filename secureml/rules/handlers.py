@@ -5,9 +5,14 @@ from __future__ import annotations
 from secureml.profile.model import TenantProfile
 from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.cel.reference import SPEC, container_rule_message, every_container
+from secureml.rules.cel.text import quote
 from secureml.rules.model import Rule
 
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+# Argo's emissary reads these from the container's env and then waits for a file before it runs
+# the command (BEFORE) or after it exited (AFTER): the container holds its GPU with no launcher
+# running, for anyone who can exec into it (KFP's compiler refuses them too: runtime.debug-pause).
+DEBUG_PAUSE_PREFIX = "ARGO_DEBUG_PAUSE"
 HOOKS = ("postStart", "preStop")
 
 
@@ -30,6 +35,31 @@ def handler_rules(profile: TenantProfile) -> list[Rule]:
             "secureml.noExecHandlers",
             "no exec probe (liveness, readiness, startup) and no exec postStart/preStop hook on "
             "any container of a step: the kubelet runs them outside the launcher",
+            every_container(predicate),
+            container_rule_message(predicate, tail),
+        )
+    ]
+
+
+def debug_pause_rules(profile: TenantProfile) -> list[Rule]:
+    """`secureml.noDebugPause`: no container of a step pauses Argo's emissary."""
+    prefix = quote(DEBUG_PAUSE_PREFIX)
+    predicate = (
+        f"(!has(c.env) || c.env.all(e, !e.name.startsWith({prefix}))) && "
+        f"(!has(c.envFrom) || c.envFrom.all(s, !has(s.prefix) || "
+        f"(!s.prefix.startsWith({prefix}) && !{prefix}.startsWith(s.prefix))))"
+    )
+    tail = (
+        f"sets {DEBUG_PAUSE_PREFIX}_* (in env, or through an envFrom prefix that can form it): "
+        "Argo's emissary then holds the container, and its GPU, before or after the launcher "
+        "runs, for whoever execs into it; remove it"
+    )
+    return [
+        tenant_rule(
+            profile,
+            "secureml.noDebugPause",
+            f"no {DEBUG_PAUSE_PREFIX}_BEFORE/_AFTER on any container of a step: Argo's emissary "
+            "would hold the container with its GPU outside the launcher",
             every_container(predicate),
             container_rule_message(predicate, tail),
         )

@@ -41,7 +41,7 @@ def _capped(profile: TenantProfile, name: str, limit: int) -> int:
     return limit if quota is None else min(limit, quota)
 
 
-def _mig_instances(profile: TenantProfile, mig_profile: str) -> int:
+def mig_instances(profile: TenantProfile, mig_profile: str) -> int:
     """Most instances of `mig_profile` one step may ask for: what fits on one GPU of the tenant's
     models (the compile rule `gpu.mig-count`)."""
     models = list(profile.spec.gpu.models) or list(gpu_catalogue.MIG_CATALOGUE)
@@ -64,14 +64,14 @@ def granted_resources(profile: TenantProfile) -> list[GrantedResource]:
         for profile_name in mig.allowed_profiles:
             name = gpu_catalogue.mig_resource_name(profile_name)
             granted[name] = GrantedResource(
-                name, _capped(profile, name, _mig_instances(profile, profile_name))
+                name, _capped(profile, name, mig_instances(profile, profile_name))
             )
     single = mig is not None and settings.mig_strategy == "single" and bool(mig.allowed_profiles)
     if settings.whole_gpu is not None or single:
         name = gpu_catalogue.RESOURCE_GPU
         mig_limit = None
         if single and mig is not None:
-            most = max(_mig_instances(profile, p) for p in mig.allowed_profiles)
+            most = max(mig_instances(profile, p) for p in mig.allowed_profiles)
             mig_limit = _capped(profile, name, most)
         granted[name] = GrantedResource(name, _capped(profile, name, whole), mig_limit)
     return [granted[name] for name in sorted(granted)]

@@ -606,7 +606,8 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     """secureml's rules for `profile` (without the Pod Security Standards)."""
     from secureml.rules.accounts import account_rules
     from secureml.rules.confidential import confidential_rules
-    from secureml.rules.handlers import handler_rules, restart_rules
+    from secureml.rules.gpu_request import gpu_request_rules
+    from secureml.rules.handlers import debug_pause_rules, handler_rules, restart_rules
     from secureml.rules.identity import pipeline_identity_rules
     from secureml.rules.immutable import immutable_rules
     from secureml.rules.launcher import launcher_rules
@@ -628,11 +629,13 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
         *runtime_class_rules(profile),
         *volume_rules(profile),
         *launcher_rules(profile),
+        *gpu_request_rules(profile),  # after tenantContainers: a stray container is named so
         *system_container_rules(profile),
         *pod_field_rules(profile),
         *loader_env_rules(profile),
         *mount_rules(profile),
         *handler_rules(profile),
+        *debug_pause_rules(profile),
         *restart_rules(profile),
         *account_rules(profile),
         *trainer_node_rules(profile),

@@ -276,8 +276,10 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
             "secureml.launcherArgv",
             "secureml.launcherEnv",
             "secureml.interpreterEnv",
+            "secureml.gpuMatchesRequest",
             "secureml.mountPaths",
             "secureml.noExecHandlers",
+            "secureml.noDebugPause",
             "secureml.noRestart",
             "secureml.trainerNode",
         ]

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from secureml.gpu.placement import placement
-from secureml.gpu.request import MIG
+from secureml.gpu.request import MIG, WholeGPU
 from secureml.nvidia.catalogue import mig_product_names
 from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, rules_for_profile
@@ -50,9 +50,20 @@ RULES = {True: rules_for_profile(WITH_WHOLE), False: rules_for_profile(MIG_ONLY)
 
 
 def mig_pod(count: str = "1") -> dict[str, Any]:
-    """team-a's allowed MIG pod, turned into a `single`-strategy one with no product constraint."""
+    """team-a's allowed MIG pod, turned into a `single`-strategy one with no product constraint
+    (its request, env and annotation, of `count` instances)."""
     pod = yaml.safe_load((ATTACKS_DIR.parent / "allowed" / "team-a-mig.yaml").read_text())
-    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": count}}
+    main = pod["spec"]["containers"][0]
+    main["resources"] = {"limits": {"nvidia.com/gpu": count}}
+    return with_request(pod, MIG(ALLOWED_PROFILES[0], int(count)))
+
+
+def with_request(pod: dict[str, Any], request: MIG | WholeGPU) -> dict[str, Any]:
+    """`pod` with `request` as its compiled GPU request (annotation and main's env)."""
+    pod["metadata"]["annotations"]["secureml.dev/gpu-request"] = request.to_json()
+    for entry in pod["spec"]["containers"][0]["env"]:
+        if entry["name"] == "SECUREML_GPU_REQUEST":
+            entry["value"] = request.to_json()
     return pod
 
 
@@ -114,10 +125,16 @@ def test_mig_count_is_not_a_whole_gpu_count() -> None:
     assert failed(pod) == set()
     pod["metadata"]["labels"]["secureml.dev/isolation"] = "dedicated"
     pod["spec"]["nodeSelector"] = dict(POOL)
-    assert failed(pod) == {"secureml.wholeGpuCount", "secureml.gpuCount"}
+    # ...and its request still says MIG: relabelled, it is not what the request compiles to.
+    assert failed(pod) == {
+        "secureml.wholeGpuCount",
+        "secureml.gpuCount",
+        "secureml.gpuMatchesRequest",
+    }
 
 
 SINGLE = {"secureml.migProfile.single"}
+MATCH = {"secureml.gpuMatchesRequest"}
 COUNT = {"secureml.gpuCount"}
 
 
@@ -254,13 +271,15 @@ def test_message_names_the_product_constraint() -> None:
     ("label", "selector", "whole_expected", "mig_only_expected"),
     [
         # A whole GPU on the dedicated pool: allowed where the profile grants whole GPUs (without
-        # them, nvidia.com/gpu off a `mig` pod has no per-step allowance: gpuCount).
-        ("dedicated", POOL, set(), SINGLE | COUNT),
+        # them, nvidia.com/gpu off a `mig` pod has no per-step allowance: gpuCount, and no
+        # request is a whole GPU: gpuMatchesRequest).
+        ("dedicated", POOL, set(), SINGLE | COUNT | MATCH),
         # Whole-GPU label without the pool: dedicatedPool (and, without whole GPUs, single).
-        ("dedicated", {}, {"secureml.dedicatedPool"}, SINGLE | COUNT),
+        ("dedicated", {}, {"secureml.dedicatedPool"}, SINGLE | COUNT | MATCH),
         # The MIG label does not need the dedicated pool, but does need a MIG product.
         ("mig", POOL, SINGLE, SINGLE),
-        # A label that lies: not `mig`, so nvidia.com/gpu is taken for whole GPUs, off the pool.
+        # A label that lies: not `mig`, so nvidia.com/gpu is taken for whole GPUs, off the pool;
+        # and the request (MIG) is not what a `none` pod compiles to.
         (
             "none",
             {PRODUCT: PRODUCTS_1G[0]},
@@ -268,8 +287,9 @@ def test_message_names_the_product_constraint() -> None:
                 "secureml.isolationMatchesGpu",
                 "secureml.migProfile.single",
                 "secureml.dedicatedPool",
-            },
-            {"secureml.isolationMatchesGpu", "secureml.migProfile.single"} | COUNT,
+            }
+            | MATCH,
+            {"secureml.isolationMatchesGpu", "secureml.migProfile.single"} | COUNT | MATCH,
         ),
     ],
 )
@@ -277,6 +297,8 @@ def test_isolation_label_tells_mig_from_whole(
     label: str, selector: dict, whole_expected: set[str], mig_only_expected: set[str]
 ) -> None:
     pod = mig_pod()
+    if label == "dedicated":
+        with_request(pod, WholeGPU(1))
     pod["metadata"]["labels"]["secureml.dev/isolation"] = label
     pod["spec"]["nodeSelector"] = dict(selector)
     assert failed(pod, whole_gpu=True) == whole_expected
@@ -292,4 +314,5 @@ def test_mixed_strategy_is_unchanged() -> None:
     assert {v.rule for v in evaluate(copy.deepcopy(pod), rules)} - PLACEMENT == {
         "secureml.isolationMatchesGpu",
         "secureml.dedicatedPool",
+        "secureml.gpuMatchesRequest",  # a MIG request is nvidia.com/mig-1g.10gb there
     }

@@ -103,8 +103,13 @@ def test_hugepages_are_native_and_one_holder_per_gpu_resource() -> None:
     )
     assert failed(pod) == set()
     pod["spec"]["resources"] = {"limits": {"example.com/dongle": "1"}}
-    # pod-level resources are refused whatever they name (the field allowlist)
-    assert failed(pod) == {"secureml.resourceName", "secureml.podFields"}
+    # pod-level resources are refused whatever they name (the field allowlist); a device there
+    # is not the step's compiled request either
+    assert failed(pod) == {
+        "secureml.resourceName",
+        "secureml.podFields",
+        "secureml.gpuMatchesRequest",
+    }
 
 
 @pytest.mark.parametrize(

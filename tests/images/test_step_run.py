@@ -375,6 +375,20 @@ def test_every_stage_imports_only_the_payload(sandbox, pod, tmp_path):
     assert files["json"].startswith(zipped) and ".zip/sigstore/" in files["sigstore.verify"]
 
 
+def test_the_payload_fits_the_runtime_volume(sandbox):
+    """The copy `install` made fits the memory-backed runtime volume's sizeLimit (tmpfs rounds
+    each file up to a page), and is what the payload's manifest says."""
+    manifest = json.loads((sandbox.runtime_dir / "manifest.json").read_text())
+    files = [p for p in sandbox.runtime_dir.rglob("*") if p.is_file() and p.name != "manifest.json"]
+    assert (len(files), sum(p.stat().st_size for p in files)) == (
+        manifest["files"],
+        manifest["bytes"],
+    )
+    pages = sum(-(-p.stat().st_size // 4096) * 4096 for p in sandbox.runtime_dir.rglob("*"))
+    limit = contract.RUNTIME_VOLUME_SIZE_LIMIT
+    assert limit.endswith("Mi") and pages < int(limit[:-2]) * 2**20, (pages, limit)
+
+
 def test_the_pod_confines_the_step(sandbox, pod):
     argv = [*contract.RUNTIME_LAUNCHER_PREFIX, "python3", "-c", PROBE]
     result = podrun.run_main(pod, sandbox, argv, extra_env=_fake_gpu_env(sandbox))

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 PY = f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -37,7 +38,40 @@ STDLIB_SKIP = {
     "__pycache__",
     "site-packages",
     "dist-packages",
+    "distutils",
+    "unittest",
+    "venv",
+    "curses",
+    "dbm",
+    "sqlite3",
+    "xmlrpc",
+    "wsgiref",
+    "turtle.py",
 }
+# Extension modules of the standard library no launcher stage loads (an import trace of every
+# stage, docs/performance.md); leaving them out also leaves out the libraries only they need
+# (readline, ncurses, sqlite, Berkeley DB, NIS, Kerberos).
+DYNLOAD_SKIP = ("_test", "_ctypes_test", "xx", "_curses", "_dbm", "_sqlite3", "readline", "nis",
+                "ossaudiodev", "audioop", "_crypt", "_lsprof")  # fmt: skip
+STDLIB_ZIP = f"python{sys.version_info.major}{sys.version_info.minor}.zip"  # CPython's sys.path[0]
+# Distributions the launcher's dependencies declare but no launcher stage imports (the import
+# trace again): command-line front ends (click, rich, pygments, markdown-it) and build-time or
+# optional helpers (cffi's compiler, e-mail validation).
+UNUSED_DISTRIBUTIONS = {
+    "click": ("click",),
+    "rich": ("rich",),
+    "pygments": ("pygments",),
+    "markdown_it_py": ("markdown_it",),
+    "mdurl": ("mdurl",),
+    "cffi": ("cffi",),
+    "pycparser": ("pycparser",),
+    "email_validator": ("email_validator",),
+    "dnspython": ("dns",),
+}
+# Top-level entries of dist-packages that stay files: extension modules cannot load from a zip,
+# certifi hands its CA file out by path, secureml finds the shim and its sources by __file__.
+SITE_FILES = ("secureml", "certifi")
+SITE_ZIP = "site.zip"
 LOADER = "ld-linux-x86-64.so.2"
 SHIM = "libsecureml_shim.so"
 
@@ -112,6 +146,78 @@ def copy_stdlib(dest: Path) -> None:
             shutil.copy2(source, target)
 
 
+def zip_stdlib(lib: Path) -> None:
+    """The standard library as bytecode in CPython's own `lib/pythonXY.zip` (the first entry of
+    `sys.path`, and the landmark that sets the prefix), its extension modules as files in
+    `lib/pythonX.Y/lib-dynload` (a zip cannot hold them)."""
+    staging = lib / "stdlib"
+    copy_stdlib(staging)
+    dynload = lib / PY / "lib-dynload"
+    dynload.mkdir(parents=True)
+    for module in sorted((staging / "lib-dynload").iterdir()):
+        if not module.name.startswith(DYNLOAD_SKIP):
+            shutil.copy2(module, dynload / module.name)
+    shutil.rmtree(staging / "lib-dynload")
+    compile_sourceless(staging)
+    write_zip(staging, lib / STDLIB_ZIP)
+    shutil.rmtree(staging)
+
+
+def compile_sourceless(folder: Path) -> None:
+    """Every module as `name.pyc` beside where its source was, the source removed: bytecode the
+    import system loads without a source (never checked against one) and no second copy."""
+    run(sys.executable, "-m", "compileall", "-q", "-b", "-j0",
+        "--invalidation-mode", "unchecked-hash", folder)  # fmt: skip
+    for source in folder.rglob("*.py"):
+        if source.with_suffix(".pyc").is_file():
+            source.unlink()
+
+
+def write_zip(folder: Path, archive: Path) -> None:
+    """`folder` into `archive`, stored (no decompression at import), in a stable order; folders
+    have entries too (zipimport finds a namespace package, one without __init__, by its entry)."""
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as out:
+        for path in sorted(folder.rglob("*")):
+            out.write(path, path.relative_to(folder).as_posix())
+
+
+def pack_site(site: Path) -> None:
+    """The launcher's packages, smaller: no distribution no stage imports, no console scripts,
+    caches, stubs or C sources; extension modules stripped of symbols; bytecode only; every
+    top-level package without an extension module in `site.zip` (on `sys.path` through a .pth
+    file). Each kept distribution's dist-info stays a folder (what an SBOM reads), less RECORD,
+    whose file list no longer holds."""
+    for distribution, packages in UNUSED_DISTRIBUTIONS.items():
+        for name in packages:
+            shutil.rmtree(site / name)
+        for info in site.glob("*.dist-info"):
+            if info.name.split("-")[0].lower() == distribution.lower():
+                shutil.rmtree(info)
+    shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts
+    (site / "example.py").unlink(missing_ok=True)  # nvidia-ml-py's sample, not a module
+    for path in sorted(site.rglob("*"), reverse=True):
+        if path.name == "__pycache__":
+            shutil.rmtree(path)
+        elif path.suffix in (".pyi", ".pxd", ".pyx", ".h", ".c") or path.name == "RECORD":
+            path.unlink()
+        elif path.suffix == ".so" and path.is_file() and path.name != SHIM:
+            run("strip", "--strip-unneeded", path)
+    compile_sourceless(site)
+    packed = site / "packed"
+    for entry in sorted(site.iterdir()):
+        if entry.name.endswith(".dist-info") or entry.name in SITE_FILES:
+            continue
+        if entry.is_dir() and any(is_elf(f) for f in entry.rglob("*") if f.is_file()):
+            continue
+        if entry.is_file() and is_elf(entry):
+            continue
+        packed.mkdir(exist_ok=True)
+        shutil.move(entry, packed / entry.name)
+    write_zip(packed, site / SITE_ZIP)
+    shutil.rmtree(packed)
+    (site / "secureml-runtime.pth").write_text(SITE_ZIP + "\n")
+
+
 def needed_libraries(elf: Path) -> dict[str, Path]:
     """soname → file of every library `elf` loads, resolved the way this stage's loader does."""
     found: dict[str, Path] = {}
@@ -132,13 +238,15 @@ def payload(ctx: Path, out: Path, runtime_dir: str) -> None:
     lib = out / "lib"
     for folder in (out / "bin", lib, python / "bin"):
         folder.mkdir(parents=True, exist_ok=True)
-    copy_stdlib(python / "lib" / PY)
+    zip_stdlib(python / "lib")
     # Debian's site.py puts <prefix>/lib/python3/dist-packages on sys.path.
-    pip_target(ctx, python / "lib" / "python3" / "dist-packages")
+    site_dir = python / "lib" / "python3" / "dist-packages"
+    pip_target(ctx, site_dir)
     interpreter = python / "bin" / "python3"
     shutil.copy2(Path(sys.executable).resolve(), interpreter)
     shim = build_shim(ctx, lib)
-    shutil.copy2(shim, python / "lib" / "python3" / "dist-packages" / "secureml" / "enforcement")
+    shutil.copy2(shim, site_dir / "secureml" / "enforcement")
+    pack_site(site_dir)
 
     # Every library an ELF file of the payload needs (the shim excepted: it runs inside the step's
     # processes, on the step's libc), from this stage, beside the loader.
@@ -173,10 +281,6 @@ def payload(ctx: Path, out: Path, runtime_dir: str) -> None:
     run(*static, f'-DRUNTIME_DIR="{runtime_dir}"', "-o", out / "bin" / "secureml-launch",
         sources / "launch.c")  # fmt: skip
     run(*static, "-o", out / "install", sources / "install.c")
-    # Byte-compiled once, checked by hash never by mtime: the copy `install` makes has new mtimes
-    # and the runtime volume is read-only, so a stale-by-mtime cache would recompile on every start.
-    run(sys.executable, "-m", "compileall", "-q", "-j0",
-        "--invalidation-mode", "unchecked-hash", python / "lib")  # fmt: skip
 
     manifest = {
         "secureml": (ctx / "VERSION").read_text().strip(),
@@ -186,6 +290,9 @@ def payload(ctx: Path, out: Path, runtime_dir: str) -> None:
         "shim": f"{runtime_dir}/lib/{SHIM}",
         "shim_min_glibc": min_glibc(shim),
         "libraries": sorted(libraries),
+        # what `install` copies (the manifest aside): the runtime volume's sizeLimit must hold it
+        "files": sum(1 for p in out.rglob("*") if p.is_file()),
+        "bytes": sum(p.stat().st_size for p in out.rglob("*") if p.is_file()),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 

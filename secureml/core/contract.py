@@ -62,6 +62,11 @@ ANNOTATION_SHIM_PRELOAD = "secureml.dev/shim-preload"  # set (overwritten) by th
 # file names RUNTIME_SHIM, and `main` runs [RUNTIME_LAUNCHER, "--", <argv>].
 RUNTIME_INIT_CONTAINER = "secureml-runtime"
 RUNTIME_VOLUME = "secureml-runtime"
+# RUNTIME_VOLUME is memory-backed (tmpfs: the copy takes a fraction of a second where a disk
+# emptyDir took seconds), capped at RUNTIME_VOLUME_SIZE_LIMIT, which the payload must fit
+# (its manifest's `bytes`; docs/performance.md); its pages count toward the pod's memory.
+RUNTIME_VOLUME_SIZE_LIMIT = "128Mi"
+RUNTIME_VOLUME_EMPTY_DIR = {"medium": "Memory", "sizeLimit": RUNTIME_VOLUME_SIZE_LIMIT}
 RUNTIME_DIR = "/opt/secureml"
 RUNTIME_PAYLOAD_DIR = "/secureml-runtime"
 RUNTIME_INSTALL_COMMAND = (f"{RUNTIME_PAYLOAD_DIR}/install", RUNTIME_DIR)

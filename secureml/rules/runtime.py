@@ -73,9 +73,12 @@ def _checks(profile: TenantProfile) -> list[tuple[str, str]]:
         f"{runtime_container(profile, f'{init}[0]')}"
     )
     volumes = f"{SPEC}.volumes"
+    medium, size = (quote(contract.RUNTIME_VOLUME_EMPTY_DIR[k]) for k in ("medium", "sizeLimit"))
     empty_dir = (
         f"has({volumes}) && {volumes}.exists(v, v.name == {VOLUME}) && "
-        f"{volumes}.all(v, v.name != {VOLUME} || has(v.emptyDir))"
+        f"{volumes}.all(v, v.name != {VOLUME} || (has(v.emptyDir) && "
+        f"has(v.emptyDir.medium) && v.emptyDir.medium == {medium} && "
+        f"has(v.emptyDir.sizeLimit) && string(v.emptyDir.sizeLimit) == {size}))"
     )
     mounted = (
         f"{SPEC}.containers.all(c, {system_image()} || (has(c.volumeMounts) && "
@@ -94,7 +97,11 @@ def _checks(profile: TenantProfile) -> list[tuple[str, str]]:
             f"exactly the platform's: image {profile.spec.runtime.image}, command {command}, no args or "
             f"env, one read-write mount of {contract.RUNTIME_VOLUME} at {contract.RUNTIME_DIR}",
         ),
-        (empty_dir, f"the volume {contract.RUNTIME_VOLUME} must be an emptyDir (and exist)"),
+        (
+            empty_dir,
+            f"the volume {contract.RUNTIME_VOLUME} must exist and be the platform's emptyDir: "
+            f"medium Memory, sizeLimit {contract.RUNTIME_VOLUME_SIZE_LIMIT}",
+        ),
         (
             mounted,
             f"the step's container must mount {contract.RUNTIME_VOLUME} read-only at "

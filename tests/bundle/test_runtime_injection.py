@@ -41,7 +41,10 @@ def test_runtime_init_container_volume_and_read_only_mounts() -> None:
     assert injected["image"] == profile.spec.runtime.image
     assert injected["command"] == list(contract.RUNTIME_INSTALL_COMMAND)
     volumes = {v["name"]: v for v in python["spec"]["volumes"]}
-    assert volumes[contract.RUNTIME_VOLUME] == {"name": contract.RUNTIME_VOLUME, "emptyDir": {}}
+    assert volumes[contract.RUNTIME_VOLUME] == {
+        "name": contract.RUNTIME_VOLUME,
+        "emptyDir": {"medium": "Memory", "sizeLimit": "128Mi"},
+    }
     # every submitted container mounts it read-only; the injected one alone writes it
     for container in [*python["spec"]["containers"], *submitted]:
         assert {

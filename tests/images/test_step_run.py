@@ -317,6 +317,78 @@ def test_the_runtime_verifies_a_signed_model(sandbox, pod):
     assert refused.returncode != 0 and "modified: weights.bin" in refused.stderr
 
 
+TRACE = """
+import atexit, os, sys
+def _dump():
+    with open("/tmp/import-trace-" + os.urandom(6).hex(), "w") as out:
+        out.write("\\n".join("%s %s" % (n, getattr(m, "__file__", None)) for n, m in sys.modules.items()))
+atexit.register(_dump)
+"""
+KEYLESS = """
+import sys
+from pathlib import Path
+from secureml.supplychain.identity import TrustedIdentity
+from secureml.supplychain.trust import verifier_for
+from secureml.supplychain.verifier import KeylessAdvice, verify_keyless_dsse
+case = Path(sys.argv[1])
+signer = TrustedIdentity(issuer="https://token.actions.githubusercontent.com", subject_regexp=".+")
+kind, _, subject, _ = verify_keyless_dsse((case / "bundle.sigstore.json").read_bytes(), [signer],
+    verifier_for(case / "trusted_root.json"), subject="model", whose="", where="bundle",
+    advice=KeylessAdvice(unusable="-", untrusted="-", invalid="-"))
+print(kind)
+"""
+
+
+def test_every_stage_imports_only_the_payload(sandbox, pod, tmp_path):
+    """An import trace of the launcher's stages (config, identity, preflight, scrubs, shim, run,
+    audit) and of verify-inputs' key and keyless paths, in the payload's interpreter: each runs,
+    and every module each loads comes from the runtime volume (the standard library from
+    python311.zip, the pure-Python packages from site.zip), none from the step's image."""
+    import dataclasses
+    import shutil
+
+    traced = tmp_path / "runtime-volume"
+    subprocess.run(["cp", "-a", str(sandbox.runtime_dir), str(traced)], check=True)
+    site = traced / "python" / "lib" / "python3" / "dist-packages"
+    (site / "sitecustomize.py").write_text(TRACE)
+    box = dataclasses.replace(sandbox, runtime_dir=traced)
+    scratch = sandbox.work / "emptydir" / "minio-scratch" / "keyless"
+    case = Path(__file__).parents[1] / "supplychain" / "conformance_upstream"
+    shutil.copytree(case / "intoto-with-custom-trust-root", scratch, dirs_exist_ok=True)
+    python = f"{contract.RUNTIME_DIR}/python/bin/python3"
+    argv = [_executor_input() if arg == "{{$}}" else arg for arg in podrun.step_argv(pod)]
+    launched = podrun.run_main(pod, box, argv, extra_env=_fake_gpu_env(box))
+    assert launched.returncode == 0, _messages(launched.stderr)
+    keyless = podrun.run_main(pod, box, [python, "-I", "-c", KEYLESS, "/minio/keyless"])
+    assert keyless.returncode == 0, keyless.stderr
+    assert keyless.stdout.strip() == "application/vnd.in-toto+json"
+    tmp = sandbox.work / "emptydir" / "scratch-tmp"
+    loaded = {}
+    for trace in tmp.glob("import-trace-*"):
+        loaded.update(line.split(" ", 1) for line in trace.read_text().splitlines())
+        trace.unlink()
+    files = {name: path for name, path in loaded.items() if path != "None"}
+    assert {"secureml.enforcement.identity", "spiffe", "pynvml", "sigstore.verify"} <= set(files)
+    outside = {n: p for n, p in files.items() if not p.startswith(f"{contract.RUNTIME_DIR}/")}
+    assert not outside, outside
+    zipped = f"{contract.RUNTIME_DIR}/python/lib/python311.zip/"
+    assert files["json"].startswith(zipped) and ".zip/sigstore/" in files["sigstore.verify"]
+
+
+def test_the_payload_fits_the_runtime_volume(sandbox):
+    """The copy `install` made fits the memory-backed runtime volume's sizeLimit (tmpfs rounds
+    each file up to a page), and is what the payload's manifest says."""
+    manifest = json.loads((sandbox.runtime_dir / "manifest.json").read_text())
+    files = [p for p in sandbox.runtime_dir.rglob("*") if p.is_file() and p.name != "manifest.json"]
+    assert (len(files), sum(p.stat().st_size for p in files)) == (
+        manifest["files"],
+        manifest["bytes"],
+    )
+    pages = sum(-(-p.stat().st_size // 4096) * 4096 for p in sandbox.runtime_dir.rglob("*"))
+    limit = contract.RUNTIME_VOLUME_SIZE_LIMIT
+    assert limit.endswith("Mi") and pages < int(limit[:-2]) * 2**20, (pages, limit)
+
+
 def test_the_pod_confines_the_step(sandbox, pod):
     argv = [*contract.RUNTIME_LAUNCHER_PREFIX, "python3", "-c", PROBE]
     result = podrun.run_main(pod, sandbox, argv, extra_env=_fake_gpu_env(sandbox))

@@ -218,14 +218,19 @@ def _runtime(profile: TenantProfile) -> PodMutation:
     """The launcher and the shim from the platform's runtime image (issue 10, class 9)."""
     return PodMutation(
         "injected-runtime",
-        "the platform's launcher and shim: an init container of the runtime image fills an "
-        "emptyDir, mounted read-only in the step's containers",
+        "the platform's launcher and shim: an init container of the runtime image fills a "
+        "memory-backed emptyDir, mounted read-only in the step's containers",
         (
             Operation(
                 "pod",
                 ("spec", "volumes"),
                 "append",
-                [{"name": contract.RUNTIME_VOLUME, "emptyDir": {}}],
+                [
+                    {
+                        "name": contract.RUNTIME_VOLUME,
+                        "emptyDir": dict(contract.RUNTIME_VOLUME_EMPTY_DIR),
+                    }
+                ],
             ),
             Operation(
                 "pod", ("spec", "initContainers"), "prepend", [runtime_init_container(profile)]

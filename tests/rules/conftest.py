@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from secureml.pods.admitted import as_created
 from secureml.profile.model import TenantProfile, load_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,6 +25,13 @@ def fixture_dir(*parts: str) -> Path:
     if not path.is_dir():
         pytest.skip(f"{path} is absent (a checkout without ../shared/fixtures)")
     return path
+
+
+def admitted(pod: dict[str, Any], profile: TenantProfile) -> dict[str, Any]:
+    """A hand-written pod as it reaches the validating policy on CREATE: the Pod API's defaults,
+    then the tenant's mutating policy, which injects the platform's runtime where the profile names
+    `runtime.image` (`as_created`: the path `check-pod` takes). A new dict."""
+    return as_created(pod, profile)
 
 
 def example_profile(name: str) -> TenantProfile:

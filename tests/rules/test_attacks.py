@@ -122,7 +122,9 @@ def test_a_pipeline_identity_comes_from_its_runner() -> None:
     """Class 8: the same step pod is admitted when the pipeline runner creates it and refused,
     naming the creator, when anyone else does; a pod without pipeline labels and without KFP's
     and Argo's containers is anyone's; a trainer node pod is the Job controller's."""
-    pod = admitted(_pod(ATTACKS_DIR.parent / "allowed" / "team-a-timeslice.yaml"), example_profile("team-a"))
+    pod = admitted(
+        _pod(ATTACKS_DIR.parent / "allowed" / "team-a-timeslice.yaml"), example_profile("team-a")
+    )
     rules = _rules("team-a")
     runner = example_profile("team-a").spec.identity.pipeline_runners[0]
     assert evaluate(pod, rules, created_by=runner) == []

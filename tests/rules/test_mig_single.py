@@ -5,7 +5,6 @@ writes them. Exact verdicts under the whole catalogue, through the real engine."
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest

@@ -305,6 +305,10 @@ def _secure_task(name: str, task: PipelineTask, ctx: _Context, step_prefix: str)
         return
     if task.container_spec is None:  # importer: runs inside KFP's own driver, no user code
         ctx.steps.append(StepReport(task=name, step=step, kind="importer"))
+        from secureml.compile.modelcar import oci_importer_violation
+
+        if (oci := oci_importer_violation(name, task)) is not None:
+            ctx.violations.append(oci)
         return
     if task.container_spec.image in contract.KFP_PLATFORM_OP_IMAGES:  # CreatePVC / DeletePVC
         ctx.steps.append(StepReport(task=name, step=step, kind="platform"))

@@ -54,6 +54,8 @@ RULES: dict[str, str] = {
     "pipeline.nested-unresolved": "a nested pipeline could not be found to secure its steps",
     "model.no-trusted-signers": "the step verifies its inputs' model signatures (verify_inputs=) "
     "but the profile trusts no model signer (spec.models)",
+    "model.oci-sidecar": "an importer imports an oci:// model, which KFP's driver would run as a "
+    "modelcar sidecar beside the launcher",
 }
 
 

@@ -12,6 +12,7 @@ from secureml.rules._tenant_rule import tenant_rule
 from secureml.rules.cel.reference import SPEC, container_rule_message, every_container
 from secureml.rules.cel.text import quote, string_list
 from secureml.rules.model import Rule
+from secureml.rules.modelcar import admitted_mount
 from secureml.rules.runtime import runtime_container
 from secureml.rules.scope import system_image
 from secureml.rules.token_mount import SERVICE_ACCOUNT_TOKEN_MOUNT
@@ -102,6 +103,7 @@ def mount_ok(profile: TenantProfile) -> str:
         mount_is({"name": name, "mountPath": path}, "has(v.emptyDir)") for name, path in KFP_MOUNTS
     ]
     allowed.append(SERVICE_ACCOUNT_TOKEN_MOUNT)
+    allowed.append(admitted_mount())  # KFP's modelcar, as an image volume (secureml.modelcar)
     allowed.append(
         f"(m.mountPath == {quote(SHARED_MEMORY_DIR)} && !has(m.subPath) && !has(m.subPathExpr) && "
         + _volume_is_named_by_mount(

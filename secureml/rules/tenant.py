@@ -612,6 +612,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
     from secureml.rules.immutable import immutable_rules
     from secureml.rules.launcher import launcher_rules
     from secureml.rules.loader_env import loader_env_rules
+    from secureml.rules.modelcar import modelcar_rules
     from secureml.rules.mounts import mount_rules
     from secureml.rules.placement import placement_rules
     from secureml.rules.pod_fields import pod_field_rules
@@ -634,6 +635,7 @@ def profile_rules(profile: TenantProfile) -> list[Rule]:
         *pod_field_rules(profile),
         *loader_env_rules(profile),
         *mount_rules(profile),
+        *modelcar_rules(profile),
         *handler_rules(profile),
         *debug_pause_rules(profile),
         *restart_rules(profile),

@@ -153,20 +153,27 @@ def _volumes(pod: dict[str, Any]) -> list[str]:
     return [volume["name"] for volume in pod["spec"].get("volumes", [])]
 
 
+def _team_a_without_runtime() -> TenantProfile:
+    """team-a less runtime.image: the launcher and shim of the step's own image."""
+    data = load("team-a").model_dump(by_alias=True, mode="json", exclude_none=True)
+    del data["spec"]["runtime"]["image"]
+    return TenantProfile.from_dict(data)
+
+
 def test_time_sliced_step_gets_every_platform_mount() -> None:
     profile = load("team-a")
     pod = apply_mutations(_step_pod("team-a", "timeslice-shim"), profile)
-    assert _volumes(pod) == ["kfp-launcher", SPIFFE_VOLUME, PODINFO_VOLUME]
+    assert _volumes(pod) == ["kfp-launcher", SPIFFE_VOLUME, PODINFO_VOLUME, contract.RUNTIME_VOLUME]
     for container in pod["spec"]["containers"] + pod["spec"]["initContainers"]:
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        if container["name"] == contract.RUNTIME_INIT_CONTAINER:
+            continue  # the platform's installer: its volume only (test_runtime_injection.py)
         mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
         assert mounts["/spiffe-workload-api"]["name"] == SPIFFE_VOLUME
         assert mounts[contract.PODINFO_DIR]["readOnly"] is True
         assert mounts[contract.SHIM_PRELOAD_FILE]["subPath"] == "ld.so.preload"
-    assert (
-        pod["metadata"]["annotations"][contract.ANNOTATION_SHIM_PRELOAD]
-        == contract.SHIM_LIBRARY_PATH
-    )
+    # team-a names runtime.image: the preload file names the injected shim
+    assert pod["metadata"]["annotations"][contract.ANNOTATION_SHIM_PRELOAD] == contract.RUNTIME_SHIM
     items = pod["spec"]["volumes"][2]["downwardAPI"]["items"]
     paths = {
         f"{contract.PODINFO_DIR}/{item['path']}": item["fieldRef"]["fieldPath"] for item in items
@@ -178,8 +185,9 @@ def test_time_sliced_step_gets_every_platform_mount() -> None:
 
 def test_mig_step_gets_no_shim_files_and_a_preload_annotation_is_overwritten() -> None:
     """A step that is not a shim step gets the podinfo labels and annotations the launcher reads
-    (issue 10), not the limits or the preload file."""
-    profile = load("team-a")
+    (issue 10), not the limits or the preload file, where the profile injects no runtime (with
+    one, every step mounts the preload file: tests/bundle/test_runtime_injection.py)."""
+    profile = _team_a_without_runtime()
     for mig in (
         apply_mutations(_step_pod("team-a", "mig"), profile),
         cluster_admits(_step_pod("team-a", "mig"), profile),
@@ -336,4 +344,5 @@ def test_the_cel_evaluation_really_mutates() -> None:
     pod = _step_pod("team-a", "timeslice-shim")
     admitted = cluster_admits(pod, profile)
     assert admitted != pod
-    assert _volumes(admitted) == ["kfp-launcher", SPIFFE_VOLUME, PODINFO_VOLUME]
+    volumes = ["kfp-launcher", SPIFFE_VOLUME, PODINFO_VOLUME, contract.RUNTIME_VOLUME]
+    assert _volumes(admitted) == volumes

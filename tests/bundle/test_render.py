@@ -274,10 +274,12 @@ def test_validating_policy_is_the_rule_catalogue(profile: TenantProfile) -> None
             "secureml.gpuFreeOffGpuNodes",
             "secureml.tenantContainers",
             "secureml.launcherArgv",
+            "secureml.runtimeInjected",  # team-a names runtime.image
             "secureml.launcherEnv",
             "secureml.interpreterEnv",
             "secureml.gpuMatchesRequest",
             "secureml.mountPaths",
+            "secureml.modelcar",
             "secureml.noExecHandlers",
             "secureml.noDebugPause",
             "secureml.noRestart",
@@ -307,7 +309,8 @@ def test_mutating_policy_api_version_follows_kubernetes(version: str, api: str) 
 
 def test_image_policy_trusts_the_profile_signers_and_kfp_images() -> None:
     profile = load("team-a")
-    tenant, system = sorted(
+    # and the runtime image's own policy (team-a names runtime.image): tests/bundle/test_runtime_*
+    tenant, system, _runtime = sorted(
         _objects(profile)["ClusterImagePolicy"], key=lambda p: p["metadata"]["name"]
     )
     assert tenant["spec"]["images"] == [{"glob": "ghcr.io/acme/**"}]
@@ -418,7 +421,7 @@ def test_trusted_root_choices(tmp_path: Path) -> None:
     from secureml.bundle import imagepolicy
 
     staging = _changed("team-a", **{"images.signatures.trustedRoot": "staging"})
-    (cip, _) = imagepolicy.render(staging, BundleOptions())
+    (cip, _, _runtime) = imagepolicy.render(staging, BundleOptions())
     authority = cip["spec"]["authorities"][0]
     assert (
         authority["keyless"]["trustRootRef"]
@@ -431,10 +434,10 @@ def test_trusted_root_choices(tmp_path: Path) -> None:
     private = _changed("team-a", **{"images.signatures.trustedRoot": str(root)})
     (ivp,) = imagepolicy.render(private, BundleOptions(image_policy="kyverno"))
     assert ivp["spec"]["attestors"][0]["cosign"]["trustedRoot"] == {"value": root.read_text()}
-    (cip, _) = imagepolicy.render(private, BundleOptions())
+    (cip, _, _runtime) = imagepolicy.render(private, BundleOptions())
     assert cip["spec"]["authorities"][0]["keyless"]["trustRootRef"] == "secureml-team-a-trust-root"
     unsigned = _changed("team-a", **{"images.signatures.required": False})
-    (cip, _) = imagepolicy.render(unsigned, BundleOptions())
+    (cip, _, _runtime) = imagepolicy.render(unsigned, BundleOptions())
     assert cip["spec"]["authorities"] == [
         {"name": "unsigned-allowed", "static": {"action": "pass"}}
     ]

@@ -72,7 +72,12 @@ def test_runtime_init_container_first_in_a_pod_without_init_containers() -> None
 
 
 def test_no_runtime_image_no_injection() -> None:
-    python, cel = _mutated("team-a", "mig")
+    data = load("team-a").model_dump(by_alias=True, mode="json", exclude_none=True)
+    del data["spec"]["runtime"]["image"]
+    profile = TenantProfile.from_dict(data)
+    pod = _step_pod("team-a", "mig")
+    pod["metadata"]["namespace"] = profile.spec.namespace
+    python, cel = apply_mutations(pod, profile), cluster_admits(pod, profile)
     assert python == cel
     assert [c["name"] for c in python["spec"]["initContainers"]] == ["kfp-launcher"]
     assert contract.RUNTIME_VOLUME not in {v["name"] for v in python["spec"]["volumes"]}

@@ -29,6 +29,7 @@ from secureml.pods.workloads import pods_in_text
 from secureml.profile.model import TenantProfile, load_profile
 from tests.cluster.admission import PIPELINE_RUNNER, wait_in_force
 from tests.cluster.bundles import REPO, admin
+from tests.rules.conftest import with_launcher_of
 
 TEAM_A = REPO / "profiles" / "team-a.yaml"
 ATTACKS = REPO / "tests" / "rules" / "attacks"
@@ -151,11 +152,18 @@ def test_workload_template_is_judged_as_its_pod(
     assert (verdict["kind"], verdict["name"], verdict["verdict"]) == ("Job", "step-job", "allowed")
 
 
+def _for_team_a(folder: Path, attack: str, profile: TenantProfile) -> Path:
+    """The attack with main's launcher as the compiler writes it for team-a (the injected one):
+    the server names only the first rule a pod breaks, so the attack's own rule comes first."""
+    (pod,) = yaml.safe_load_all((ATTACKS / attack).read_text())
+    return _write(folder, attack, [with_launcher_of(pod, profile)])
+
+
 @pytest.mark.parametrize("attack", sorted(REFUSED))
 def test_attack_refused_by_the_server_with_the_offline_rule(
-    k8s_cluster: ControlPlane, team_a: TenantProfile, attack: str
+    k8s_cluster: ControlPlane, team_a: TenantProfile, attack: str, tmp_path: Path
 ) -> None:
-    path = ATTACKS / attack
+    path = _for_team_a(tmp_path, attack, team_a)
     code, server = _check(k8s_cluster, [path])
     assert code == 1, server
     offline_run = CliRunner().invoke(
@@ -173,9 +181,9 @@ def test_attack_refused_by_the_server_with_the_offline_rule(
 
 
 def test_table_output_matches_the_offline_format(
-    k8s_cluster: ControlPlane, team_a: TenantProfile
+    k8s_cluster: ControlPlane, team_a: TenantProfile, tmp_path: Path
 ) -> None:
-    path = ATTACKS / "t05-env-ld-preload.yaml"
+    path = _for_team_a(tmp_path, "t05-env-ld-preload.yaml", team_a)
     result = CliRunner().invoke(
         app, ["check-pod", str(path), "--server", "--kubeconfig", str(k8s_cluster.kubeconfig)]
     )

@@ -15,7 +15,8 @@ from secureml.compile.pipeline_loader import load_pipeline
 from secureml.core import contract
 
 REFERENCE = ROOT / "pipelines" / "secure_finetune.py"
-LAUNCHER = list(contract.LAUNCHER_PREFIX)
+LAUNCHER = list(contract.RUNTIME_LAUNCHER_PREFIX)  # team-a names runtime.image
+N = len(LAUNCHER)
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +71,8 @@ def test_a_pipeline_kfps_own_writer_writes_compiles_with_the_build_released() ->
 
 def test_mig_step_exact(reference_yaml: str) -> None:
     container, k8s = executor(reference_yaml, "train")
-    assert container["command"][:4] == LAUNCHER
-    assert container["command"][4:6] == ["sh", "-ec"]
+    assert container["command"][:N] == LAUNCHER
+    assert container["command"][N : N + 2] == ["sh", "-ec"]
     assert container["resources"]["accelerator"]["resourceType"] == "nvidia.com/mig-1g.10gb"
     assert container["resources"]["accelerator"]["resourceCount"] == "1"
     spiffe = "spiffe://acme.example/ns/team-a/pipeline/secure-finetune/step/train"
@@ -162,7 +163,7 @@ def test_plain_dsl_component_gets_profile_defaults() -> None:
         kfp_step(x=1)
 
     container, k8s = executor(compile_pipeline(plain, make_profile()).yaml_text, "kfp-step")
-    assert container["command"][:4] == LAUNCHER
+    assert container["command"][:N] == LAUNCHER
     assert env_of(container)["SECUREML_STEP"] == "kfp-step"
     assert k8s["podMetadata"]["labels"]["secureml.dev/step"] == "kfp-step"
     assert k8s["securityContext"]["runAsNonRoot"] is True
@@ -278,7 +279,7 @@ def test_nested_pipeline_steps_are_secured_too() -> None:
     steps = {cfg["podMetadata"]["labels"]["secureml.dev/step"] for cfg in executors.values()}
     assert steps == {"kfp-step", "inner.plain-step"}
     for label, spec in pipeline["deploymentSpec"]["executors"].items():
-        assert spec["container"]["command"][:4] == LAUNCHER, label
+        assert spec["container"]["command"][:N] == LAUNCHER, label
 
 
 @dsl.pipeline(name="inner")

@@ -184,7 +184,21 @@ CASES = {
         ["pipeline.nested-unresolved"],
     ),
     "model.no-trusted-signers": (lambda: _verifies_a_model(), None, ["model.no-trusted-signers"]),
+    "model.oci-sidecar": (lambda: _imports_a_modelcar(), None, ["model.oci-sidecar"]),
 }
+
+
+def _imports_a_modelcar():
+    @secure_component(image=IMAGE)
+    def load(model: dsl.Input[dsl.Model]) -> None:
+        pass
+
+    @dsl.pipeline(name="modelcar")
+    def pipeline() -> None:
+        uri = "oci://ghcr.io/acme/models/m@sha256:" + "a" * 64
+        load(model=dsl.importer(artifact_uri=uri, artifact_class=dsl.Model).output)
+
+    return pipeline
 
 
 def _verifies_a_model():

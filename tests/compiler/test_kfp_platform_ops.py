@@ -133,7 +133,7 @@ def test_an_entrypoint_is_read_from_the_registry_and_put_behind_the_launcher(
         label: (e["container"]["command"], e["container"].get("args", []))
         for label, e in executors.items()
     }
-    prefix = list(contract.LAUNCHER_PREFIX)
+    prefix = list(contract.RUNTIME_LAUNCHER_PREFIX)  # team-a names runtime.image
     assert argv["exec-serve"] == ([*prefix, "/bin/serve"], ["--port", "80"])
     assert argv["exec-serve-with-args"] == ([*prefix, "/bin/serve"], ["--port", "8080"])
 

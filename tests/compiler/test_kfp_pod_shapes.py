@@ -77,9 +77,11 @@ def mounts(container: dict[str, Any]) -> dict[str, str]:
 def test_executor_pod_containers_in_argos_order(pods: dict[str, dict[str, Any]]) -> None:
     for task, pod in pods.items():
         spec = pod["spec"]
-        assert [c["name"] for c in spec["initContainers"]] == ["init", "kfp-launcher"], task
+        # the platform runtime's init container first (team-a names runtime.image), then Argo's
+        names = [c["name"] for c in spec["initContainers"]]
+        assert names == [contract.RUNTIME_INIT_CONTAINER, "init", "kfp-launcher"], task
         assert [c["name"] for c in spec["containers"]] == ["wait", "main"], task
-        init, launcher = spec["initContainers"]
+        _, init, launcher = spec["initContainers"]
         wait = spec["containers"][0]
         assert init["image"] == wait["image"] == ARGOEXEC_IMAGE
         assert init["command"] == ["argoexec", "init", *LOG] and "args" not in init
@@ -115,8 +117,8 @@ def test_main_argv_is_emissary_then_kfp_launcher_then_secureml_launcher(
         assert values["--pipeline_name"] == "secure-finetune"
         assert values["--pod_name"] == "$(KFP_POD_NAME)" and values["--pod_uid"] == "$(KFP_POD_UID)"
         assert values["--mlmd_server_port"] == "8080" and values["--publish_logs"] == "true"
-        assert main["args"][:4] == list(contract.LAUNCHER_PREFIX)
-        assert len(main["args"]) > 4  # the step's own command follows ours
+        assert main["args"][:2] == list(contract.RUNTIME_LAUNCHER_PREFIX)  # team-a: runtime.image
+        assert len(main["args"]) > 2  # the step's own command follows ours
 
 
 def test_executor_pod_volumes_mounts_and_env(pods: dict[str, dict[str, Any]]) -> None:
@@ -126,6 +128,8 @@ def test_executor_pod_volumes_mounts_and_env(pods: dict[str, dict[str, Any]]) ->
         assert {"var-run-argo", "tmp-dir-argo", *SCRATCH} <= empty, task
         by_name = containers(pod)
         for name, container in by_name.items():
+            if name == contract.RUNTIME_INIT_CONTAINER:  # the platform's, not Argo's
+                continue
             assert mounts(container)["/var/run/argo"] == "var-run-argo", (task, name)
             assert ARGO_NODE_ENV <= env_names(container), (task, name)
         for name in ("init", "kfp-launcher"):

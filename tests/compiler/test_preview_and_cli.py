@@ -58,8 +58,8 @@ def test_preview_has_what_the_backend_and_the_mutation_add(pods: dict[str, dict]
     # Argo's emissary, then KFP's launcher (tests/compiler/test_kfp_pod_shapes.py has the rest).
     assert main["command"][:2] == ["/var/run/argo/argoexec", "emissary"]
     assert "/kfp-launcher/launch" in main["command"] and main["command"][-1] == "--"
-    assert main["args"][:4] == list(contract.LAUNCHER_PREFIX)
-    init = pod["spec"]["initContainers"][1]
+    assert main["args"][:2] == list(contract.RUNTIME_LAUNCHER_PREFIX)  # team-a names runtime.image
+    init = pod["spec"]["initContainers"][2]  # after the runtime's and Argo's
     assert init["name"] == "kfp-launcher" and init["securityContext"]["runAsNonRoot"] is True
 
 

@@ -53,7 +53,9 @@ def test_injected_launcher_in_front_and_previewed_pods_admitted() -> None:
 
 
 def test_without_runtime_image_the_in_image_launcher_stays() -> None:
-    compiled = compile_pipeline(load_pipeline(PIPELINE), example_profile("team-a"))
+    data = example_profile("team-a").model_dump(by_alias=True, mode="json", exclude_none=True)
+    del data["spec"]["runtime"]["image"]
+    compiled = compile_pipeline(load_pipeline(PIPELINE), TenantProfile.from_dict(data))
     assert all(c[:4] == list(contract.LAUNCHER_PREFIX) for c in _commands(compiled.yaml_text))
 
 

@@ -168,12 +168,14 @@ def test_validate_cli_prints_one_line_per_problem(tmp_path: Path) -> None:
     broken["spec"]["runtime"]["image"] = "registry.acme.example/rt@sha256:" + "0" * 64
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(broken))
-    result = runner.invoke(
-        app, ["profile", "validate", str(ROOT / "profiles/team-a.yaml"), str(path)]
-    )
+    plain = copy.deepcopy(data)
+    del plain["spec"]["runtime"]["image"]
+    plain_path = tmp_path / "team-a.yaml"
+    plain_path.write_text(yaml.safe_dump(plain))
+    result = runner.invoke(app, ["profile", "validate", str(plain_path), str(path)])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
-    # team-a names no runtime.image (tier internal): a warning, not a problem
+    # a team-a without runtime.image (tier internal): a warning, not a problem
     assert "warning: spec.runtime.image is not set" in lines.pop(1)
     assert lines[0].endswith("ok (tenant team-a, tier internal)")
     assert lines[1].startswith(f"{path}:")

@@ -12,7 +12,7 @@ import yaml
 from secureml.core import contract
 from secureml.core.errors import ProfileError
 from secureml.profile import runtime_image
-from secureml.profile.model import TenantProfile, load_profile
+from secureml.profile.model import TenantProfile
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32
@@ -53,8 +53,14 @@ def test_image_must_be_registry_repository_at_digest(image: str) -> None:
     assert any(path.startswith("spec.runtime") for path in problems), problems
 
 
+def _team_a_without_it() -> dict:
+    data = _profile("team-a")
+    del data["spec"]["runtime"]["image"]
+    return data
+
+
 def test_internal_tier_without_it_loads_with_a_warning() -> None:
-    profile = load_profile(ROOT / "profiles/team-a.yaml")
+    profile = TenantProfile.from_dict(_team_a_without_it())
     assert profile.spec.runtime.image is None
     (warning,) = runtime_image.warnings(profile)
     assert "runtime.image" in warning and "own image" in warning
@@ -71,19 +77,15 @@ def test_with_it_the_launcher_and_shim_are_the_injected_ones() -> None:
     assert runtime_image.shim_library(profile) == contract.RUNTIME_SHIM
 
 
-def test_validate_warns_where_the_runtime_is_not_injected() -> None:
+def test_validate_warns_where_the_runtime_is_not_injected(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from secureml.cli import app
 
+    plain = tmp_path / "team-a.yaml"
+    plain.write_text(yaml.safe_dump(_team_a_without_it()))
     result = CliRunner().invoke(
-        app,
-        [
-            "profile",
-            "validate",
-            str(ROOT / "profiles/team-a.yaml"),
-            str(ROOT / "profiles/team-conf.yaml"),
-        ],
+        app, ["profile", "validate", str(plain), str(ROOT / "profiles/team-conf.yaml")]
     )
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.output.splitlines() if ": warning: " in line]

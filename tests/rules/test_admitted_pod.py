@@ -92,9 +92,14 @@ def test_a_pod_that_pre_empts_a_platform_volume_is_invalid_after_mutation(tmp_pa
 
 
 def test_update_is_judged_with_the_pod_before_it(tmp_path: Path) -> None:
+    """An UPDATE compares stored pods: both as the mutating policy left them on CREATE (the
+    runtime injected), the second with the attack's rewritten annotation."""
     attack = ATTACKS_DIR / "t22-update-limits-annotation.yaml"
-    before = str(ALLOWED / "team-a-timeslice.yaml")
-    as_update = check_offline([str(attack)], OfflinePolicy(profile=TEAM_A, before=(before,)))
+    profile = example_profile("team-a")
+    before = _write(tmp_path, as_created(_allowed("team-a-timeslice"), profile), "before.yaml")
+    stored = as_created(yaml.safe_load(attack.read_text()), profile)
+    after = _write(tmp_path, stored, "after.yaml")
+    as_update = check_offline([after], OfflinePolicy(profile=TEAM_A, before=(before,)))
     assert as_update.verdicts[0].rule_ids == ["secureml.platformMetadataImmutable"]
     assert as_update.to_json()["policy"]["request"] == "UPDATE"
     # the same pod as a CREATE passes that rule (oldObject is null)

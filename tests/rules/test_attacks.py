@@ -13,7 +13,7 @@ from secureml.core import contract
 from secureml.pods.workloads import pods_in_text
 from secureml.rules import evaluate, rules_for_level, rules_for_profile
 from secureml.rules.identity import JOB_CONTROLLERS
-from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, example_profile
+from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, admitted, example_profile
 
 EXPECT = "test.secureml.dev/expect"
 THREAT = "test.secureml.dev/threat"
@@ -81,7 +81,7 @@ def test_base_pod_of_the_corpus_is_allowed() -> None:
     """Each attack is one change away from a pod that team-a admits."""
     allowed = ATTACKS_DIR.parent / "allowed" / "team-a-timeslice.yaml"
     pod = _pod(allowed)
-    assert evaluate(pod, _rules("team-a")) == []
+    assert evaluate(admitted(pod, example_profile("team-a")), _rules("team-a")) == []
     assert pod["metadata"]["labels"][contract.LABEL_ISOLATION] == "timeslice-shim"
 
 
@@ -122,7 +122,9 @@ def test_a_pipeline_identity_comes_from_its_runner() -> None:
     """Class 8: the same step pod is admitted when the pipeline runner creates it and refused,
     naming the creator, when anyone else does; a pod without pipeline labels and without KFP's
     and Argo's containers is anyone's; a trainer node pod is the Job controller's."""
-    pod = _pod(ATTACKS_DIR.parent / "allowed" / "team-a-timeslice.yaml")
+    pod = admitted(
+        _pod(ATTACKS_DIR.parent / "allowed" / "team-a-timeslice.yaml"), example_profile("team-a")
+    )
     rules = _rules("team-a")
     runner = example_profile("team-a").spec.identity.pipeline_runners[0]
     assert evaluate(pod, rules, created_by=runner) == []

@@ -42,12 +42,16 @@ def test_denied_json_report() -> None:
     assert allowed["verdict"] == "allowed" and allowed["violations"] == []
     assert denied["kind"] == "Pod" and denied["namespace"] == "team-a"
     assert denied["file"] == str(attack) and denied["doc_index"] == 0
-    assert denied["violations"] == [
-        {"rule": "secureml.forbiddenEnv", "message": denied["violations"][0]["message"]},
-        {"rule": "secureml.loaderEnv", "message": denied["violations"][1]["message"]},
+    # the corpus's pods run the launcher of the step's image; team-a injects the platform's
+    # (runtime.image), so the argv is refused beside the attack's own rules
+    assert [v["rule"] for v in denied["violations"]] == [
+        "secureml.forbiddenEnv",
+        "secureml.launcherArgv",
+        "secureml.loaderEnv",
     ]
     assert denied["violations"][0]["message"].startswith('container "main"')
-    assert denied["violations"][1]["message"].startswith('container "main" env LD_PRELOAD')
+    assert "/opt/secureml/bin/secureml-launch --" in denied["violations"][1]["message"]
+    assert denied["violations"][2]["message"].startswith('container "main" env LD_PRELOAD')
 
 
 def test_level_with_rule_filter_and_stdin() -> None:
@@ -108,6 +112,8 @@ def test_kfp_driver_pod_and_its_impostor() -> None:
         # the arbitrary image runs beside KFP's as a container without the launcher
         "secureml.tenantContainers",
         "secureml.launcherArgv",
+        # unlabelled, so the mutating policy passed it by: no platform runtime
+        "secureml.runtimeInjected",
         "secureml.launcherEnv",
         "secureml.groupNotRoot",
     ]

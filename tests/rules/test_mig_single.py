@@ -5,7 +5,6 @@ writes them. Exact verdicts under the whole catalogue, through the real engine."
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from secureml.nvidia.catalogue import mig_product_names
 from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, rules_for_profile
 from secureml.rules.placement import placement_rules
-from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR
+from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, admitted
 
 PRODUCT = "nvidia.com/gpu.product"
 MODELS = ["A100-80GB", "H100-80GB"]
@@ -46,6 +45,7 @@ def single_profile(whole_gpu: bool) -> TenantProfile:
 
 WITH_WHOLE = single_profile(whole_gpu=True)
 MIG_ONLY = single_profile(whole_gpu=False)
+PROFILES = {True: WITH_WHOLE, False: MIG_ONLY}
 RULES = {True: rules_for_profile(WITH_WHOLE), False: rules_for_profile(MIG_ONLY)}
 
 
@@ -90,7 +90,8 @@ LAUNCHER_ENV = "secureml.launcherEnv"
 
 
 def failed(pod: dict[str, Any], whole_gpu: bool = True) -> set[str]:
-    return {v.rule for v in evaluate(pod, RULES[whole_gpu])} - PLACEMENT - {LAUNCHER_ENV}
+    judged = admitted(pod, PROFILES[whole_gpu])
+    return {v.rule for v in evaluate(judged, RULES[whole_gpu])} - PLACEMENT - {LAUNCHER_ENV}
 
 
 def test_catalogue_products_are_the_compilers() -> None:
@@ -260,7 +261,7 @@ def test_mig_pod_product_constraint(
 def test_message_names_the_product_constraint() -> None:
     pod = mig_pod()
     pod["spec"]["nodeSelector"] = {PRODUCT: "NVIDIA-A100-SXM4-80GB"}
-    (violation,) = evaluate(pod, RULES[True])
+    (violation,) = evaluate(admitted(pod, WITH_WHOLE), RULES[True])
     assert violation.what.startswith(
         f"MIG pod (strategy single) must pin {PRODUCT} by a nodeSelector"
     )
@@ -310,8 +311,9 @@ def test_mixed_strategy_is_unchanged() -> None:
     pod = mig_pod()
     pod["spec"]["nodeSelector"] = {PRODUCT: PRODUCTS_1G[0]}
     team_a = yaml.safe_load((PROFILES_DIR / "team-a.yaml").read_text())
-    rules = rules_for_profile(TenantProfile.from_dict(team_a, source="team-a"))
-    assert {v.rule for v in evaluate(copy.deepcopy(pod), rules)} - PLACEMENT == {
+    profile = TenantProfile.from_dict(team_a, source="team-a")
+    rules = rules_for_profile(profile)
+    assert {v.rule for v in evaluate(admitted(pod, profile), rules)} - PLACEMENT == {
         "secureml.isolationMatchesGpu",
         "secureml.dedicatedPool",
         "secureml.gpuMatchesRequest",  # a MIG request is nvidia.com/mig-1g.10gb there

@@ -12,9 +12,10 @@ import yaml
 from secureml.rules import evaluate, rules_for_profile
 from secureml.rules.engine import admission_view, compiled
 from secureml.rules.resources import granted_resources
-from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, example_profile
+from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, admitted, example_profile
 
-TEAM_A = rules_for_profile(example_profile("team-a"))
+TEAM_A_PROFILE = example_profile("team-a")
+TEAM_A = rules_for_profile(TEAM_A_PROFILE)
 
 
 def allowed(name: str = "team-a-timeslice") -> dict[str, Any]:
@@ -22,7 +23,7 @@ def allowed(name: str = "team-a-timeslice") -> dict[str, Any]:
 
 
 def failed(pod: dict[str, Any], rules=TEAM_A) -> set[str]:
-    return {v.rule for v in evaluate(pod, rules)}
+    return {v.rule for v in evaluate(admitted(pod, TEAM_A_PROFILE), rules)}
 
 
 def test_the_api_servers_default_tolerations_and_the_pools_own_are_allowed() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from secureml.core import contract
 from secureml.pods.fields import CLASSIFIED, unclassified
 from secureml.rules import evaluate, rules_for_profile
-from tests.rules.conftest import ATTACKS_DIR, example_profile
+from tests.rules.conftest import ATTACKS_DIR, admitted, example_profile
 from tests.rules.test_attacks import _pod
 
 
@@ -38,8 +38,9 @@ def test_a_new_field_fails_until_classified() -> None:
 def test_the_pod_fields_rule_refuses_what_the_table_refuses() -> None:
     """Each field `secureml.podFields` holds, set on the allowed base pod: refused by that rule."""
     base = _pod(ATTACKS_DIR.parent / "allowed" / "team-a-timeslice.yaml")
-    rules = rules_for_profile(example_profile("team-a"))
-    assert evaluate(base, rules) == []
+    profile = example_profile("team-a")
+    rules = rules_for_profile(profile)
+    assert evaluate(admitted(base, profile), rules) == []
     changes = {
         "shareProcessNamespace": lambda p: p["spec"].update(shareProcessNamespace=True),
         "hostAliases": lambda p: p["spec"].update(
@@ -63,7 +64,7 @@ def test_the_pod_fields_rule_refuses_what_the_table_refuses() -> None:
     for name, change in changes.items():
         pod = _pod(ATTACKS_DIR.parent / "allowed" / "team-a-timeslice.yaml")
         change(pod)
-        found = {v.rule: v.what for v in evaluate(pod, rules)}
+        found = {v.rule: v.what for v in evaluate(admitted(pod, profile), rules)}
         assert "secureml.podFields" in found, name
         word = "dnsConfig" if name == "dnsPolicy" else name
         assert word in found["secureml.podFields"], (name, found["secureml.podFields"])

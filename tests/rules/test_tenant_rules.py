@@ -12,7 +12,7 @@ import yaml
 from secureml.core import contract
 from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, profile_rules, rules_for_profile
-from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, example_profile
+from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, admitted, example_profile
 
 ALLOWED = ATTACKS_DIR.parent / "allowed"
 GIB = 2**30
@@ -25,7 +25,7 @@ def allowed_pod(name: str) -> dict[str, Any]:
 def failed(pod: dict[str, Any], profile: TenantProfile | str = "team-a") -> set[str]:
     if isinstance(profile, str):
         profile = example_profile(profile)
-    return {v.rule for v in evaluate(pod, rules_for_profile(profile))}
+    return {v.rule for v in evaluate(admitted(pod, profile), rules_for_profile(profile))}
 
 
 def profile_with(**changes: Any) -> TenantProfile:
@@ -209,7 +209,7 @@ def test_tier_minimum_isolation() -> None:
 def test_device_plugin_profiles_refuse_claims_and_dra_refuses_device_resources() -> None:
     dra = allowed_pod("team-dra-timeslice")
     assert failed(dra, "team-dra") == set()
-    dra["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+    dra["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
     assert "secureml.gpuResourceName" in failed(dra, "team-dra")
     assert {r.id for r in profile_rules(example_profile("team-dra"))} >= {"secureml.resourceClaims"}
 
@@ -219,3 +219,13 @@ def test_rules_written_for_every_example_profile(tmp_path: Path) -> None:
         ids = {r.id for r in profile_rules(example_profile(path.stem))}
         assert {"secureml.requiredLabels", "secureml.imageRegistry", "secureml.forbiddenEnv",
                 "secureml.runAsNonRoot", "secureml.gpuResourceName"} <= ids  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in ALLOWED.glob("team-a-*.yaml")))
+def test_a_team_a_step_without_the_platform_runtime_is_refused(name: str) -> None:
+    """team-a names runtime.image: its allowed pods pass only as the mutating policy leaves them;
+    the same pod judged as submitted (no runtime init container, no runtime volume) is refused."""
+    pod = allowed_pod(name)
+    rules = rules_for_profile(example_profile("team-a"))
+    assert "secureml.runtimeInjected" in {v.rule for v in evaluate(pod, rules)}
+    assert failed(pod) == set()

@@ -18,7 +18,7 @@ from secureml.compile.pipeline_loader import load_pipeline
 from secureml.pods.preview import preview_pods
 from secureml.pods.system_shapes import argo_template_pattern
 from secureml.rules import evaluate, rules_for_profile
-from tests.rules.conftest import ATTACKS_DIR, example_profile
+from tests.rules.conftest import ATTACKS_DIR, admitted, example_profile
 
 ALLOWED = ATTACKS_DIR.parent / "allowed"
 PIPELINE = """
@@ -66,7 +66,8 @@ def test_the_argo_shaped_pod_carries_them_in_its_template_and_is_admitted() -> N
     pod = yaml.safe_load((ALLOWED / "team-a-timeslice-argo-labels.yaml").read_text())
     metadata = _template(pod)["metadata"]
     assert metadata["labels"] == {"team": "x"} and metadata["annotations"]["owner"] == "alice"
-    assert evaluate(pod, rules_for_profile(example_profile("team-a"))) == []
+    profile = example_profile("team-a")
+    assert evaluate(admitted(pod, profile), rules_for_profile(profile)) == []
 
 
 def test_a_label_the_pod_rules_refuse_is_refused_with_it_in_the_template() -> None:

@@ -1,8 +1,5 @@
-"""`secureml.gpuMatchesRequest`: a step pod's GPU is exactly the compiled `SECUREML_GPU_REQUEST`.
-
-The launcher, the shim and the audit record read the request from the step container's env, so
-the pod's devices must be the ones it maps to under the profile (`secureml.gpu.placement`).
-"""
+"""`secureml.gpuMatchesRequest`: a step pod's GPU is exactly the compiled `SECUREML_GPU_REQUEST`,
+which the launcher, the shim and the audit record read (mapped by `secureml.gpu.placement`)."""
 
 from __future__ import annotations
 

@@ -223,7 +223,9 @@ def run_local(job: Manifest, *, environ: dict[str, str] | None = None) -> int:
     nodes = int(trainer["numNodes"])
     command = list(trainer["command"])
     if command[: len(contract.RUNTIME_LAUNCHER_PREFIX)] == list(contract.RUNTIME_LAUNCHER_PREFIX):
-        command = [*contract.LAUNCHER_PREFIX, *command[len(contract.RUNTIME_LAUNCHER_PREFIX) :]]
+        # no platform runtime here: this interpreter's launcher (`python3` on PATH may lack it)
+        local_launcher = [sys.executable, *contract.LAUNCHER_PREFIX[1:]]
+        command = [*local_launcher, *command[len(contract.RUNTIME_LAUNCHER_PREFIX) :]]
     base = dict(os.environ if environ is None else environ)
     # the node's launcher settings, but the Workload API socket of this machine (the local run's)
     local = {name: base[name] for name in (contract.SPIFFE_SOCKET_ENV,) if name in base}

@@ -10,6 +10,7 @@ from secureml import MIG, WholeGPU
 from secureml.compile.compiler import CompileError
 from secureml.compile.trainer_rules import RULES
 from secureml.core.errors import SecuremlError
+from secureml.profile.runtime_image import launcher_prefix
 from secureml.trainer.manifest import pod_patch_of
 from secureml.trainer.submit import MODULE
 from tests.compiler.compilerhelp import executor, make_profile
@@ -30,17 +31,10 @@ def test_step_submits_the_compiled_trainjob() -> None:
     compiled = compiled_trainer()
     container, k8s = executor(compiled.yaml_text, "train")
     command = container["command"]
-    assert command[:7] == [
-        "python3",
-        "-m",
-        "secureml.enforcement.launch",
-        "--",
-        "python3",
-        "-m",
-        MODULE,
-    ]
+    launcher = list(launcher_prefix(trainer_profile()))  # team-a's: the injected runtime's
+    assert command[: len(launcher) + 3] == [*launcher, "python3", "-m", MODULE]
     # the step's own command follows, its KFP arguments stay the task's args
-    assert command[command.index("--", 4) + 1 :][:1] == ["sh"]
+    assert command[command.index("--", len(launcher)) + 1 :][:1] == ["sh"]
     assert container["args"][:2] == ["--executor_input", "{{$}}"]
     job = _trainjob_from_command(command)
     step = compiled.steps[0]
@@ -58,7 +52,7 @@ def test_trainjob_carries_the_tenants_rules() -> None:
     trainer = job["spec"]["trainer"]
     assert trainer["numNodes"] == 2
     assert trainer["image"].split("@")[1].startswith("sha256:")
-    assert trainer["command"] == ["python3", "-m", "secureml.enforcement.launch", "--"]
+    assert trainer["command"] == list(launcher_prefix(trainer_profile()))
     assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "2"}}
     env = {e["name"]: e["value"] for e in trainer["env"]}
     assert env["SECUREML_ISOLATION"] == "dedicated"

@@ -33,15 +33,19 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
 
-from fakegpu import SHIM_DIR, FakeDevice, FakeGPU, build_native, build_shim  # noqa: E402
+from tests.support.fakegpu import (  # noqa: E402
+    SHIM_DIR,
+    FakeDevice,
+    FakeGPU,
+    build_native,
+    build_shim,
+)
 
 CALLS = {1: 200_000, 8: 100_000}
 CONTENDERS = 8

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness.controlplane import ControlPlane
 
 from secureml.pods.fields import unclassified
 from secureml.pods.system_shapes import CONTAINER_SCHEMA_FIELDS, SECURITY_CONTEXT_SCHEMA_FIELDS
-from tests.conftest import control_plane
+from tests.harness.controlplane import ControlPlane
+from tests.support.control_planes import control_plane
 
 
 @pytest.fixture(scope="module")

@@ -22,14 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.argo import DONE, node_states
-from harness.controlplane import HarnessError
-from harness.kfp_workflow import driver_patches, kfp_workflow, patch_key
-from node import pods as node_pods
-
 from secureml.core import contract
 from tests.e2e import steps
 from tests.e2e.environment import E2E
+from tests.harness.argo import DONE, node_states
+from tests.harness.controlplane import HarnessError
+from tests.harness.kfp_workflow import driver_patches, kfp_workflow, patch_key
+from tests.support import node_pods
 
 # The node's pool per step: the labels its node selector or affinity asks for.
 POOLS: dict[str, dict[str, str]] = {

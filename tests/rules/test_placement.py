@@ -12,7 +12,8 @@ import yaml
 from secureml.rules import evaluate, rules_for_profile
 from secureml.rules.engine import admission_view, compiled
 from secureml.rules.resources import granted_resources
-from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, example_profile
+from tests.support.paths import ATTACKS_DIR, PROFILES_DIR
+from tests.support.profiles import example_profile
 
 TEAM_A = rules_for_profile(example_profile("team-a"))
 

@@ -11,8 +11,9 @@ from typing import Any
 from secureml.core import contract
 from secureml.pods.fields import CLASSIFIED, unclassified
 from secureml.rules import evaluate, rules_for_profile
-from tests.rules.conftest import ATTACKS_DIR, example_profile
 from tests.rules.test_attacks import _pod
+from tests.support.paths import ATTACKS_DIR
+from tests.support.profiles import example_profile
 
 
 def _schemas() -> dict[str, Any]:

@@ -1,36 +1,26 @@
-"""Helpers for the compiler tests: profiles built from the example profiles, compiled YAML parsed back."""
+"""Tenant profiles for tests: the example profiles (profiles/*.yaml), loaded or changed field by field."""
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
 
-from secureml.profile.model import TenantProfile
+from secureml.profile.model import TenantProfile, load_profile
+from tests.support.paths import PROFILES_DIR, REFERENCE_PIPELINES
 
-ROOT = Path(__file__).resolve().parents[2]
-DIGEST = "sha256:" + "ab" * 32
-IMAGE = f"ghcr.io/acme/ml-images/train@{DIGEST}"
-# The source of two secure components, to which a test appends its pipelines (a pipeline file).
-COMPONENTS_SOURCE = f'''
-from kfp import dsl, kubernetes
-from secureml import MIG, secure_component
+EXAMPLE_PROFILES = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 
-@secure_component(image="{IMAGE}")
-def prepare(x: int) -> int:
-    return x + 1
 
-@secure_component(image="{IMAGE}", gpu=MIG("1g.10gb"))
-def train(x: int) -> int:
-    return x * 2
-'''
+def example_profile(name: str) -> TenantProfile:
+    return load_profile(PROFILES_DIR / f"{name}.yaml")
 
 
 def profile_data(name: str = "team-a") -> dict[str, Any]:
     """An example profile as data; signatures not required so compiles need no bundles."""
-    path = ROOT / "profiles" / f"{name}.yaml"
+    path = PROFILES_DIR / f"{name}.yaml"
     data = yaml.safe_load(path.read_text())
     data["spec"].setdefault("images", {}).setdefault("signatures", {})["required"] = False
     return data
@@ -56,24 +46,16 @@ def make_profile(name: str = "team-a", **spec_changes: Any) -> TenantProfile:
     return TenantProfile.from_dict(data, source=f"test:{name}")
 
 
-def docs(yaml_text: str) -> list[dict[str, Any]]:
-    return list(yaml.safe_load_all(yaml_text))
+def reference_documents(profile: TenantProfile) -> Iterator[list[dict[str, Any]]]:
+    """The pipelineSpec and platformSpec documents of each reference pipeline (pipelines/*.py)
+    that compiles for `profile`, admission preview off."""
+    from secureml.compile.compiler import CompileError, _documents, compile_pipeline
+    from secureml.compile.pipeline_loader import load_pipeline
 
-
-def executor(yaml_text: str, task: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(container of the task's executor, its kubernetes executor config) in the compiled YAML."""
-    pipeline, *rest = docs(yaml_text)
-    label = pipeline["components"][f"comp-{task}"]["executorLabel"]
-    container = pipeline["deploymentSpec"]["executors"][label]["container"]
-    platform = rest[0] if rest else {}
-    k8s = (
-        platform.get("platforms", {})
-        .get("kubernetes", {})
-        .get("deploymentSpec", {})
-        .get("executors", {})
-    )
-    return container, k8s.get(label, {})
-
-
-def env_of(container: dict[str, Any]) -> dict[str, str]:
-    return {item["name"]: item["value"] for item in container.get("env", [])}
+    for path in REFERENCE_PIPELINES:
+        try:
+            compiled = compile_pipeline(load_pipeline(path), profile, check_admission=False)
+        except CompileError:
+            continue
+        assert compiled.component is not None
+        yield _documents(compiled.component)

@@ -33,11 +33,13 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 from tests.support.fakegpu import (  # noqa: E402
     SHIM_DIR,

@@ -1,6 +1,5 @@
-"""TrainJobs for tests: a tenant that allows them, a trainer pipeline, Trainer's torch runtime."""
-
-from __future__ import annotations
+"""TrainJobs for tests: a tenant that allows them, a trainer pipeline, Trainer's torch runtime
+(no `from __future__ import annotations`: kfp reads the step's parameter types)."""
 
 from typing import Any
 

@@ -78,10 +78,10 @@ harness: ## build the Go test harness (control plane, node, SPIRE, CSI, NetworkP
 # Kubeflow Trainer v2.3.0 and JobSet v0.12.0 run against it too (tests/harness/trainer_controllers.py).
 cluster-up: $(STAMP) deps harness ## start a control plane and a node to try secureml by hand
 	$(PY) -m tests.harness.node up --dir .cluster
-	PYTHONPATH=tests $(PY) -m tests.e2e.up --dir .cluster
+	$(PY) -m tests.e2e.up --dir .cluster
 
 cluster-down: ## stop them
-	PYTHONPATH=tests $(PY) -m tests.e2e.up down --dir .cluster
+	$(PY) -m tests.e2e.up down --dir .cluster
 	$(PY) -m tests.harness.node down --dir .cluster
 
 # The gates: ruff lint, ruff format (check only) and mypy (strict, pydantic plugin; settings in

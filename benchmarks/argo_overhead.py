@@ -38,10 +38,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
-
-from harness.controlplane import HarnessError  # noqa: E402
-from registry import running_registry  # noqa: E402
+sys.path.insert(0, str(REPO))
 
 from secureml.bundle.common import BundleOptions  # noqa: E402
 from secureml.bundle.rbac import render_role, render_role_binding  # noqa: E402
@@ -50,6 +47,8 @@ from secureml.images.context import cache_dir  # noqa: E402
 from tests.e2e import steps  # noqa: E402
 from tests.e2e.argo_run import ArgoRun, run_reference  # noqa: E402
 from tests.e2e.environment import E2E, STORE_PORT, requirements, running_e2e  # noqa: E402
+from tests.harness.controlplane import HarnessError  # noqa: E402
+from tests.support.docker_registry import running_registry  # noqa: E402
 
 RUNS = int(os.environ.get("ARGO_BENCH_RUNS", "2"))
 BARE_NAMESPACE = "bare"
@@ -160,7 +159,7 @@ def main() -> int:
     except HarnessError as error:
         print(f"skipped: {error}")
         return 0
-    from tests.images.conftest import _build
+    from tests.support.step_images import build_images
 
     with tempfile.TemporaryDirectory(prefix="argo-bench-") as scratch:
         folder = Path(scratch)
@@ -169,7 +168,7 @@ def main() -> int:
             cache_dir().mkdir(parents=True, exist_ok=True)
             with (cache_dir() / "build.lock").open("w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                images = _build(registry)
+                images = build_images(registry)
             (folder / "profile").mkdir()
             with running_e2e(
                 registry, images.step.reference, images.runtime.reference, folder / "profile"

@@ -37,19 +37,18 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
-
-from harness.controlplane import ControlPlane, HarnessError  # noqa: E402
-from node import pods as node_pods  # noqa: E402
-from registry import running_registry  # noqa: E402
+sys.path.insert(0, str(REPO))
 
 from secureml.bundle.common import BundleOptions  # noqa: E402
 from secureml.bundle.rbac import render_role, render_role_binding  # noqa: E402
 from secureml.core import contract  # noqa: E402
 from secureml.images.context import cache_dir  # noqa: E402
-from tests.cluster.admission import PIPELINE_RUNNER  # noqa: E402
 from tests.e2e import steps  # noqa: E402
 from tests.e2e.environment import E2E, requirements, running_e2e  # noqa: E402
+from tests.harness.controlplane import ControlPlane, HarnessError  # noqa: E402
+from tests.support import node_pods  # noqa: E402
+from tests.support.admission import PIPELINE_RUNNER  # noqa: E402
+from tests.support.docker_registry import running_registry  # noqa: E402
 
 PODS = int(os.environ.get("E2E_BENCH_PODS", "3"))
 N = int(os.environ.get("E2E_BENCH_N", "1000"))
@@ -263,7 +262,7 @@ def main() -> int:
     except HarnessError as error:
         print(f"skipped: {error}")
         return 0
-    from tests.images.conftest import _build
+    from tests.support.step_images import build_images
 
     with tempfile.TemporaryDirectory(prefix="e2e-bench-") as scratch:
         folder = Path(scratch)
@@ -272,7 +271,7 @@ def main() -> int:
             cache_dir().mkdir(parents=True, exist_ok=True)
             with (cache_dir() / "build.lock").open("w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                images = _build(registry)
+                images = build_images(registry)
             (folder / "profile").mkdir()
             with running_e2e(
                 registry, images.step.reference, images.runtime.reference, folder / "profile"

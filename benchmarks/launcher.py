@@ -4,7 +4,7 @@ Measured in one run, on this machine (ratios and differences, never absolute cla
 - bare:            `python -c pass`
 - launcher, CPU:   the same under `python -m secureml.enforcement.launch --`, isolation none
                    (config, audit; identity and GPU stages skipped)          target <= 150 ms median
-- launcher, GPU:   the same on the fake GPU (tests/fakegpu.py): preflight, scrub before and after
+- launcher, GPU:   the same on the fake GPU (tests/support/fakegpu.py): preflight, scrub before and after
                    (verify sample), watchdog
 - scrub throughput: the launcher's scrub GB/s against the fake driver's own cuMemsetD32 over the
                    same memory, in a process of its own (on the fake a zero-fill is hole punching,
@@ -89,8 +89,7 @@ print(size / best / 1e9)
 
 
 def fake_gpu_section(tmp: Path, runs: int, bare: float) -> None:
-    sys.path.insert(0, str(ROOT / "tests"))
-    from fakegpu import FakeDevice, FakeGPU, MiB
+    from tests.support.fakegpu import FakeDevice, FakeGPU, MiB
 
     memory = 256 * MiB
     gpu = FakeGPU(tmp / "fakegpu", [FakeDevice(memory=memory)])

@@ -39,9 +39,15 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 
-from fakegpu import SHIM_DIR, FakeDevice, FakeGPU, build_native, build_shim  # noqa: E402
+from tests.support.fakegpu import (  # noqa: E402
+    SHIM_DIR,
+    FakeDevice,
+    FakeGPU,
+    build_native,
+    build_shim,
+)
 
 CALLS = {1: 200_000, 8: 100_000}
 CONTENDERS = 8

@@ -3,7 +3,7 @@ for every check), and what verifying 50 distinct images adds to `secureml compil
 
 Real public-good bundles (../shared/fixtures/sigstore) measure the per-verification cost; the
 50-image compile uses cosign v3 bundles signed by the test Sigstore instance of the test suite
-(tests/supplychain/testpki.py), verified by the same sigstore-python verifier. Ratios, one run.
+(tests/support/private_sigstore.py), verified by the same sigstore-python verifier. Ratios, one run.
 """
 
 import hashlib
@@ -65,7 +65,7 @@ def bench_compile() -> None:
     from secureml.profile.model import TenantProfile
     from secureml.supplychain.compile import verify_images_for_compile
     from secureml.supplychain.image_bundles import bundle_filename
-    from tests.supplychain.testpki import PrivateSigstore
+    from tests.support.private_sigstore import PrivateSigstore
 
     pki = PrivateSigstore()
     work = Path(tempfile.mkdtemp(prefix="secureml-bench-"))

@@ -1,4 +1,4 @@
-"""Fixtures shared by the whole suite: the fake GPU (tests/fakegpu.py).
+"""Fixtures shared by the whole suite: the fake GPU (tests/support/fakegpu.py).
 
 `fake_gpu` is one fake A100 with 256 MiB of device memory. With SECUREML_TEST_REAL_GPU=1 on a
 machine where `nvidia-smi` lists a GPU it is the real driver instead (`RealGPU`),
@@ -22,28 +22,29 @@ The compiled-CEL cache (`secureml.rules.cel.cache`) of the run is a folder of it
 process of the run, xdist workers and the CLIs they start, shares it), not the user's.
 
 `docker_registry` (session-scoped) is a real OCI registry, Debian's docker-registry, on loopback
-(tests/registry.py; plain HTTP); it skips where the package is not installed.
+(tests/support/docker_registry.py; plain HTTP); it skips where the package is not installed.
+
+`built_images` (session-scoped) is the images of images/ built for real and pushed to that registry
+(tests/support/step_images.py); `rootfs_cache` is where their root filesystems are cached.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-
-from control_planes import control_plane
-from fakegpu import FakeGPU, RealGPU, compiler, real_gpu_available
-from harness.controlplane import ControlPlane
-from harness.spire import Spire, SpireError, build_spire, running_spire
-from registry import INSTALL_HINT, REGISTRY_BIN, running_registry
+from secureml.images.context import cache_dir
+from tests.harness.controlplane import ControlPlane
+from tests.harness.spire import Spire, SpireError, build_spire, running_spire
+from tests.support.control_planes import control_plane
+from tests.support.docker_registry import INSTALL_HINT, REGISTRY_BIN, running_registry
+from tests.support.fakegpu import FakeGPU, RealGPU, compiler, real_gpu_available
+from tests.support.step_images import BuiltImages, built_images_once
 
 
 def _require_compiler() -> None:
@@ -99,11 +100,21 @@ def spire() -> Iterator[Spire]:
 
 @pytest.fixture(scope="session")
 def docker_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real registry (Debian's docker-registry, tests/registry.py): its `host:port`."""
+    """A real registry (Debian's docker-registry, tests/support/docker_registry.py): its `host:port`."""
     if REGISTRY_BIN is None:
         pytest.skip(INSTALL_HINT)
     with running_registry(tmp_path_factory.mktemp("registry")) as host:
         yield host
+
+
+@pytest.fixture(scope="session")
+def built_images(docker_registry: str) -> BuiltImages:
+    return built_images_once(docker_registry)
+
+
+@pytest.fixture(scope="session")
+def rootfs_cache() -> Path:
+    return cache_dir() / "rootfs-images"
 
 
 _RUN_CACHE: list[str] = []  # the run's cache folder, where this process made it

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from secureml.bundle.mutation.jsonpatch_cel import label_test
 from secureml.pods.mutation.model import LabelIs
 from secureml.rules.cel.text import label_in, label_is, label_present, quote, string_list
+from tests.support.cel_strings import STRINGS
 
 _CPP_ENV = cel_cpp.NewEnv(variables={"object": cel_cpp.Type.DYN})
 
@@ -35,35 +36,6 @@ def _cpp(expression: str, obj: dict[str, Any] | None = None) -> Any:
 
 def _both(expression: str, obj: dict[str, Any] | None = None) -> tuple[Any, Any]:
     return _rust(expression, obj), _cpp(expression, obj)
-
-
-STRINGS = [
-    "",
-    "plain",
-    "it's",
-    'say "hi"',
-    "back\\slash",
-    "trailing backslash\\",
-    "\\'",
-    "\\u0041 is text, not an escape",
-    "line\nfeed",
-    "crlf\r\n",
-    "tab\there",
-    "nul\x00byte",
-    "\x1b[31mescape sequence",
-    "del\x7f and c1\x85",
-    "no-break\u00a0space",
-    "line\u2028and paragraph\u2029separators",
-    "zero\u200bwidth and bom\ufeff",
-    "private\ue000use",
-    "noncharacter\ufffe",
-    "caf\u00e9 \u65e5\u672c\u8a9e",
-    "\U0001f600 emoji beyond the BMP",
-    "\U0001f468\u200d\U0001f469 joined",
-    "last scalar \U0010ffff",
-    "'; true || '",
-    "${not} %s {interpolated}",
-]
 
 
 @pytest.mark.parametrize("text", STRINGS, ids=[ascii(s)[:40] for s in STRINGS])

@@ -16,7 +16,7 @@ import tomllib
 from functools import cache
 from pathlib import Path
 
-from test_import_graph import MODULES
+from tests.support.package_modules import MODULES
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,14 +9,12 @@ dependency of its reader). `LAYERS` is the written order; docs/architecture.md d
 from __future__ import annotations
 
 import ast
-import importlib.util
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.package_modules import MODULES
 
 # Bottom to top: a package may import itself and the packages listed before it, nothing after.
 LAYERS: tuple[str, ...] = (
@@ -43,20 +41,6 @@ LAYERS: tuple[str, ...] = (
 )
 # The package's own `__init__` (the public API, loaded lazily) and `__main__` stand above all.
 TOP = len(LAYERS)
-
-
-def _layout():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "package_layout", ROOT / "scripts/package_layout.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("package_layout", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-MODULES: dict[str, Path] = _layout().package_modules()
 
 
 def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:

@@ -20,7 +20,8 @@ from google.protobuf.message import Message
 from kfp import dsl, kubernetes
 
 from secureml._kfp.proto_dict import message_dict
-from tests.rules.conftest import EXAMPLE_PROFILES, REFERENCE_PIPELINES, example_profile
+from tests.support.paths import REFERENCE_PIPELINES
+from tests.support.profiles import EXAMPLE_PROFILES, example_profile
 
 _F = descriptor_pb2.FieldDescriptorProto
 

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from secureml.core import yaml_stream
-from tests.rules.conftest import FIXTURES, REPO, fixture_dir
+from tests.support.paths import FIXTURES, REPO, fixture_dir
 
 # Scalars that one reader resolves and the other does not, or resolves to another value.
 APART = [
@@ -327,7 +327,8 @@ def test_the_pods_the_compiler_makes_take_the_fast_path() -> None:
     from secureml.compile.compiler import _documents, compile_pipeline
     from secureml.compile.pipeline_loader import load_pipeline
     from secureml.pods.preview import preview_pods
-    from tests.rules.conftest import REFERENCE_PIPELINES, example_profile
+    from tests.support.paths import REFERENCE_PIPELINES
+    from tests.support.profiles import example_profile
 
     profile = example_profile("team-a")
     pods = []

@@ -1,7 +1,7 @@
 """`secureml compile --attest` and `secureml verify-pipeline`: a signed record of each compile.
 
 One compile of the reference pipeline with image signatures checked (bundles from the tests'
-private Sigstore, tests/supplychain/testpki.py) writes a key-signed attestation; each test then
+private Sigstore, tests/support/private_sigstore.py) writes a key-signed attestation; each test then
 verifies it, or a copy with one thing changed, and expects the named failure. The same statement
 signed with a Fulcio-style certificate of that private instance checks the keyless path.
 """
@@ -27,8 +27,8 @@ from secureml.core.image_ref import ImageRef
 from secureml.supplychain.dsse_key import load_signing_key, sign_statement, verify_envelope
 from secureml.supplychain.image_bundles import bundle_filename
 from secureml.supplychain.verifier import SignatureError
-from tests.cli.schemas import check
-from tests.supplychain.testpki import PrivateSigstore
+from tests.support.json_schemas import check
+from tests.support.private_sigstore import PrivateSigstore
 
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE = REPO / "pipelines" / "secure_finetune.py"
@@ -448,7 +448,7 @@ def test_keyless_signing_in_ci_with_the_private_sigstore(
     """`compile --attest` in a (simulated) GitHub Actions job: sigstore-python's signer takes the
     job's OIDC token, gets a certificate from the private Fulcio and logs the envelope in its
     Rekor; verify-pipeline then trusts the compiling workflow's identity, and only it."""
-    from tests.attest.sigstore_services import SigstoreServices
+    from tests.support.sigstore_services import SigstoreServices
 
     out, attestation = tmp_path / "p.yaml", tmp_path / "p.att.json"
     config = tmp_path / "trust_config.json"

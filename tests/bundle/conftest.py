@@ -13,7 +13,6 @@ from secureml.profile.model import TenantProfile, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
-FIXTURES = ROOT.parent / "shared" / "fixtures"
 
 
 def profile_ids() -> list[str]:
@@ -27,13 +26,6 @@ def profile(request: pytest.FixtureRequest) -> TenantProfile:
 
 def load(name: str) -> TenantProfile:
     return load_profile(ROOT / "profiles" / f"{name}.yaml")
-
-
-def fixtures_dir(*parts: str) -> Path:
-    folder = FIXTURES.joinpath(*parts)
-    if not folder.is_dir():
-        pytest.skip(f"{folder} is absent (a checkout without ../shared/fixtures)")
-    return folder
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -17,7 +17,7 @@ from secureml.bundle.attestation_policies import payload_condition, rego_policy
 from secureml.profile import predicates
 from secureml.profile.model import AttestationRequirement, TenantProfile
 from tests.bundle.test_validation import crd_schema
-from tests.cel_literals import type_errors
+from tests.support.cel_literals import type_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 GH = "https://token.actions.githubusercontent.com"

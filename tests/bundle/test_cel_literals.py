@@ -2,7 +2,7 @@
 
 The Python engine accepts mixed list and map literals that kube-apiserver refuses when the policy is
 created (cel-go's HomogeneousAggregateLiterals): the offline tests would pass on a bundle no
-cluster accepts. tests/cel_literals.py is that check; this test runs it over the rendered
+cluster accepts. tests/support/cel_literals.py is that check; this test runs it over the rendered
 ValidatingAdmissionPolicies (validations, messageExpressions, matchConditions) and
 MutatingAdmissionPolicies (matchConditions, JSONPatch and ApplyConfiguration expressions) of every
 example profile, for every supported Kubernetes version.
@@ -18,7 +18,7 @@ import pytest
 from secureml.bundle import BundleOptions
 from secureml.core.k8s_versions import K8S_VERSIONS
 from tests.bundle.conftest import PROFILES, rendered
-from tests.cel_literals import type_errors
+from tests.support.cel_literals import type_errors
 
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")
 

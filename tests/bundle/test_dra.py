@@ -9,7 +9,8 @@ from secureml.bundle.dra import render
 from secureml.core import contract
 from secureml.gpu.placement import claim_template_name, placement
 from secureml.gpu.request import MIG, TimeSlice
-from tests.bundle.conftest import fixtures_dir, load
+from tests.bundle.conftest import load
+from tests.support.paths import fixture_dir
 
 
 def _templates(name: str) -> dict[str, dict]:
@@ -58,7 +59,7 @@ def test_shapes_match_the_nvidia_driver_examples() -> None:
     """Device classes, API versions and opaque config kinds are ones NVIDIA's own v1 examples use."""
     rows = list(
         csv.DictReader(
-            (fixtures_dir("nvidia", "dra-driver-gpu") / "INDEX.tsv").open(), delimiter="\t"
+            (fixture_dir("nvidia", "dra-driver-gpu") / "INDEX.tsv").open(), delimiter="\t"
         )
     )
     v1_rows = [

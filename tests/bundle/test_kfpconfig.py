@@ -14,7 +14,7 @@ from secureml.bundle.render import render_objects
 from secureml.core import contract
 from secureml.profile.model import load_profile
 from secureml.rules.engine import compiled
-from tests.rules.conftest import REPO
+from tests.support.paths import REPO
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from secureml.pods.mutation import apply
 from secureml.pods.mutation.apply import apply_mutations
 from secureml.pods.mutation.model import FromLabel
 from secureml.profile.model import load_profile
-from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR
+from tests.support.paths import ATTACKS_DIR, PROFILES_DIR
 
 ALLOWED = ATTACKS_DIR.parent / "allowed"
 CASES = [

@@ -14,7 +14,7 @@ from secureml.pods.workloads import pods_in_text
 from secureml.rules import evaluate, rules_for_profile
 from secureml.rules.engine import admission_view, compiled
 from tests.bundle.conftest import ROOT, load
-from tests.cluster.admission import PIPELINE_RUNNER
+from tests.support.admission import PIPELINE_RUNNER
 
 CORPUS = sorted((ROOT / "tests" / "rules" / "attacks").glob("*.yaml")) + sorted(
     (ROOT / "tests" / "rules" / "allowed").glob("*.yaml")

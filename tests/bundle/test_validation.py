@@ -21,7 +21,9 @@ import yaml
 from secureml.bundle import BundleOptions
 from secureml.bundle.common import K8S_VERSIONS
 from secureml.profile.model import TenantProfile
-from tests.bundle.conftest import fixtures_dir, rendered
+from tests.bundle.conftest import rendered
+from tests.support.crd_schemas import strict_schema
+from tests.support.paths import fixture_dir
 
 BUILT_IN_GROUPS = {
     "v1",
@@ -44,28 +46,6 @@ def _group(api_version: str) -> str:
     return api_version.split("/")[0] if "/" in api_version else api_version
 
 
-def _strict(schema: Any) -> Any:
-    """A CRD structural schema as JSON Schema that rejects fields the CRD does not declare."""
-    if isinstance(schema, list):
-        return [_strict(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {key: _strict(value) for key, value in schema.items()}
-    if (
-        out.get("type") == "object"
-        and "additionalProperties" not in out
-        and not out.get("x-kubernetes-preserve-unknown-fields")
-        and "properties" in out
-    ):
-        out["additionalProperties"] = False
-    pattern = out.get("pattern")
-    if isinstance(pattern, str) and pattern.startswith("^(?i)"):  # Go allows the flag after ^
-        out["pattern"] = "(?i)^" + pattern[len("^(?i)") :]
-    if out.pop("nullable", False) and "type" in out:
-        out["type"] = [out["type"], "null"]
-    return out
-
-
 @cache
 def _crd_file(path: Path) -> dict[str, Any]:
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -74,7 +54,7 @@ def _crd_file(path: Path) -> dict[str, Any]:
 def crd_schema(api_version: str, kind: str) -> dict[str, Any] | None:
     """The strict schema of `kind` at `api_version` from the fixture CRDs, or None if none serves it."""
     group, version_name = api_version.split("/")
-    for path in sorted(fixtures_dir("crds").glob(f"{group}_*.yaml")):
+    for path in sorted(fixture_dir("crds").glob(f"{group}_*.yaml")):
         crd = _crd_file(path)
         if crd["spec"]["names"]["kind"] != kind:
             continue
@@ -86,7 +66,7 @@ def crd_schema(api_version: str, kind: str) -> dict[str, Any] | None:
                 root.setdefault("apiVersion", {"type": "string"})
                 root.setdefault("kind", {"type": "string"})
                 root.setdefault("metadata", {"type": "object"})
-                return _strict(schema)
+                return strict_schema(schema)
     return None
 
 

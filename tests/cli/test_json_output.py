@@ -11,9 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from secureml.cli import app
-from tests.cli.schemas import SCHEMAS, check
-from tests.supplychain.conftest import CONFORMANCE, require_fixtures
-from tests.supplychain.test_conformance import protocol_args
+from tests.support.json_schemas import SCHEMAS, check
+from tests.support.sigstore_fixtures import CONFORMANCE, protocol_args, require_fixtures
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "profiles" / "team-a.yaml"

@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.controlplane import ControlPlane
 
 from secureml.cluster import Cluster
 from secureml.pods.mutation.apply import apply_mutations
 from secureml.pods.workloads import pods_in_text
 from secureml.profile.model import TenantProfile
 from secureml.rules import Rule, evaluate, rules_for_profile
-from tests.cluster.admission import (
+from tests.harness.controlplane import ControlPlane
+from tests.support.admission import (
     PIPELINE_RUNNER,
     ServerAnswer,
     create_pod,
@@ -44,7 +44,8 @@ from tests.cluster.admission import (
     install_tenant,
     update_pod,
 )
-from tests.rules.conftest import ATTACKS_DIR, example_profile
+from tests.support.paths import ATTACKS_DIR
+from tests.support.profiles import example_profile
 
 EXPECT = "test.secureml.dev/expect"
 ONLY_UNDER = "test.secureml.dev/profiles"

@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from control_planes import control_plane
-from harness.controlplane import ControlPlane
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
@@ -33,6 +31,8 @@ from secureml.bundle import BundleOptions, render_objects
 from secureml.bundle.mutation.policy import policy_api_version
 from secureml.core.k8s_versions import K8sVersion
 from secureml.profile.model import load_profile
+from tests.harness.controlplane import ControlPlane
+from tests.support.control_planes import control_plane
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml")) + sorted(

@@ -12,10 +12,9 @@ import time
 import uuid
 from typing import Any
 
-from harness.controlplane import ControlPlane
-
 from secureml.rules.cel.text import quote
-from tests.test_cel_text import STRINGS
+from tests.harness.controlplane import ControlPlane
+from tests.support.cel_strings import STRINGS
 
 BASE = "/apis/admissionregistration.k8s.io/v1"
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import yaml
-from harness.controlplane import ControlPlane
 from typer.testing import CliRunner
 
 from secureml.admission.server import check_pods_on_server
@@ -27,9 +26,10 @@ from secureml.pods.mutation.catalogue import SPIFFE_VOLUME
 from secureml.pods.preview import preview_driver_pods, preview_pods
 from secureml.pods.workloads import pods_in_text
 from secureml.profile.model import TenantProfile, load_profile
-from tests.cluster.admission import PIPELINE_RUNNER, wait_in_force
-from tests.cluster.bundles import REPO, admin
-from tests.rules.conftest import with_launcher_of
+from tests.harness.controlplane import ControlPlane
+from tests.support.admission import PIPELINE_RUNNER, wait_in_force
+from tests.support.cluster_bundles import REPO, admin
+from tests.support.submitted_pods import with_launcher_of
 
 TEAM_A = REPO / "profiles" / "team-a.yaml"
 ATTACKS = REPO / "tests" / "rules" / "attacks"

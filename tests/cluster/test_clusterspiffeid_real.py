@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 import yaml
-from harness.controlplane import ControlPlane
-from harness.spire import Spire, SpireError
-from harness.spire_controller_manager import ControllerManager, build_controller_manager
 
 from secureml.bundle import spiffe, trainer
 from secureml.bundle.common import BundleOptions
 from secureml.core import contract
 from secureml.profile.model import TenantProfile, load_profile
-from tests.compiler.compilerhelp import merge, profile_data
-from tests.trainer.trainerhelp import TRAINER
+from tests.harness.controlplane import ControlPlane
+from tests.harness.spire import Spire, SpireError
+from tests.harness.spire_controller_manager import ControllerManager, build_controller_manager
+from tests.support.profiles import merge, profile_data
+from tests.support.trainer import TRAINER
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SPIFFE_IDS = "/apis/spire.spiffe.io/v1alpha1/clusterspiffeids"

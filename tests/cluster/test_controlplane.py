@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from harness.controlplane import ControlPlane
 from kubernetes import client
+
+from tests.harness.controlplane import ControlPlane
 
 
 def _name(prefix: str) -> str:

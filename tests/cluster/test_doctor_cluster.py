@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.controlplane import ControlPlane
 from typer.testing import CliRunner
 
 from secureml.bundle import BundleOptions, render_objects
 from secureml.cli import app
 from secureml.cluster import BundleRefusedError, apply_bundle
 from secureml.profile.model import load_profile
-from tests.cli.schemas import check
-from tests.cluster.bundles import admin, fresh_profile
+from tests.harness.controlplane import ControlPlane
+from tests.support.cluster_bundles import admin, fresh_profile
+from tests.support.json_schemas import check
 
 TENANT_CHECKS = ("bundle", "pod-security", "bindings", "type-checking")
 

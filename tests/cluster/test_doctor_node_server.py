@@ -9,10 +9,9 @@ import sys
 import uuid
 from pathlib import Path
 
-from fakegpu import FakeConfidential, FakeDevice
-from harness.controlplane import ControlPlane
-
-from tests.doctor.test_doctor_node import DRIVER, H100, by_name, host_root
+from tests.harness.controlplane import ControlPlane
+from tests.support.doctor_host import DRIVER, H100, by_name, host_root
+from tests.support.fakegpu import FakeConfidential, FakeDevice
 
 REPO = Path(__file__).resolve().parents[2]
 

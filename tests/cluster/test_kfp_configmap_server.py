@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from harness.controlplane import ControlPlane
 
 from secureml.core import contract
 from secureml.profile.model import load_profile
-from tests.cluster.admission import install_tenant, wait_for_policy
-from tests.rules.conftest import REPO
+from tests.harness.controlplane import ControlPlane
+from tests.support.admission import install_tenant, wait_for_policy
+from tests.support.paths import REPO
 
 RULE = "secureml.kfpMetadataConfigMap"
 KFP_DATA = {

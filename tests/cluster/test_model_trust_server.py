@@ -4,12 +4,10 @@ literal in secureml.launcherEnv) is admitted as previewed; the same pod with the
 or with an input list unlike its annotation, is refused by secureml.launcherEnv."""
 
 import copy
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
-from harness.controlplane import ControlPlane
 from kfp import dsl
 
 from secureml import secure_component
@@ -17,13 +15,13 @@ from secureml.compile.compiler import compile_pipeline
 from secureml.core import contract
 from secureml.pods.preview import preview_pods
 from secureml.profile.model import TenantProfile
-from tests.cluster.admission import create_pod, delete_pod, differences, install_tenant
-from tests.supplychain.testpki import PrivateSigstore
+from tests.harness.controlplane import ControlPlane
+from tests.support.admission import create_pod, delete_pod, differences, install_tenant
+from tests.support.private_sigstore import PrivateSigstore
+from tests.support.profiles import merge, profile_data
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "compiler"))  # the compiler tests' own helpers
 
-from compilerhelp import merge, profile_data  # noqa: E402
 
 IMAGE = "ghcr.io/acme/ml-images/train@sha256:" + "1" * 64
 

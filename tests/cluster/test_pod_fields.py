@@ -1,10 +1,9 @@
 """Every Pod field of the API server's own schema is classified (secureml/pods/fields.py).
 
 The schemas are the real API server's `/openapi/v3/api/v1` of the harness's control planes:
-Kubernetes 1.36 (the session's) and 1.34 (`tests/harness/controlplane-1.34`). No 1.35 or 1.37
-control plane is built here, so those versions' schemas are not read: a field new in them is
-found when their control plane joins the harness. A field missing from the table fails the test,
-so the next release's new fields are refused until someone decides.
+Kubernetes 1.36 (the session's) and 1.34 (`tests/harness/controlplane-1.34`); 1.35 and 1.37 are
+read from their releases' own spec files (tests/rules/test_pod_field_releases.py). A field missing
+from the table fails the test, so the next release's new fields are refused until someone decides.
 """
 
 from __future__ import annotations
@@ -13,11 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness.controlplane import ControlPlane
 
-from secureml.pods.fields import unclassified
-from secureml.pods.system_shapes import CONTAINER_SCHEMA_FIELDS, SECURITY_CONTEXT_SCHEMA_FIELDS
-from tests.conftest import control_plane
+from tests.harness.controlplane import ControlPlane
+from tests.support.control_planes import control_plane
+from tests.support.pod_schemas import check_classified
 
 
 @pytest.fixture(scope="module")
@@ -32,21 +30,9 @@ def _schemas(cluster: ControlPlane) -> dict[str, Any]:
     return schemas
 
 
-def _fields(schemas: dict[str, Any], name: str) -> set[str]:
-    return set(schemas[f"io.k8s.api.core.v1.{name}"]["properties"])
-
-
-def _check(schemas: dict[str, Any]) -> None:
-    assert unclassified(schemas) == []
-    # The system containers' shape names every Container and SecurityContext field it refuses.
-    containers = _fields(schemas, "Container") | _fields(schemas, "EphemeralContainer")
-    assert containers <= set(CONTAINER_SCHEMA_FIELDS)
-    assert _fields(schemas, "SecurityContext") <= set(SECURITY_CONTEXT_SCHEMA_FIELDS)
-
-
 def test_every_pod_field_of_1_36_is_classified(k8s_cluster: ControlPlane) -> None:
-    _check(_schemas(k8s_cluster))
+    check_classified(_schemas(k8s_cluster))
 
 
 def test_every_pod_field_of_1_34_is_classified(k8s_1_34: ControlPlane) -> None:
-    _check(_schemas(k8s_1_34))
+    check_classified(_schemas(k8s_1_34))

@@ -12,7 +12,6 @@ admission's token volume and mounts, DefaultTolerationSeconds' tolerations, requ
 limits, quantities in canonical form). The offline verdict on each pod is the server's: admitted.
 """
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,6 @@ from typing import Any
 
 import pytest
 import yaml
-from harness.controlplane import ControlPlane
 
 from secureml import MIG, TimeSlice, secure_component
 from secureml.compile.compiler import CompileError, compile_pipeline
@@ -30,13 +28,13 @@ from secureml.pods.mutation.apply import apply_mutations
 from secureml.pods.preview import preview_driver_pods, preview_pods
 from secureml.profile.model import TenantProfile, load_profile
 from secureml.rules import evaluate, rules_for_profile
-from tests.cluster.admission import create_pod, delete_pod, differences, install_tenant
+from tests.harness.controlplane import ControlPlane
+from tests.support.admission import create_pod, delete_pod, differences, install_tenant
+from tests.support.profiles import merge, profile_data
+from tests.support.sample_steps import kfp_step, outer, plain_step, whole_container
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "compiler"))  # the compiler tests' own helpers
 
-from compilerhelp import merge, profile_data  # noqa: E402
-from test_compile_output import kfp_step, outer, plain_step, whole_container  # noqa: E402
 
 # kube-apiserver 1.36.3 panics in the mutating policy's JSON patch when a `value` is a list literal
 # of typed objects (`[Object.spec.resourceClaims{...}]`, cel-go baseList.ConvertToNative); the

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.controlplane import ControlPlane
 from typer.testing import CliRunner
 
 from secureml.bundle import BundleOptions, render_objects
@@ -23,7 +22,8 @@ from secureml.cluster import BundleRefusedError, apply_bundle
 from secureml.cluster.apply import FIELD_MANAGER
 from secureml.core.errors import ClusterError
 from secureml.profile.model import load_profile
-from tests.cluster.bundles import PROFILES, admin, fresh_profile, stored
+from tests.harness.controlplane import ControlPlane
+from tests.support.cluster_bundles import PROFILES, admin, fresh_profile, stored
 
 
 def _apply(k8s_cluster: ControlPlane, *args: str) -> tuple[int, str]:

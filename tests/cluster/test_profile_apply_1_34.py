@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness.controlplane import ControlPlane
 from typer.testing import CliRunner
 
 from secureml.cli import app
-from tests.cluster.bundles import admin, fresh_profile
-from tests.conftest import control_plane
+from tests.harness.controlplane import ControlPlane
+from tests.support.cluster_bundles import admin, fresh_profile
+from tests.support.control_planes import control_plane
 
 
 @pytest.fixture(scope="module")

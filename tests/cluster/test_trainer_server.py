@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harness.controlplane import ControlPlane
 
 from secureml.bundle.trainer import runner_username
 from secureml.core import contract
@@ -30,9 +29,10 @@ from secureml.rules.identity import JOB_CONTROLLERS
 from secureml.trainer.manifest import pod_patch_of, with_run
 from secureml.trainer.pods import node_pods
 from secureml.trainer.submit import EXIT_CANCELLED, network_policy, run_cluster
-from tests.cluster.admission import PIPELINE_RUNNER, create_pod, install_tenant, wait_for_policy
-from tests.compiler.compilerhelp import merge, profile_data
-from tests.trainer.trainerhelp import TRAINER, compiled_trainer, torch_runtime
+from tests.harness.controlplane import ControlPlane
+from tests.support.admission import PIPELINE_RUNNER, create_pod, install_tenant, wait_for_policy
+from tests.support.profiles import merge, profile_data
+from tests.support.trainer import TRAINER, compiled_trainer, torch_runtime
 
 JOB_CONTROLLER = JOB_CONTROLLERS[0]  # who creates a trainer node pod
 TENANT = "trainer-server"

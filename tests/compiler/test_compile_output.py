@@ -3,18 +3,21 @@
 import json
 
 import pytest
-from compilerhelp import DIGEST, IMAGE, ROOT, docs, env_of, executor, make_profile
 from google.protobuf import json_format
 from kfp import components, dsl
 from kfp.kubernetes import kubernetes_executor_config_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from secureml import MIG, TimeSlice, WholeGPU, secure_component
+from secureml import MIG, TimeSlice, secure_component
 from secureml.compile.compiler import compile_pipeline
 from secureml.compile.pipeline_loader import load_pipeline
 from secureml.core import contract
+from tests.support.compiled import DIGEST, IMAGE, docs, env_of, executor
+from tests.support.paths import REPO
+from tests.support.profiles import make_profile
+from tests.support.sample_steps import kfp_step, outer, plain_step, whole_container
 
-REFERENCE = ROOT / "pipelines" / "secure_finetune.py"
+REFERENCE = REPO / "pipelines" / "secure_finetune.py"
 LAUNCHER = list(contract.RUNTIME_LAUNCHER_PREFIX)  # team-a names runtime.image
 N = len(LAUNCHER)
 
@@ -142,21 +145,6 @@ def test_cpu_step_gets_defaults_without_gpu(reference_yaml: str) -> None:
     assert "secureml.dev/gpu-request" not in k8s["podMetadata"]["annotations"]
 
 
-@secure_component(image=IMAGE)
-def plain_step(x: int) -> int:
-    return x
-
-
-@dsl.component(base_image=IMAGE, install_kfp_package=False)
-def kfp_step(x: int) -> int:
-    return x + 1
-
-
-@secure_component(gpu=WholeGPU(2))
-def whole_container() -> dsl.ContainerSpec:
-    return dsl.ContainerSpec(image=IMAGE, command=["python3", "-c"], args=["print('hi')"])
-
-
 def test_plain_dsl_component_gets_profile_defaults() -> None:
     @dsl.pipeline(name="plain")
     def plain() -> None:
@@ -282,17 +270,6 @@ def test_nested_pipeline_steps_are_secured_too() -> None:
         assert spec["container"]["command"][:N] == LAUNCHER, label
 
 
-@dsl.pipeline(name="inner")
-def inner(x: int = 1) -> int:
-    return plain_step(x=x).output
-
-
-@dsl.pipeline(name="outer")
-def outer() -> None:
-    first = kfp_step(x=1)
-    inner(x=first.output)
-
-
 def test_loaded_component_can_be_made_secure(tmp_path) -> None:
     from kfp import compiler
 
@@ -321,7 +298,7 @@ def test_component_file_compiles_as_a_one_step_pipeline_with_the_image_spelled_o
         "def add(a: int, b: int) -> int:\n"
         "    return a + b\n"
     )
-    permissive = load_profile(ROOT / "examples" / "profiles" / "permissive.yaml")
+    permissive = load_profile(REPO / "examples" / "profiles" / "permissive.yaml")
     result = compile_pipeline(load_pipeline(file), permissive)
     container, k8s = executor(result.yaml_text, "add")
     assert container["image"] == "docker.io/library/python:3.11"

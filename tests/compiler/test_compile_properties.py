@@ -1,6 +1,5 @@
 """Hypothesis over generated profiles and GPU requests: a compile either succeeds or names rules."""
 
-from compilerhelp import IMAGE, merge, profile_data
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kfp import dsl
@@ -11,6 +10,8 @@ from secureml.compile.rules import RULES
 from secureml.core.errors import ProfileError
 from secureml.nvidia import catalogue as gpu_catalogue
 from secureml.profile.model import TenantProfile
+from tests.support.compiled import IMAGE
+from tests.support.profiles import merge, profile_data
 
 
 @secure_component(image=IMAGE)

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compilerhelp import COMPONENTS_SOURCE, make_profile, profile_data
 from typer.testing import CliRunner
 
 from secureml.cli import app
 from secureml.compile import compiler
 from secureml.compile.pipeline_loader import load_pipeline
+from tests.support.compiled import COMPONENTS_SOURCE
+from tests.support.profiles import make_profile, profile_data
 
 CHAIN = (
     COMPONENTS_SOURCE

@@ -3,13 +3,15 @@
 import re
 
 import pytest
-from compilerhelp import DIGEST, IMAGE, ROOT, make_profile
 from kfp import dsl, kubernetes
 
 from secureml import MIG, TimeSlice, WholeGPU, secure_component
 from secureml.compile.compiler import CompileError, compile_pipeline
 from secureml.compile.rules import RULES
 from secureml.supplychain.attestations import RULES as ATTESTATION_RULES
+from tests.support.compiled import DIGEST, IMAGE
+from tests.support.paths import REPO
+from tests.support.profiles import make_profile
 
 
 @secure_component(image=IMAGE)
@@ -314,7 +316,7 @@ def test_missing_signatures_come_from_the_supply_chain_verifier(tmp_path) -> Non
 def test_docs_list_every_rule_id() -> None:
     from secureml.compile.trainer_rules import RULES as TRAINER_RULES
 
-    text = (ROOT / "docs" / "rules.md").read_text()
+    text = (REPO / "docs" / "rules.md").read_text()
     documented = set(re.findall(r"^\| `([a-z]+\.[a-z-]+)` \|", text, flags=re.M))
     assert documented == set(RULES) | {
         "image.signature-missing",

@@ -2,11 +2,12 @@
 carries the annotation and variable the launcher reads; GPU-free steps do not; the compiled pod
 passes the tenant's own admission rules (the preview)."""
 
-from compilerhelp import IMAGE, env_of, executor, make_profile
 from kfp import dsl
 
 from secureml import WholeGPU, secure_component
 from secureml.compile.compiler import compile_pipeline
+from tests.support.compiled import IMAGE, env_of, executor
+from tests.support.profiles import make_profile
 
 REGISTRY = {"allowedRegistries": ["ghcr.io/acme/"], "signatures": {"required": True}}
 

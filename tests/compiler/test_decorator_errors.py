@@ -5,13 +5,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from compilerhelp import make_profile
 from kfp import dsl
 
 from secureml import secure_component
 from secureml.compile.compiler import CompileError, compile_pipeline
 from secureml.compile.pipeline_loader import load_pipeline
 from secureml.core.errors import InputError, SecuremlError
+from tests.support.profiles import make_profile
 
 IMAGE = "ghcr.io/acme/ml-images/prep@sha256:" + "1" * 64
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from compilerhelp import make_profile
 
 from secureml import MIG, TimeSlice, WholeGPU
 from secureml.core import contract
 from secureml.core.errors import SecuremlError
 from secureml.gpu import placement as gpu
 from secureml.nvidia import catalogue as gpu_catalogue
+from tests.support.profiles import make_profile
 
 
 def test_catalogue_matches_the_mig_user_guide() -> None:

@@ -8,7 +8,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from compilerhelp import COMPONENTS_SOURCE, make_profile, profile_data
 from google.protobuf import json_format
 from typer.testing import CliRunner
 
@@ -17,6 +16,8 @@ from secureml.cli import app
 from secureml.compile.compiler import compile_pipeline
 from secureml.compile.pipeline_loader import build_now, load_pipeline
 from secureml.core.errors import InputError
+from tests.support.compiled import COMPONENTS_SOURCE
+from tests.support.profiles import make_profile, profile_data
 
 NESTED = (
     COMPONENTS_SOURCE

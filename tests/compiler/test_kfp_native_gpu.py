@@ -5,11 +5,12 @@ an accelerator chosen at run time is still refused."""
 import json
 
 import pytest
-from compilerhelp import IMAGE, executor, make_profile
 from kfp import dsl
 
 from secureml.compile.compiler import CompileError, compile_pipeline
 from secureml.core import contract
+from tests.support.compiled import IMAGE, executor
+from tests.support.profiles import make_profile
 
 
 @dsl.component(base_image=IMAGE, install_kfp_package=False)

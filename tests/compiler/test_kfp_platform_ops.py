@@ -6,13 +6,14 @@ import json
 
 import pytest
 import requests
-from compilerhelp import docs, make_profile
 from kfp import dsl, kubernetes
 
 from secureml.compile.compiler import CompileError, compile_pipeline
 from secureml.core import contract
 from secureml.supplychain.entrypoint import image_process
-from tests.registry import INDEX, MANIFEST, digest_of, push_blob
+from tests.support.compiled import docs
+from tests.support.docker_registry import INDEX, MANIFEST, digest_of, push_blob
+from tests.support.profiles import make_profile
 
 IMAGE = "ghcr.io/acme/ml-images/prep@sha256:" + "1" * 64
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from compilerhelp import ROOT, docs, make_profile
 
 from secureml.compile.compiler import compile_pipeline
 from secureml.compile.pipeline_loader import load_pipeline
@@ -22,8 +21,11 @@ from secureml.pods.preview import (
     preview_driver_pods,
     preview_pods,
 )
+from tests.support.compiled import docs
+from tests.support.paths import REPO
+from tests.support.profiles import make_profile
 
-REFERENCE = ROOT / "pipelines" / "secure_finetune.py"
+REFERENCE = REPO / "pipelines" / "secure_finetune.py"
 LOG = list(ARGO_LOG_FLAGS)
 EMISSARY = ["/var/run/argo/argoexec", "emissary", *LOG, "--"]
 SCRATCH = {

@@ -3,11 +3,12 @@ naming the task, because KFP's driver would run the model image as a sidecar tha
 refuses (`secureml.modelcar`, docs/threat-model.md T40); other importers compile."""
 
 import pytest
-from compilerhelp import IMAGE, make_profile
 from kfp import dsl
 
 from secureml import secure_component
 from secureml.compile.compiler import CompileError, compile_pipeline
+from tests.support.compiled import IMAGE
+from tests.support.profiles import make_profile
 
 MODEL = (
     "oci://ghcr.io/acme/models/llama@sha256:"

@@ -2,11 +2,12 @@
 them (secureml.mountPaths on the preview), and every mount of `main` is in the report."""
 
 import pytest
-from compilerhelp import IMAGE, make_profile
 from kfp import dsl, kubernetes
 
 from secureml import secure_component
 from secureml.compile.compiler import CompileError, compile_pipeline
+from tests.support.compiled import IMAGE
+from tests.support.profiles import make_profile
 
 
 @secure_component(image=IMAGE)

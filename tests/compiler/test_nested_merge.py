@@ -2,12 +2,13 @@
 config (kfp 2.17's merge of the nested pipeline overwrote one of the parent's; which one varied
 with protobuf map order, so with two such components one was always wrong)."""
 
-from compilerhelp import IMAGE, docs, make_profile
 from kfp import dsl
 
 from secureml import secure_component
 from secureml.compile.compiler import compile_pipeline
 from secureml.core import contract
+from tests.support.compiled import IMAGE, docs
+from tests.support.profiles import make_profile
 
 
 @secure_component(image=IMAGE)

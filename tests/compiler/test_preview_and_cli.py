@@ -10,7 +10,6 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from compilerhelp import ROOT, docs, make_profile
 from typer.testing import CliRunner
 
 from secureml.cli import app
@@ -19,9 +18,12 @@ from secureml.compile.pipeline_loader import load_pipeline
 from secureml.core import contract
 from secureml.pods.preview import preview_pods
 from secureml.rules import evaluate, rules_for_profile
+from tests.support.compiled import docs
+from tests.support.paths import REPO
+from tests.support.profiles import make_profile
 
-REFERENCE = ROOT / "pipelines" / "secure_finetune.py"
-DEV_PROFILE = ROOT / "examples" / "profiles" / "team-a-dev.yaml"
+REFERENCE = REPO / "pipelines" / "secure_finetune.py"
+DEV_PROFILE = REPO / "examples" / "profiles" / "team-a-dev.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +115,7 @@ def test_cli_reports_every_violation_and_exits_1(tmp_path: Path) -> None:
             "compile",
             str(REFERENCE),
             "--profile",
-            str(ROOT / "profiles" / "team-conf.yaml"),
+            str(REPO / "profiles" / "team-conf.yaml"),
             "-o",
             str(tmp_path / "p.yaml"),
             "--report",
@@ -140,7 +142,7 @@ def test_cli_requires_signatures_when_the_profile_does(tmp_path: Path) -> None:
             "compile",
             str(REFERENCE),
             "--profile",
-            str(ROOT / "profiles" / "team-a.yaml"),
+            str(REPO / "profiles" / "team-a.yaml"),
             "-o",
             str(tmp_path / "p.yaml"),
             "--bundles",
@@ -213,7 +215,7 @@ def test_the_walkthroughs_rule_breaker_reports_what_the_walkthrough_shows(tmp_pa
         app,
         [
             "compile",
-            str(ROOT / "examples" / "rule_breaker.py"),
+            str(REPO / "examples" / "rule_breaker.py"),
             "--profile",
             str(DEV_PROFILE),
             "--report",
@@ -232,7 +234,7 @@ def test_the_walkthroughs_rule_breaker_reports_what_the_walkthrough_shows(tmp_pa
         ("report", "image.digest"),
         ("report", "runtime.install"),
     ]
-    walkthrough = (ROOT / "examples" / "README.md").read_text()
+    walkthrough = (REPO / "examples" / "README.md").read_text()
     assert all(f"[{rule}]" in walkthrough for _, rule in found)
 
 
@@ -280,7 +282,7 @@ EXPECTED_BY_PROFILE = {
 }
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "profiles").glob("*.yaml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted((REPO / "profiles").glob("*.yaml")), ids=lambda p: p.stem)
 def test_reference_pipeline_against_every_example_profile(path: Path) -> None:
     from secureml.compile.compiler import CompileError
     from secureml.profile.model import load_profile
@@ -322,7 +324,7 @@ def test_a_preview_violation_says_what_to_change_in_words_and_where_it_is_docume
             """
         )
     )
-    profile = ROOT / "examples" / "profiles" / "team-a-dev.yaml"
+    profile = REPO / "examples" / "profiles" / "team-a-dev.yaml"
     result = CliRunner().invoke(
         app, ["compile", str(source), "--profile", str(profile), "-o", str(tmp_path / "o.yaml")]
     )
@@ -341,9 +343,9 @@ def test_missing_signatures_say_why_they_are_required_and_how_to_sign_in_develop
         app,
         [
             "compile",
-            str(ROOT / "pipelines" / "secure_finetune.py"),
+            str(REPO / "pipelines" / "secure_finetune.py"),
             "--profile",
-            str(ROOT / "profiles" / "team-a.yaml"),
+            str(REPO / "profiles" / "team-a.yaml"),
             "-o",
             str(tmp_path / "o.yaml"),
         ],
@@ -360,7 +362,7 @@ def test_compiling_a_compiled_yaml_says_plainly_what_to_do(tmp_path: Path) -> No
     compiled.write_text("pipelineInfo: {name: p}\nroot: {}\n")
     result = CliRunner().invoke(
         app,
-        ["compile", str(compiled), "--profile", str(ROOT / "profiles" / "team-a.yaml")],
+        ["compile", str(compiled), "--profile", str(REPO / "profiles" / "team-a.yaml")],
     )
     assert result.exit_code == 2, result.output
     assert f"{compiled}: this is a compiled pipeline (YAML or JSON)" in result.output

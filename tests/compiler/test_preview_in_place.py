@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from secureml.pods.mutation.apply import apply_mutations
 from secureml.pods.preview import preview_pods
-from tests.rules.conftest import EXAMPLE_PROFILES, example_profile, reference_documents
+from tests.support.profiles import EXAMPLE_PROFILES, example_profile, reference_documents
 
 
 def test_pods_mutated_in_place_are_the_pods_mutated_as_copies() -> None:

@@ -2,12 +2,13 @@
 the report, the violations and the preview's mounts, as in its step label and audit records."""
 
 import pytest
-from compilerhelp import IMAGE, make_profile
 from kfp import dsl
 
 from secureml import secure_component
 from secureml.compile.compiler import CompileError, compile_pipeline
 from secureml.compile.report import render_text
+from tests.support.compiled import IMAGE
+from tests.support.profiles import make_profile
 
 FOREIGN = "docker.io/library/python@sha256:" + "2" * 64
 

@@ -15,7 +15,8 @@ from secureml.core import contract
 from secureml.pods.preview import preview_driver_pods, preview_pods
 from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, rules_for_level, rules_for_profile
-from tests.rules.conftest import REPO, example_profile
+from tests.support.paths import REPO
+from tests.support.profiles import example_profile
 
 PIPELINE = REPO / "pipelines" / "secure_finetune.py"
 IMAGE = "registry.acme.example/platform/secureml-runtime@sha256:" + "c" * 64

@@ -2,11 +2,12 @@
 selector, affinity term and toleration (the task's own first), and the admission rules judge what
 a task adds itself on the preview."""
 
-from compilerhelp import IMAGE, make_profile
 from kfp import dsl, kubernetes
 
 from secureml import TimeSlice, secure_component
 from secureml.compile.compiler import CompileError, compile_pipeline
+from tests.support.compiled import IMAGE
+from tests.support.profiles import make_profile
 
 
 @secure_component(image=IMAGE)

@@ -5,13 +5,14 @@ the memory a time slice gets."""
 from typing import Any
 
 import pytest
-from compilerhelp import IMAGE, make_profile
 from kfp import dsl
 
 from secureml import TimeSlice, secure_component
 from secureml.compile.compiler import compile_pipeline
 from secureml.compile.report import render_text
 from secureml.core.errors import SecuremlError
+from tests.support.compiled import IMAGE
+from tests.support.profiles import make_profile
 
 
 def _decorate(memory: Any) -> None:

@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import pytest
-from compilerhelp import docs, env_of, executor, make_profile
 from kfp import dsl
 from kfp.dsl import Input, Model, Output
 
@@ -17,6 +16,8 @@ from secureml.core.errors import SecuremlError
 from secureml.pods.preview import preview_pods
 from secureml.rules import evaluate, profile_rules
 from secureml.supplychain.model_trust import profile_trust_json
+from tests.support.compiled import docs, env_of, executor
+from tests.support.profiles import make_profile
 
 IMAGE = "ghcr.io/acme/ml-images/train@sha256:" + "1" * 64
 SIGNERS = {

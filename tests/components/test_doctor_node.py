@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from fakegpu import FakeConfidential, FakeDevice
 
 from secureml.components import doctor_node_op
-from tests.doctor.test_doctor_node import DRIVER, host_root
+from tests.support.doctor_host import DRIVER, host_root
+from tests.support.fakegpu import FakeConfidential, FakeDevice
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = "NVIDIA H100 80GB HBM3"

@@ -15,31 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakegpu import FakeConfidential, FakeDevice, FakeGPU, FakeMig, MiB
 
-from tests.cli.schemas import check
-from tests.rules.conftest import fixture_dir
+from tests.support.doctor_host import DRIVER, H100, by_name, host_root
+from tests.support.fakegpu import FakeConfidential, FakeDevice, FakeGPU, FakeMig, MiB
+from tests.support.json_schemas import check
+from tests.support.paths import fixture_dir
 
 REPO = Path(__file__).resolve().parents[2]
-H100 = "NVIDIA H100 80GB HBM3"
-DRIVER = "550.54.15"
-NVRM = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {v}  Tue Mar  5 22:23:56 UTC 2024\n"
-
-
-def host_root(tmp_path: Path, *, module: str | None = DRIVER, envvar: str | None = "false") -> Path:
-    root = tmp_path / "host"
-    if module is not None:
-        (root / "proc/driver/nvidia").mkdir(parents=True)
-        (root / "proc/driver/nvidia/version").write_text(NVRM.format(v=module))
-        (root / "sys/module/nvidia").mkdir(parents=True)
-    toolkit = root / "etc/nvidia-container-runtime"
-    toolkit.mkdir(parents=True)
-    lines = ["disable-require = false\n"]
-    if envvar is not None:
-        lines.append(f"accept-nvidia-visible-devices-envvar-when-unprivileged = {envvar}\n")
-    lines.append('\n[nvidia-container-runtime]\nmode = "auto"\n')
-    (toolkit / "config.toml").write_text("".join(lines))
-    return root
 
 
 def cc_profile(tmp_path: Path, base: str = "team-restricted") -> Path:
@@ -79,10 +61,6 @@ def doctor(gpu: FakeGPU, root: Path, *args: str) -> tuple[int, dict[str, Any]]:
     document = json.loads(result.stdout)
     check("doctor-node", document)
     return result.returncode, document
-
-
-def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["name"]: c for c in report["checks"]}
 
 
 def test_a_healthy_confidential_node_passes(make_fake_gpu, tmp_path: Path) -> None:

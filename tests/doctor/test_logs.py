@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from secureml.cli import app
 from secureml.doctor.logs import diagnose, parse_line, scan
 from secureml.enforcement.audit import AUDIT_SCHEMA, write_audit_record
-from tests.cli.schemas import check as check_schema
+from tests.support.json_schemas import check as check_schema
 
 runner = CliRunner()
 

@@ -25,18 +25,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from harness.argo import DONE, node_states
-from harness.controlplane import HarnessError
-from harness.kfp_workflow import driver_patches, kfp_workflow, patch_key
-from node import pods as node_pods
-
 from secureml.core import contract
 from secureml.pods.mutation.apply import apply_mutations
 from secureml.pods.preview import preview_driver_pods
 from secureml.profile.model import TenantProfile
-from tests.cluster import admission
 from tests.e2e import steps
 from tests.e2e.environment import E2E, IDENTITY_REQUIRED
+from tests.harness.argo import DONE, node_states
+from tests.harness.controlplane import HarnessError
+from tests.harness.kfp_workflow import driver_patches, kfp_workflow, patch_key
+from tests.support import admission, node_pods
 
 # The node's pool per step: the labels its node selector or affinity asks for.
 POOLS: dict[str, dict[str, str]] = {

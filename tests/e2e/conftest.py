@@ -10,10 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness.controlplane import HarnessError
 
 from tests.e2e.environment import E2E, requirements, running_e2e
-from tests.images.conftest import built_images, rootfs_cache  # noqa: F401  (fixtures)
+from tests.harness.controlplane import HarnessError
 
 
 def _fail_or_skip(reason: str) -> None:
@@ -25,7 +24,7 @@ def _fail_or_skip(reason: str) -> None:
 @pytest.fixture(scope="session")
 def e2e(
     docker_registry: str,
-    built_images: Any,  # noqa: F811
+    built_images: Any,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[E2E]:
     try:

@@ -16,7 +16,7 @@ Session-scoped, one per test process. It starts, on a node slot of its own
 - the `kubernetes` Service routed to the API server (tests/harness/kubernetes_service.py: Argo's
   executor and the launcher stand-in are in-cluster clients);
 - the session's registry (`docker_registry`) holding the platform runtime image and the step
-  image (`built_images`, tests/images/conftest.py), and argoexec and the kfp-launcher STAND-IN
+  image (`built_images`, tests/support/step_images.py), and argoexec and the kfp-launcher STAND-IN
   under their upstream paths (tests/harness/kfp_images.py), which containerd reaches as the
   mirror of `quay.io` and `ghcr.io`: pods name KFP's and Argo's images exactly as the preview
   does;
@@ -49,20 +49,20 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from harness import controlplane, kfp_images
-from harness import node as node_harness
-from harness.argo import WorkflowController
-from harness.cluster_dns import CLUSTER_DNS_IP
-from harness.controlplane import ControlPlane, HarnessError
-from harness.fake_gpu_plugin import FakeGpuPlugins
-from harness.go_modules import module_dir
-from harness.kubernetes_service import ServiceRoute
-from harness.node import Node, NodeNetwork
-from harness.node import _request as node_request
 
 from secureml.gpu.request import MIG, TimeSlice
 from secureml.profile.model import TenantProfile, load_profile
-from tests.cluster.admission import install_tenant
+from tests.harness import controlplane, kfp_images
+from tests.harness import node as node_harness
+from tests.harness.argo import WorkflowController
+from tests.harness.cluster_dns import CLUSTER_DNS_IP
+from tests.harness.controlplane import ControlPlane, HarnessError
+from tests.harness.fake_gpu_plugin import FakeGpuPlugins
+from tests.harness.go_modules import module_dir
+from tests.harness.kubernetes_service import ServiceRoute
+from tests.harness.node import Node, NodeNetwork
+from tests.harness.node import _request as node_request
+from tests.support.admission import install_tenant
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE_BASE = REPO / "examples" / "profiles" / "team-a-dev.yaml"

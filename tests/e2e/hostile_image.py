@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from harness.controlplane import HarnessError
+from tests.harness.controlplane import HarnessError
 
 MARKER = "HOSTILE-CODE-LOADED"
 ENV = {

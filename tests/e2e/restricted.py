@@ -3,7 +3,7 @@
 `restricted_tenant(e2e, folder)` installs it beside team-a and compiles the reference pipeline
 for it. What the harness changes in the profile, and why: its allowed registry and
 `runtime.image` are the session's (as for team-a); its signatures stay required, but the signer is
-a private Sigstore of the test (tests/supplychain/testpki.py: `trustedRoot` its trusted root,
+a private Sigstore of the test (tests/support/private_sigstore.py: `trustedRoot` its trusted root,
 `identities` its builder) because nothing here can get a certificate from the public-good Fulcio;
 the step image is signed by it and compile verifies that signature (`--bundles`).
 
@@ -27,17 +27,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from harness import kfp_images
-from harness.controlplane import HarnessError
-from harness.fake_gpu_plugin import FakeGpuPlugins
 
 from secureml.core.image_ref import ImageRef
 from secureml.gpu.request import WholeGPU
 from secureml.profile.model import TenantProfile, load_profile
-from tests.cluster.admission import install_tenant
 from tests.e2e import steps
 from tests.e2e.environment import E2E, REPO, STORE_PORT
-from tests.supplychain.testpki import PrivateSigstore
+from tests.harness import kfp_images
+from tests.harness.controlplane import HarnessError
+from tests.harness.fake_gpu_plugin import FakeGpuPlugins
+from tests.support.admission import install_tenant
+from tests.support.private_sigstore import PrivateSigstore
 
 PROFILE = REPO / "profiles" / "team-restricted.yaml"
 BUILDER = "https://github.com/acme/ml-images/.github/workflows/build.yml@refs/heads/main"

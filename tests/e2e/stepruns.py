@@ -11,12 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from node import pods as node_pods
-
 from secureml.core import contract
-from tests.cluster.admission import PIPELINE_RUNNER
 from tests.e2e import steps
 from tests.e2e.environment import E2E, ArtifactStore
+from tests.support import node_pods
+from tests.support.admission import PIPELINE_RUNNER
 
 # The node's pool each step's placement asks for (test_steps_run.py's POOLS).
 POOLS: dict[str, dict[str, str]] = {

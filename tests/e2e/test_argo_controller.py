@@ -8,11 +8,11 @@ import json
 from typing import Any
 
 import pytest
-from harness.argo import node_states
-from node import pods as node_pods
-from node.pods import HARDENED, RESTRICTED
 
 from tests.e2e.environment import E2E
+from tests.harness.argo import node_states
+from tests.support import node_pods
+from tests.support.node_pods import HARDENED, RESTRICTED
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

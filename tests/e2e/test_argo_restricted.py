@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 
 from secureml.pods.preview import preview_driver_pods
-from tests.cluster import admission
 from tests.e2e import steps
 from tests.e2e.argo_run import (
     BOUND,
@@ -38,6 +37,7 @@ from tests.e2e.argo_run import (
 )
 from tests.e2e.environment import E2E
 from tests.e2e.restricted import RESTRICTED_POOLS, RUN_AS_USER, Restricted, restricted_tenant
+from tests.support import admission
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

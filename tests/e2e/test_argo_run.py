@@ -11,7 +11,7 @@ in force; the node runs them (tests/e2e/argo_run.py). Then:
   test_steps_run.py checks it for the pods it creates itself;
 - preview = reality: each step pod Argo created against the pod `secureml.pods.preview` built for
   that task (the tenant's MAP applied), field by field after the server's defaulting
-  (tests/cluster/admission.py `differences`), with exactly the values only the run knows filled
+  (tests/support/admission.py `differences`), with exactly the values only the run knows filled
   in (`RUN_VALUES`); any other difference fails;
 - a Workflow altered after compile (the step's image swapped, secureml's launcher removed, a GPU
   request raised, an exec hook or probe added) is refused at admission: Argo cannot create the
@@ -31,7 +31,6 @@ import pytest
 
 from secureml.core import contract
 from secureml.pods.preview import preview_driver_pods
-from tests.cluster import admission
 from tests.e2e import steps
 from tests.e2e.argo_run import (
     BOUND,
@@ -44,6 +43,7 @@ from tests.e2e.argo_run import (
     with_run_values,
 )
 from tests.e2e.environment import E2E
+from tests.support import admission
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

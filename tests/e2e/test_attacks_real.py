@@ -18,14 +18,14 @@ import json
 from typing import Any
 
 import pytest
-from node import pods as node_pods
 
 from secureml.core import contract
 from secureml.pods.workloads import pods_in_text
-from tests.cluster.admission import PIPELINE_RUNNER
 from tests.e2e import steps
 from tests.e2e.environment import E2E
-from tests.rules.conftest import ATTACKS_DIR
+from tests.support import node_pods
+from tests.support.admission import PIPELINE_RUNNER
+from tests.support.paths import ATTACKS_DIR
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from node import pods as node_pods
 
 from secureml.core import contract
-from tests.cluster import admission
 from tests.e2e import stepruns
 from tests.e2e.environment import E2E
+from tests.support import admission, node_pods
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

@@ -50,24 +50,12 @@ from typing import Any
 
 import pytest
 import yaml
-from harness.kfp_golden import (
-    GOLDEN_VERSION,
-    adapt_golden,
-    golden_patches,
-    name_volumes,
-    run_values,
-    task_kubernetes,
-)
-from harness.kfp_workflow import pipeline_from_workflow, preview_run_id
 
 from secureml.admission.server import message_findings
 from secureml.pods.mutation.apply import apply_mutations
 from secureml.pods.preview import preview_driver_pods, preview_pods
 from secureml.rules import rules_for_profile
 from secureml.rules.engine import evaluate
-from tests.bundle.conftest import fixtures_dir
-from tests.cluster import admission
-from tests.cluster.admission import PIPELINE_RUNNER
 from tests.e2e import steps
 from tests.e2e.argo_run import (
     ArgoRun,
@@ -77,6 +65,18 @@ from tests.e2e.argo_run import (
     with_run_values,
 )
 from tests.e2e.environment import E2E
+from tests.harness.kfp_golden import (
+    GOLDEN_VERSION,
+    adapt_golden,
+    golden_patches,
+    name_volumes,
+    run_values,
+    task_kubernetes,
+)
+from tests.harness.kfp_workflow import pipeline_from_workflow, preview_run_id
+from tests.support import admission
+from tests.support.admission import PIPELINE_RUNNER
+from tests.support.paths import fixture_dir
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 
@@ -116,7 +116,7 @@ def _rules(pod: dict[str, Any], e2e: E2E) -> list[str]:
 
 
 def _submit(e2e: E2E, golden_name: str) -> GoldenRun:
-    path = fixtures_dir("kfp-golden") / f"workflow-golden-{GOLDEN_VERSION}-{golden_name}.yaml"
+    path = fixture_dir("kfp-golden") / f"workflow-golden-{GOLDEN_VERSION}-{golden_name}.yaml"
     golden = yaml.safe_load(path.read_text())
     docs = pipeline_from_workflow(golden)
     pipeline = docs[0]["pipelineInfo"]["name"]

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.kfp_workflow import compile_workflow
 
 from tests.e2e.environment import REPO
 from tests.e2e.test_kfp_workflow import reference  # noqa: F401  (fixture)
+from tests.harness.kfp_workflow import compile_workflow
 
 MODULE = REPO / "tests" / "harness" / "e2e"
 

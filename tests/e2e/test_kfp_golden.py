@@ -17,24 +17,24 @@ from typing import Any
 
 import pytest
 import yaml
-from harness.kfp_golden import (
+
+from secureml.core import contract
+from tests.harness.kfp_golden import (
     GOLDEN_VERSION,
     HARNESS_CHANGES,
     adapt_golden,
     golden_patches,
     run_values,
 )
-from harness.kfp_workflow import PLACEHOLDERS, kfp_workflow, pipeline_from_workflow
-
-from secureml.core import contract
-from tests.bundle.conftest import fixtures_dir
+from tests.harness.kfp_workflow import PLACEHOLDERS, kfp_workflow, pipeline_from_workflow
+from tests.support.paths import fixture_dir
 
 RUN_ID = "0b6e3c4e-9d3c-4c8e-a1f0-1f2e3d4c5b6a"
 PARAMETERS = {"hello_world": {}, "pvc_mount": {"pvc_name": "golden-pvc"}, "secret_as_volume": {}}
 
 
 def _golden(name: str) -> dict[str, Any]:
-    path = fixtures_dir("kfp-golden") / f"workflow-golden-{GOLDEN_VERSION}-{name}.yaml"
+    path = fixture_dir("kfp-golden") / f"workflow-golden-{GOLDEN_VERSION}-{name}.yaml"
     return dict(yaml.safe_load(path.read_text()))
 
 

@@ -28,8 +28,8 @@ from secureml.pods.mutation.apply import apply_mutations
 from secureml.profile.model import TenantProfile, load_profile
 from secureml.rules import rules_for_profile
 from secureml.rules.engine import evaluate
-from tests.bundle.conftest import fixtures_dir
 from tests.e2e.steps import compile_reference
+from tests.support.paths import fixture_dir
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "architecture.md"
@@ -63,12 +63,12 @@ def _table() -> dict[str, dict[str, str]]:
 
 
 def _golden(version: str) -> dict[str, Any]:
-    path = fixtures_dir("kfp-golden") / f"workflow-golden-{version}-hello_world.yaml"
+    path = fixture_dir("kfp-golden") / f"workflow-golden-{version}-hello_world.yaml"
     return dict(yaml.safe_load(path.read_text()))
 
 
 def _versions() -> list[str]:
-    found = [p.name.split("-")[2] for p in fixtures_dir("kfp-golden").glob("*-hello_world.yaml")]
+    found = [p.name.split("-")[2] for p in fixture_dir("kfp-golden").glob("*-hello_world.yaml")]
     return sorted(found, key=lambda v: tuple(int(x) for x in v.split(".")))
 
 

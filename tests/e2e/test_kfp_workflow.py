@@ -26,7 +26,14 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from harness.kfp_workflow import (
+
+from secureml.core import contract
+from secureml.pods.argo import Template, Workflow, argo_pod
+from secureml.pods.preview import preview_pods
+from secureml.profile.model import load_profile
+from tests.e2e.environment import ARGO_MODULE, REPO
+from tests.e2e.steps import as_run, compile_reference
+from tests.harness.kfp_workflow import (
     ISTIO_INJECT,
     PLACEHOLDERS,
     RUN_ID_LABEL,
@@ -42,15 +49,8 @@ from harness.kfp_workflow import (
     pipeline_from_workflow,
     preview_run_id,
 )
-
-from secureml.core import contract
-from secureml.pods.argo import Template, Workflow, argo_pod
-from secureml.pods.preview import preview_pods
-from secureml.profile.model import load_profile
-from tests.bundle.conftest import fixtures_dir
-from tests.bundle.test_validation import _strict
-from tests.e2e.environment import ARGO_MODULE, REPO
-from tests.e2e.steps import as_run, compile_reference
+from tests.support.crd_schemas import strict_schema
+from tests.support.paths import fixture_dir
 
 GOLDEN = ("hello_world", "pvc_mount", "secret_as_volume")
 UPSTREAM_IMAGES = KfpSystemImages(
@@ -65,7 +65,7 @@ TENANTS = (REPO / "profiles" / "team-a.yaml", REPO / "profiles" / "team-dra.yaml
 
 
 def _golden(name: str) -> dict[str, Any]:
-    path = fixtures_dir("kfp-golden") / f"workflow-golden-2.17.0-{name}.yaml"
+    path = fixture_dir("kfp-golden") / f"workflow-golden-2.17.0-{name}.yaml"
     return dict(yaml.safe_load(path.read_text()))
 
 
@@ -177,7 +177,7 @@ def _argo_workflow_schema() -> dict[str, Any]:
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
     schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
     schema["properties"]["metadata"] = {"type": "object"}
-    return dict(_strict(schema))
+    return dict(strict_schema(schema))
 
 
 def test_reference_workflow_fits_argos_crd(

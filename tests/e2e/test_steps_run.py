@@ -12,13 +12,12 @@ import time
 from typing import Any
 
 import pytest
-from node import pods as node_pods
 
 from secureml.core import contract
-from tests.cluster import admission
-from tests.cluster.admission import PIPELINE_RUNNER
 from tests.e2e import steps
 from tests.e2e.environment import E2E, IDENTITY_REQUIRED
+from tests.support import admission, node_pods
+from tests.support.admission import PIPELINE_RUNNER
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 
@@ -168,7 +167,7 @@ BOUND = (".spec.nodeName:",)
 def test_the_stored_pod_is_the_preview(runs: dict[str, dict[str, Any]], step: str) -> None:
     """The pod the server stored (after defaulting, the ServiceAccount admission, the tenant's
     MutatingAdmissionPolicy with the runtime injection, and the run) against the preview with
-    KFP's run-time values filled in: any other difference fails (tests/cluster/admission.py's
+    KFP's run-time values filled in: any other difference fails (tests/support/admission.py's
     `differences` lists what the server adds that the preview leaves to it)."""
     run = runs[step]
     found = admission.differences(run["expected"], run["pod"])

@@ -34,19 +34,19 @@ from typing import Any
 
 import pytest
 import yaml
-from harness.cluster_dns import ClusterDNS
-from harness.trainer_controllers import TrainerControllers
-from node import pods as node_pods
 
 from secureml.compile.compiler import compile_pipeline
 from secureml.core import contract
 from secureml.profile.model import TenantProfile, load_profile
 from secureml.trainer import pods as trainer_pods
 from secureml.trainer import submit
-from tests.cluster.admission import install_tenant
 from tests.e2e import steps
 from tests.e2e.environment import E2E, IDENTITY_REQUIRED
 from tests.e2e.trainjob_pipeline import HOLD_S, NODES, STEP, rendezvous_pipeline
+from tests.harness.cluster_dns import ClusterDNS
+from tests.harness.trainer_controllers import TrainerControllers
+from tests.support import node_pods
+from tests.support.admission import install_tenant
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

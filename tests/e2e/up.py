@@ -31,16 +31,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import kfp_images
-from harness.controlplane import ControlPlane, HarnessError, _terminate
-from harness.fake_gpu_plugin import FakeGpuPlugins
-from harness.kubernetes_service import ServiceRoute
-from harness.node import LABELS, STATE_FILE, Node, NodeNetwork
-from harness.node import _request as node_request
-
 from secureml.profile.model import load_profile
-from tests.cluster.admission import install_tenant
 from tests.e2e import environment
+from tests.harness import kfp_images
+from tests.harness.controlplane import ControlPlane, HarnessError, _terminate
+from tests.harness.fake_gpu_plugin import FakeGpuPlugins
+from tests.harness.kubernetes_service import ServiceRoute
+from tests.harness.node import LABELS, STATE_FILE, Node, NodeNetwork
+from tests.harness.node import _request as node_request
+from tests.support.admission import install_tenant
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = "e2e.json"
@@ -109,9 +108,9 @@ def _up(directory: Path) -> int:
     )
     if status != 200:
         raise HarnessError(f"making {node.name} a general pool: HTTP {status}: {answer}")
-    from tests.images.conftest import _build
+    from tests.support.step_images import build_images
 
-    built = _build(registry)
+    built = build_images(registry)
     kfp_images.push_kfp_images(registry)
     kfp_images.mirror_kfp_registries(node, registry)
     status, answer = cluster.request(
@@ -124,7 +123,7 @@ def _up(directory: Path) -> int:
         supervisor = subprocess.Popen(
             [sys.executable, "-m", "tests.e2e.up", "serve", "--dir", str(directory)],
             cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": f"{ROOT / 'tests'}:{ROOT}"},
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakegpu import SHIM_DIR, FakeDevice, FakeGPU, MiB, build_native, build_shim
 
 from secureml.core import contract
+from tests.support.fakegpu import SHIM_DIR, FakeDevice, FakeGPU, MiB, build_native, build_shim
 
 from .conftest import Launch
 

@@ -7,11 +7,10 @@ import sys
 import time
 from pathlib import Path
 
-from devworkload import HangingWorkloadAPI
-
 from secureml.core import contract
 from secureml.enforcement.launch import ExitCode
 from secureml.localrun.dev_identity import DevWorkloadAPI
+from tests.support.workload_api import HangingWorkloadAPI
 
 from .conftest import Launch
 

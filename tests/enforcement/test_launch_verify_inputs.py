@@ -16,8 +16,7 @@ import pytest
 from secureml.core import contract
 from secureml.enforcement.launch import ExitCode
 from secureml.supplychain.model_trust import profile_trust_json
-from tests.compiler.compilerhelp import make_profile
-from tests.models.modelsign import (
+from tests.support.model_signing import (
     ISSUER,
     SIGNER,
     TRUSTED_REGEXP,
@@ -26,7 +25,8 @@ from tests.models.modelsign import (
     sign_with_key,
     sign_with_sigstore,
 )
-from tests.supplychain.testpki import PrivateSigstore
+from tests.support.private_sigstore import PrivateSigstore
+from tests.support.profiles import make_profile
 
 from .conftest import Launch
 

@@ -1,7 +1,7 @@
 """Preflight through NVML: the launcher, in its own process, on a fake GPU described per test.
 
 Each mismatch between the request and the visible devices, and each health problem, stops the step
-with exit 72 before its command runs. The fake NVML (tests/fakegpu.py) is the real pynvml's
+with exit 72 before its command runs. The fake NVML (tests/support/fakegpu.py) is the real pynvml's
 counterpart: these are pynvml calls against a C library, nothing in Python is replaced.
 """
 
@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakegpu import FakeDevice, FakeGPU, FakeMig, FakeProcess, MiB
 
 from secureml.core import contract
 from secureml.enforcement.launch import ExitCode
+from tests.support.fakegpu import FakeDevice, FakeGPU, FakeMig, FakeProcess, MiB
 
 from .conftest import Launch, LaunchResult
 

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakegpu import FakeConfidential, FakeDevice, FakeGPU
 
 from secureml.core import contract
 from secureml.enforcement.config import ConfigError, load_config
 from secureml.enforcement.launch import ExitCode
+from tests.support.fakegpu import FakeConfidential, FakeDevice, FakeGPU
 
 from .conftest import Launch, LaunchResult
 from .test_podinfo_settings import ANNOTATIONS, LABELS, _podinfo

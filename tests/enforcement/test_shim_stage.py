@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakegpu import FakeDevice, FakeGPU, MiB, build_shim
 
 from secureml.core import contract
 from secureml.enforcement.launch import ExitCode
+from tests.support.fakegpu import FakeDevice, FakeGPU, MiB, build_shim
 
 from .conftest import Launch, launcher_env
 

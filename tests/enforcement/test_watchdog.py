@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fakegpu import FakeDevice, FakeGPU, FakeProcess, MiB
 
 from secureml.core import contract
 from secureml.enforcement.launch import ExitCode
 from secureml.enforcement.watchdog import Watchdog
+from tests.support.fakegpu import FakeDevice, FakeGPU, FakeProcess, MiB
 
 from .conftest import Launch
 

@@ -16,10 +16,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fakegpu import FakeDevice, FakeGPU, FakeMig, MiB
-
 from secureml.core import contract
 from secureml.enforcement.launch import ExitCode
+from tests.support.fakegpu import FakeDevice, FakeGPU, FakeMig, MiB
 
 from .conftest import Launch, LaunchResult
 

@@ -20,8 +20,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.built import HarnessError, built
-from harness.spire import Spire, SpireError, _die_with_parent
+from tests.harness.built import HarnessError, built
+from tests.harness.spire import Spire, SpireError, _die_with_parent
 
 CLUSTER_NAME = "secureml-test"
 

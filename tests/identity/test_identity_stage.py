@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from devworkload import SILENT, ExpiredSvidWorkloadAPI
 
 from secureml.core import contract
 from secureml.enforcement.identity import (
@@ -24,6 +23,7 @@ from secureml.enforcement.identity import (
     socket_path_of,
 )
 from secureml.localrun.dev_identity import DevCA, DevWorkloadAPI
+from tests.support.workload_api import SILENT, ExpiredSvidWorkloadAPI
 
 EXPECTED = "spiffe://acme.example/ns/team-a/pipeline/fine-tune/step/train"
 

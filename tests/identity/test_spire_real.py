@@ -26,12 +26,12 @@ from typing import Any
 import pytest
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from harness.spire import Entry, Spire
 
 from secureml.core import contract
 from secureml.enforcement.audit import load_audit_records
 from secureml.enforcement.launch import ExitCode
 from secureml.profile.model import load_profile
+from tests.harness.spire import Entry, Spire
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-from test_stepimage import GOOD, SITE, _image, _layer, _layout
 from typer.testing import CliRunner
 
 from secureml.cli import app
+from tests.images.test_stepimage import GOOD, SITE, _image, _layer, _layout
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,9 +75,9 @@ def test_sbom_signed_keylessly_meets_the_profiles_sbom_requirement(tmp_path, mon
 
     from secureml.profile.model import TenantProfile
     from secureml.supplychain.compile import verify_attestations_for_compile
-    from tests.attest.sigstore_services import GITHUB_ISSUER, SigstoreServices
-    from tests.supplychain.ociserver import OciServer
-    from tests.supplychain.testpki import PrivateSigstore
+    from tests.support.oci_server import OciServer
+    from tests.support.private_sigstore import PrivateSigstore
+    from tests.support.sigstore_services import GITHUB_ISSUER, SigstoreServices
 
     workflow = "https://github.com/acme/ml-images/.github/workflows/build.yml@refs/heads/main"
     pki = PrivateSigstore()

@@ -1,7 +1,7 @@
 """A step image and the platform runtime image, built, pushed, signed, checked, compiled against,
 and one step run the way its pod runs (issue 15 item 3; docs/images.md "How it is tested").
 
-The `runtime` step base image and the runtime image come from `built_images` (conftest.py: buildah,
+The `runtime` step base image and the runtime image come from `built_images` (tests/conftest.py: buildah,
 the session's docker-registry); the test's private Sigstore signs both and attaches the bundles
 the way cosign does; `secureml compile --fetch-bundles` reads them from the registry. The
 `evaluate` step (a time-sliced share under the quota shim) then runs as its previewed pod: the
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,12 +26,10 @@ from typer.testing import CliRunner
 from secureml.cli import app
 from secureml.core import contract
 from secureml.core.image_ref import ImageRef
-from tests.cli.schemas import check
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "supplychain"))
-import podrun
-from registry import attach_like_cosign
-from testpki import PrivateSigstore
+from tests.images import podrun
+from tests.support.docker_registry import attach_like_cosign
+from tests.support.json_schemas import check
+from tests.support.private_sigstore import PrivateSigstore
 
 REPO = Path(__file__).resolve().parents[2]
 GH = "https://token.actions.githubusercontent.com"
@@ -291,7 +288,7 @@ def test_the_runtime_verifies_a_signed_model(sandbox, pod):
     """The payload carries what the launcher's verify-inputs stage imports (secureml.supplychain,
     sigstore, model-signing): its own interpreter, inside the pod, verifies a model folder signed
     with model-signing's key signer and refuses it once a file changed."""
-    from tests.models.modelsign import make_model, new_key, sign_with_key
+    from tests.support.model_signing import make_model, new_key, sign_with_key
 
     scratch = sandbox.work / "emptydir" / "minio-scratch" / "signed"
     model = make_model(scratch / "model")

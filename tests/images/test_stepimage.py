@@ -12,7 +12,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from registry import push_blob
 from typer.testing import CliRunner
 
 import secureml
@@ -22,6 +21,7 @@ from secureml.core.errors import SecuremlError
 from secureml.images import builders, context, userimage
 from secureml.images.check import check
 from secureml.images.compilecheck import RULE, chain, image_checks
+from tests.support.docker_registry import push_blob
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 SITE = "/usr/local/lib/python3.11/dist-packages"

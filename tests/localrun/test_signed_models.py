@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from secureml.localrun.runner import RunLayout, run_pipeline
-from tests.compiler.compilerhelp import make_profile
-from tests.models.modelsign import new_key
+from tests.support.model_signing import new_key
+from tests.support.profiles import make_profile
 
 from .signed_models import signed_models
 

@@ -18,10 +18,9 @@ from secureml.enforcement.verify_inputs import local_path
 from secureml.supplychain.model_trust import profile_trust_json
 from secureml.supplychain.models import trust_from_json
 from secureml.supplychain.verify_inputs import VerifiedInput
-from tests.compiler.compilerhelp import make_profile
-from tests.supplychain.testpki import PrivateSigstore
-
-from .modelsign import ISSUER, new_key
+from tests.support.model_signing import ISSUER, new_key
+from tests.support.private_sigstore import PrivateSigstore
+from tests.support.profiles import make_profile
 
 WIRE = '[{"name":"model","signature":"model.sig"}]'
 

@@ -13,9 +13,7 @@ import pytest
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.models import MODEL_SIGNING_PREDICATE, ModelTrust, verify_model
 from secureml.supplychain.verifier import SignatureError
-from tests.supplychain.testpki import PrivateSigstore
-
-from .modelsign import (
+from tests.support.model_signing import (
     ISSUER,
     SIGNER,
     TRUSTED_REGEXP,
@@ -24,6 +22,7 @@ from .modelsign import (
     sign_with_key,
     sign_with_sigstore,
 )
+from tests.support.private_sigstore import PrivateSigstore
 
 
 @pytest.fixture(scope="module")

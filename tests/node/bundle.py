@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from harness.controlplane import ControlPlane
+
+from tests.harness.controlplane import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTIONS = {  # kind -> (API prefix, namespaced)

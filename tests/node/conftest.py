@@ -14,17 +14,17 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from harness import controlplane
-from harness.controlplane import HarnessError
-from harness.node import (
+
+from tests.harness import controlplane
+from tests.harness.controlplane import HarnessError
+from tests.harness.node import (
     MODULES,
     binaries,
     missing_requirements,
     module_binaries,
     running_cluster_with_node,
 )
-
-from node.pods import NodeCluster
+from tests.support.node_pods import NodeCluster
 
 
 @pytest.fixture(scope="session")

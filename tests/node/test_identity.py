@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.node_identity import NodeIdentity
 
-from node import bundle, pods
-from node.pods import RESTRICTED, NodeCluster
+from tests.harness.node_identity import NodeIdentity
+from tests.node import bundle
+from tests.support import node_pods as pods
+from tests.support.node_pods import RESTRICTED, NodeCluster
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

@@ -17,11 +17,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness.node_identity import wait_for_pod
-from harness.node_netpol import NodeNetworkPolicies, queue_number
 
-from node import bundle, pods
-from node.pods import RESTRICTED, NodeCluster
+from tests.harness.node_identity import wait_for_pod
+from tests.harness.node_netpol import NodeNetworkPolicies, queue_number
+from tests.node import bundle
+from tests.support import node_pods as pods
+from tests.support.node_pods import RESTRICTED, NodeCluster
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from node import pods
-from node.pods import NodeCluster
+from tests.support import node_pods as pods
+from tests.support.node_pods import NodeCluster
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

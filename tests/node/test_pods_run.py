@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from node import pods
-from node.pods import NodeCluster
+from tests.support import node_pods as pods
+from tests.support.node_pods import NodeCluster
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from secureml.cli import app
-from tests.cli.schemas import check
 from tests.remoterun.kfp_api_server import KfpApiServer
+from tests.support.json_schemas import check
 
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE = REPO / "pipelines" / "secure_finetune.py"

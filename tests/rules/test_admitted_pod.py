@@ -11,7 +11,8 @@ import yaml
 
 from secureml.admission.check_pod import OfflinePolicy, check_offline
 from secureml.pods.admitted import api_defaults, as_created, invalid_after_mutation
-from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, example_profile
+from tests.support.paths import ATTACKS_DIR, PROFILES_DIR
+from tests.support.profiles import example_profile
 
 ALLOWED = ATTACKS_DIR.parent / "allowed"
 TEAM_A = PROFILES_DIR / "team-a.yaml"

@@ -18,7 +18,9 @@ from secureml.compile.pipeline_loader import load_pipeline
 from secureml.pods.preview import preview_pods
 from secureml.pods.system_shapes import argo_template_pattern
 from secureml.rules import evaluate, rules_for_profile
-from tests.rules.conftest import ATTACKS_DIR, admitted, example_profile
+from tests.support.paths import ATTACKS_DIR
+from tests.support.profiles import example_profile
+from tests.support.submitted_pods import admitted
 
 ALLOWED = ATTACKS_DIR.parent / "allowed"
 PIPELINE = """

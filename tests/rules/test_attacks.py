@@ -13,7 +13,9 @@ from secureml.core import contract
 from secureml.pods.workloads import pods_in_text
 from secureml.rules import evaluate, rules_for_level, rules_for_profile
 from secureml.rules.identity import JOB_CONTROLLERS
-from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, admitted, example_profile
+from tests.support.paths import ATTACKS_DIR
+from tests.support.profiles import EXAMPLE_PROFILES, example_profile
+from tests.support.submitted_pods import admitted
 
 EXPECT = "test.secureml.dev/expect"
 THREAT = "test.secureml.dev/threat"
@@ -87,7 +89,7 @@ def test_base_pod_of_the_corpus_is_allowed() -> None:
 
 @pytest.mark.parametrize("level", ["baseline", "restricted"])
 def test_nvidia_static_deployments_fail_both_levels(level: str) -> None:
-    from tests.rules.conftest import fixture_dir
+    from tests.support.paths import fixture_dir
 
     static = fixture_dir("nvidia", "k8s-device-plugin", "deployments", "static")
     files = sorted(p for p in static.iterdir() if p.is_file())

@@ -14,8 +14,9 @@ from secureml.rules import Rule, rules_for_level, rules_for_profile
 from secureml.rules.cel.reference import int_range_regex
 from secureml.rules.cel.text import quote
 from secureml.rules.engine import compiled
-from tests.cel_literals import type_errors
-from tests.rules.conftest import EXAMPLE_PROFILES, REPO, example_profile
+from tests.support.cel_literals import type_errors
+from tests.support.paths import REPO
+from tests.support.profiles import EXAMPLE_PROFILES, example_profile
 
 # Functions and operators (as `cel` names them) that Kubernetes' CEL environment also has, with
 # the same meaning. No Kubernetes library function the Python engine lacks (join, split, find,
@@ -63,7 +64,7 @@ def test_only_shared_functions(rule: Rule) -> None:
 @pytest.mark.parametrize("rule", RULES, ids=[f"{i}-{r.id}" for i, r in enumerate(RULES)])
 def test_literals_are_homogeneous(rule: Rule) -> None:
     """The API server compiles with cel-go's homogeneous aggregate literals; the Python engine
-    does not, so a mixed literal would pass here and be refused at create (tests/cel_literals.py)."""
+    does not, so a mixed literal would pass here and be refused at create (tests/support/cel_literals.py)."""
     for text in (rule.expression, rule.message_expression, rule.scope or "true"):
         assert type_errors(text) == [], text
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from secureml.cli import app
-from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, REPO
+from tests.support.paths import ATTACKS_DIR, PROFILES_DIR, REPO
 
 ALLOWED = ATTACKS_DIR.parent / "allowed"
 runner = CliRunner()

@@ -9,13 +9,8 @@ import cel
 from secureml.pods.workloads import pods_in_text
 from secureml.rules import Rule, evaluate, rules_for_level, rules_for_profile
 from secureml.rules.engine import admission_view, compiled
-from tests.rules.conftest import (
-    ATTACKS_DIR,
-    EXAMPLE_PROFILES,
-    FIXTURES,
-    example_profile,
-    fixture_dir,
-)
+from tests.support.paths import ATTACKS_DIR, FIXTURES, fixture_dir
+from tests.support.profiles import EXAMPLE_PROFILES, example_profile
 
 
 def _unprojected(pod: dict, rules: list[Rule]) -> list[tuple[str, str]]:

@@ -12,13 +12,9 @@ import pytest
 from secureml.rules import rules_for_level, rules_for_profile
 from secureml.rules.cel import cpp as cel_cpp
 from secureml.rules.engine import evaluate, evaluate_plain
-from tests.rules.conftest import (
-    EXAMPLE_PROFILES,
-    example_profile,
-    fixture_dir,
-    reference_documents,
-)
 from tests.rules.test_engine import _pods
+from tests.support.paths import fixture_dir
+from tests.support.profiles import EXAMPLE_PROFILES, example_profile, reference_documents
 
 
 @pytest.mark.parametrize("level", ["baseline", "restricted"])

@@ -22,7 +22,7 @@ from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, rules_for_profile
 from secureml.rules.gpu_request import RULE_ID
 from secureml.rules.resources import granted_resources
-from tests.rules.conftest import EXAMPLE_PROFILES, example_profile
+from tests.support.profiles import EXAMPLE_PROFILES, example_profile
 
 DIGEST = "@sha256:" + "ab" * 32
 

@@ -19,7 +19,8 @@ from secureml.pods.argo import ARGOEXEC_IMAGE
 from secureml.pods.preview import KFP_LAUNCHER_IMAGE, preview_driver_pods, preview_pods
 from secureml.rules import evaluate, in_scope, rules_for_level, rules_for_profile
 from secureml.rules.scope import KFP_SYSTEM_POD, STEP_POD, system_container
-from tests.rules.conftest import ATTACKS_DIR, EXAMPLE_PROFILES, REPO, example_profile
+from tests.support.paths import ATTACKS_DIR, REPO
+from tests.support.profiles import EXAMPLE_PROFILES, example_profile
 
 ALLOWED = ATTACKS_DIR.parent / "allowed"
 DIGEST = "sha256:" + "0123456789abcdef" * 4

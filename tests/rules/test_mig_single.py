@@ -16,7 +16,8 @@ from secureml.nvidia.catalogue import mig_product_names
 from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, rules_for_profile
 from secureml.rules.placement import placement_rules
-from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, admitted
+from tests.support.paths import ATTACKS_DIR, PROFILES_DIR
+from tests.support.submitted_pods import admitted
 
 PRODUCT = "nvidia.com/gpu.product"
 MODELS = ["A100-80GB", "H100-80GB"]

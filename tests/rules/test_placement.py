@@ -12,7 +12,9 @@ import yaml
 from secureml.rules import evaluate, rules_for_profile
 from secureml.rules.engine import admission_view, compiled
 from secureml.rules.resources import granted_resources
-from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, admitted, example_profile
+from tests.support.paths import ATTACKS_DIR, PROFILES_DIR
+from tests.support.profiles import example_profile
+from tests.support.submitted_pods import admitted
 
 TEAM_A_PROFILE = example_profile("team-a")
 TEAM_A = rules_for_profile(TEAM_A_PROFILE)

@@ -16,13 +16,9 @@ from secureml.rules.cel import cpp as cel_cpp
 from secureml.rules.cel import syntax as cel_ast
 from secureml.rules.cel.cache import ENVIRONMENTS
 from secureml.rules.engine import _as_admitted
-from tests.rules.conftest import (
-    EXAMPLE_PROFILES,
-    example_profile,
-    fixture_dir,
-    reference_documents,
-)
 from tests.rules.test_engine import _pods
+from tests.support.paths import fixture_dir
+from tests.support.profiles import EXAMPLE_PROFILES, example_profile, reference_documents
 
 
 def _texts(rules: Any) -> set[str]:

@@ -14,10 +14,10 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from harness.go_modules import module_dir
 
 from secureml.pods import fields
-from tests.cluster.test_pod_fields import _check
+from tests.harness.go_modules import module_dir
+from tests.support.pod_schemas import check_classified
 
 # The newest patch release of each that the Go module proxy served in December 2026.
 RELEASES = {"1.35": "v1.35.4", "1.37": "v1.37.2"}
@@ -37,7 +37,7 @@ def _schemas(release: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
 def test_every_pod_field_of_the_release_is_classified(release: str) -> None:
-    _check(_schemas(release))
+    check_classified(_schemas(release))
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))

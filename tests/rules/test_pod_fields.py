@@ -11,8 +11,10 @@ from typing import Any
 from secureml.core import contract
 from secureml.pods.fields import CLASSIFIED, unclassified
 from secureml.rules import evaluate, rules_for_profile
-from tests.rules.conftest import ATTACKS_DIR, admitted, example_profile
 from tests.rules.test_attacks import _pod
+from tests.support.paths import ATTACKS_DIR
+from tests.support.profiles import example_profile
+from tests.support.submitted_pods import admitted
 
 
 def _schemas() -> dict[str, Any]:

@@ -8,7 +8,7 @@ import pytest
 
 from secureml.admission.check_pod import OfflinePolicy, check_offline, offline_rules
 from secureml.core.errors import InputError, ProfileError
-from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR
+from tests.support.paths import ATTACKS_DIR, PROFILES_DIR
 
 ALLOWED = ATTACKS_DIR.parent / "allowed"
 

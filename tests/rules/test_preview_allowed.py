@@ -11,7 +11,8 @@ from secureml.compile.compiler import CompileError, compile_pipeline
 from secureml.compile.pipeline_loader import load_pipeline
 from secureml.pods.preview import preview_driver_pods, preview_pods
 from secureml.rules import evaluate, rules_for_level, rules_for_profile
-from tests.rules.conftest import EXAMPLE_PROFILES, REFERENCE_PIPELINES, example_profile
+from tests.support.paths import REFERENCE_PIPELINES
+from tests.support.profiles import EXAMPLE_PROFILES, example_profile
 
 CATALOGUE_PREFIXES = ("pss.", "secureml.")
 

@@ -16,7 +16,7 @@ import pytest
 
 from secureml.pods.workloads import PodObject, pods_in_text
 from secureml.rules import evaluate, rules_for_level
-from tests.rules.conftest import FIXTURES, fixture_dir
+from tests.support.paths import FIXTURES, fixture_dir
 
 KYVERNO = FIXTURES / "kyverno-pod-security"
 

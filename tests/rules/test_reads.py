@@ -142,7 +142,7 @@ def test_a_read_kept_as_json_is_the_same_read() -> None:
     """`verdict_memo` keeps each rule's analysis on disk as JSON: every example profile's rules
     and messages read back exactly (the same shape); what is not a read is refused."""
     from secureml.rules import rules_for_profile
-    from tests.rules.conftest import EXAMPLE_PROFILES, example_profile
+    from tests.support.profiles import EXAMPLE_PROFILES, example_profile
 
     checked = 0
     for name in EXAMPLE_PROFILES:

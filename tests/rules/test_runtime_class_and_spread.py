@@ -13,7 +13,7 @@ import yaml
 
 from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, rules_for_profile
-from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR
+from tests.support.paths import ATTACKS_DIR, PROFILES_DIR
 
 ALLOWED = ATTACKS_DIR.parent / "allowed"
 SCHEMAS = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"

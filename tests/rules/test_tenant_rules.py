@@ -12,7 +12,9 @@ import yaml
 from secureml.core import contract
 from secureml.profile.model import TenantProfile
 from secureml.rules import evaluate, profile_rules, rules_for_profile
-from tests.rules.conftest import ATTACKS_DIR, PROFILES_DIR, admitted, example_profile
+from tests.support.paths import ATTACKS_DIR, PROFILES_DIR
+from tests.support.profiles import example_profile
+from tests.support.submitted_pods import admitted
 
 ALLOWED = ATTACKS_DIR.parent / "allowed"
 GIB = 2**30

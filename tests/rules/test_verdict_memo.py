@@ -23,7 +23,7 @@ from secureml.core.violation import Violation
 from secureml.rules import rules_for_profile, verdict_memo
 from secureml.rules.engine import evaluate, evaluate_plain
 from secureml.rules.model import Rule
-from tests.rules.conftest import example_profile, reference_documents
+from tests.support.profiles import example_profile, reference_documents
 
 PROFILE = "team-a"
 

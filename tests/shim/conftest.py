@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fakegpu import FakeDevice, FakeGPU, MiB, build_shim, compiler
+
+from tests.support.fakegpu import FakeDevice, FakeGPU, MiB, build_shim, compiler
 
 from .shimstep import Step
 

@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from fakegpu import SHIM_DIR, FakeGPU, build_native, run_python
+from tests.support.fakegpu import SHIM_DIR, FakeGPU, build_native, run_python
 
 HERE = Path(__file__).resolve().parent
 

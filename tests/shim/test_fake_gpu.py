@@ -9,7 +9,8 @@ import sys
 import textwrap
 
 import pytest
-from fakegpu import FakeDevice, FakeGPU, FakeMig, FakeProcess, MiB, run_python
+
+from tests.support.fakegpu import FakeDevice, FakeGPU, FakeMig, FakeProcess, MiB, run_python
 
 CUDA_PRELUDE = textwrap.dedent(
     """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from fakegpu import FakeConfidential, FakeDevice, FakeMig, MiB, run_python
+from tests.support.fakegpu import FakeConfidential, FakeDevice, FakeMig, MiB, run_python
 
 QUERY = textwrap.dedent(
     """

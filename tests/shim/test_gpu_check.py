@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakegpu import SHIM_DIR, compiler
 
 from secureml.enforcement.shim_control import SOURCES
+from tests.support.fakegpu import SHIM_DIR, compiler
 
 from .cuda_wheels import MAJORS, runtime
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
-from fakegpu import FakeGPU, MiB, run_python
+from tests.support.fakegpu import FakeGPU, MiB, run_python
 
 from .shimstep import CUDA_PY
 

@@ -13,7 +13,8 @@ import statistics
 import time
 
 import pytest
-from fakegpu import MiB
+
+from tests.support.fakegpu import MiB
 
 pytestmark = pytest.mark.timing
 

@@ -9,7 +9,8 @@ import subprocess
 import time
 
 import pytest
-from fakegpu import GiB, MiB
+
+from tests.support.fakegpu import GiB, MiB
 
 
 def test_eight_processes_never_exceed_the_quota_together(make_step) -> None:
@@ -85,9 +86,8 @@ def test_processes_killed_mid_flight_leave_the_accounting_usable(make_step) -> N
 
 def _lock_holder(step, mode: str) -> subprocess.Popen[str]:
     """tests/shim/lock_holder.c holding the accounting lock of `step`'s region (see its modes)."""
-    from fakegpu import SHIM_DIR, build_native
-
     from secureml.enforcement.shim_control import region_path
+    from tests.support.fakegpu import SHIM_DIR, build_native
 
     from .shimstep import HERE
 

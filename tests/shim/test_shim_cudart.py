@@ -18,7 +18,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fakegpu import MiB, build_native
+
+from tests.support.fakegpu import MiB, build_native
 
 from .cuda_wheels import MAJORS, WHEEL, runtime
 from .shimstep import HERE

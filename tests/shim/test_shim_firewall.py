@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from fakegpu import SHIM_DIR, MiB, build_native
+from tests.support.fakegpu import SHIM_DIR, MiB, build_native
 
 from .shimstep import HERE, Step
 

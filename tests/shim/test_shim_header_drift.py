@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fakegpu import FAKE_DIR, SHIM_DIR, compiler
 
 from secureml.enforcement.shim_control import SOURCES
+from tests.support.fakegpu import FAKE_DIR, SHIM_DIR, compiler
 
 from .cuda_wheels import MAJORS, WHEEL, include_dir
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fakegpu import MiB
+from tests.support.fakegpu import MiB
 
 from .shimstep import CUDA_PY, Step
 

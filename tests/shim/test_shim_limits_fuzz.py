@@ -9,9 +9,10 @@ import random
 import struct
 import subprocess
 
-from fakegpu import SHIM_DIR, build_native
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.support.fakegpu import SHIM_DIR, build_native
 
 KEYS = ("version", "memory", "compute", "scrub_on_free", "firewall")
 

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from fakegpu import MiB
+
+from tests.support.fakegpu import MiB
 
 from .test_shim_concurrency import _lock_holder
 

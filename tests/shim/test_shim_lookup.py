@@ -6,7 +6,8 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from fakegpu import MiB, build_native, run_python
+
+from tests.support.fakegpu import MiB, build_native, run_python
 
 from .cuda_wheels import MAJORS, WHEEL
 from .cuda_wheels import runtime as cuda_runtime

@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 
-from fakegpu import SHIM_DIR, MiB, build_native
+from tests.support.fakegpu import SHIM_DIR, MiB, build_native
 
 from .shimstep import HERE
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from fakegpu import FakeGPU, MiB, build_shim
+from tests.support.fakegpu import FakeGPU, MiB, build_shim
 
 from .shimstep import CUDA_PY, driver_for
 

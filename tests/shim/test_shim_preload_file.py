@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fakegpu import CONFIG_ENV, MiB, build_shim
 
 from secureml.enforcement.shim_control import remove_region
+from tests.support.fakegpu import CONFIG_ENV, MiB, build_shim
 
 
 def test_env_i_children_are_held_by_the_preload_file_and_share_the_account(

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakegpu import REPO, MiB, compiler
 
 from secureml.core import contract
 from secureml.core.errors import SecuremlError
 from secureml.enforcement import shim_control as shim
+from tests.support.fakegpu import REPO, MiB, compiler
 
 
 def test_library_path_finds_the_build_or_says_how_to_make_one(monkeypatch, tmp_path) -> None:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fakegpu import FAKE_DIR, SHIM_DIR, MiB, build_native, build_shim, compiler
+
+from tests.support.fakegpu import FAKE_DIR, SHIM_DIR, MiB, build_native, build_shim, compiler
 
 from .shimstep import HERE
 

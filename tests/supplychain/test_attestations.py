@@ -1,5 +1,5 @@
 """Attestations required by the profile (`spec.images.attestations`), signed by the tests' private
-Sigstore (testpki) and verified offline by sigstore-python: each unmet requirement is refused with
+Sigstore (tests/support/private_sigstore.py) and verified offline by sigstore-python: each unmet requirement is refused with
 its own rule id; a complete set passes; bundles come from --bundles files or the registry."""
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from secureml.profile import predicates
 from secureml.profile.model import TenantProfile
 from secureml.supplychain.compile import verify_attestations_for_compile
 from secureml.supplychain.verifier import SignatureVerifier
-
-from .conftest import REPO
-from .ociserver import OciServer
-from .testpki import PrivateSigstore
+from tests.support.oci_server import OciServer
+from tests.support.paths import REPO
+from tests.support.private_sigstore import PrivateSigstore
 
 GH = "https://token.actions.githubusercontent.com"
 SIGNER = "https://github.com/acme/ml-images/.github/workflows/build.yml@refs/heads/main"

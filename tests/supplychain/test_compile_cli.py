@@ -13,9 +13,8 @@ from typer.testing import CliRunner
 from secureml.cli import app
 from secureml.core.image_ref import ImageRef
 from secureml.supplychain.image_bundles import bundle_filename
-
-from .conftest import REPO
-from .testpki import PrivateSigstore
+from tests.support.paths import REPO
+from tests.support.private_sigstore import PrivateSigstore
 
 GH = "https://token.actions.githubusercontent.com"
 BUILDER = "https://github.com/acme/ml-images/.github/workflows/build.yml@refs/heads/main"

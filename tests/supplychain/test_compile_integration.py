@@ -14,9 +14,9 @@ from secureml.core.errors import NetworkError
 from secureml.profile.model import TenantProfile
 from secureml.supplychain.compile import verify_images_for_compile
 from secureml.supplychain.image_bundles import bundle_filename
-
-from .conftest import BEACON, CONFORMANCE, GITHUB_ISSUER, REPO
-from .ociserver import OciServer
+from tests.support.oci_server import OciServer
+from tests.support.paths import REPO
+from tests.support.sigstore_fixtures import BEACON, CONFORMANCE, GITHUB_ISSUER
 
 HAPPY = CONFORMANCE / "happy-path-v0.3-new-mediaType" / "bundle.sigstore.json"
 DSSE_SLSA = CONFORMANCE / "happy-path-intoto-in-dsse-v3" / "bundle.sigstore.json"

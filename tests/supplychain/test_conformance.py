@@ -8,15 +8,13 @@ checked by name in `EXPECTED_OUTPUT`. In-process (CliRunner): the 140 runs take 
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from secureml.cli import app
-
-from .conftest import BEACON, CONFORMANCE, GITHUB_ISSUER
+from tests.support.sigstore_fixtures import CONFORMANCE, protocol_args
 
 MANAGED_KEY = (
     "sha256:4cb32c4837c6dda8cfb1681efb3fef5f94ffce5b979e6bdb9139302c857af139"  # the cases' key.pub
@@ -40,29 +38,6 @@ def _case_dirs() -> dict[str, Path]:
 
 CASE_DIRS = _case_dirs()
 CASES = list(CASE_DIRS)
-
-
-def protocol_args(case: Path, digest_mode: bool) -> list[str]:
-    args = ["verify-bundle", "--bundle", str(case / "bundle.sigstore.json")]
-    if (case / "key.pub").exists():
-        args += ["--key", str(case / "key.pub")]
-    else:
-        identity = (
-            (case / "identity").read_text().strip() if (case / "identity").exists() else BEACON
-        )
-        issuer = (
-            (case / "issuer").read_text().strip() if (case / "issuer").exists() else GITHUB_ISSUER
-        )
-        args += ["--certificate-identity", identity, "--certificate-oidc-issuer", issuer]
-    if (case / "trusted_root.json").exists():
-        args += ["--trusted-root", str(case / "trusted_root.json")]
-    artifact = case / "artifact" if (case / "artifact").exists() else case.parent / "a.txt"
-    args.append(
-        "sha256:" + hashlib.sha256(artifact.read_bytes()).hexdigest()
-        if digest_mode
-        else str(artifact)
-    )
-    return args
 
 
 def test_every_case_is_collected():

@@ -1,4 +1,4 @@
-"""Cosign v3 image bundles and signed profiles, signed by the test Sigstore instance (testpki) and
+"""Cosign v3 image bundles and signed profiles, signed by the test Sigstore instance (tests/support/private_sigstore.py) and
 verified by sigstore-python's unchanged verifier; the CLI commands end to end."""
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from secureml.supplychain.compile import verify_images_for_compile
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.image_bundles import bundle_filename
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier
-from tests.cli.schemas import check as check_schema
-
-from .conftest import REPO
-from .ociserver import OciServer
-from .testpki import PrivateSigstore
+from tests.support.json_schemas import check as check_schema
+from tests.support.oci_server import OciServer
+from tests.support.paths import REPO
+from tests.support.private_sigstore import PrivateSigstore
 
 GH = "https://token.actions.githubusercontent.com"
 BUILDER = "https://github.com/acme/ml-images/.github/workflows/build.yml@refs/heads/main"

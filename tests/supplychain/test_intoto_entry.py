@@ -19,8 +19,7 @@ import pytest
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.intoto_entry import IntotoEntryError, _check_body, log_entry_kind
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier
-
-from .conftest import BEACON, GITHUB_ISSUER
+from tests.support.sigstore_fixtures import BEACON, GITHUB_ISSUER
 
 CASE = Path(__file__).parent / "conformance_upstream" / "intoto-with-custom-trust-root"
 ARTIFACT = (CASE / "artifact").read_bytes()

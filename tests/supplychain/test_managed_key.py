@@ -23,8 +23,7 @@ from secureml.supplychain.managed_key import (
     verify_with_key,
 )
 from secureml.supplychain.verifier import SignatureError
-
-from .conftest import BEACON, CONFORMANCE, GITHUB_ISSUER
+from tests.support.sigstore_fixtures import BEACON, CONFORMANCE, GITHUB_ISSUER
 
 PRODUCTION_CASE = CONFORMANCE / "managed-key-happy-path"  # logged in rekor.sigstore.dev
 STAGING_CASE = (

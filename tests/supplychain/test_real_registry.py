@@ -3,7 +3,7 @@
 
 distribution 2.8 has no OCI referrers API (it answers 404), so this covers the `sha256-<hex>`
 fallback-tag path end to end on a real registry; the referrers API itself is covered by the OCI
-server in tests/supplychain/ociserver.py.
+server in tests/support/oci_server.py.
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from registry import attach_like_cosign
 
 from secureml.core.image_ref import ImageRef
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.registry import fetch_bundles
 from secureml.supplychain.verifier import SignatureVerifier
-
-from .conftest import BEACON, CONFORMANCE, GITHUB_ISSUER
+from tests.support.docker_registry import attach_like_cosign
+from tests.support.sigstore_fixtures import BEACON, CONFORMANCE, GITHUB_ISSUER
 
 
 @pytest.fixture

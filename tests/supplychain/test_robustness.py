@@ -13,8 +13,8 @@ from secureml.core.errors import SecuremlError
 from secureml.core.image_ref import ImageRef, registry_allowed
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier
-
-from .conftest import BEACON, CONFORMANCE, GITHUB_ISSUER, REPO
+from tests.support.paths import REPO
+from tests.support.sigstore_fixtures import BEACON, CONFORMANCE, GITHUB_ISSUER
 
 HAPPY = CONFORMANCE / "happy-path-v0.3-new-mediaType" / "bundle.sigstore.json"
 REF_ALPHABET = st.sampled_from(

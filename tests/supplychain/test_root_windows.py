@@ -18,8 +18,7 @@ import pytest
 
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier
-
-from .testpki import PrivateSigstore
+from tests.support.private_sigstore import PrivateSigstore
 
 GH = "https://token.actions.githubusercontent.com"
 SIGNER = "https://github.com/acme/ml/.github/workflows/build.yml@refs/heads/main"

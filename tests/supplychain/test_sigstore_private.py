@@ -21,9 +21,9 @@ import sigstore
 
 from secureml.supplychain import sigstore_private
 from secureml.supplychain.sigstore_private import SigstoreVersionError, check_sigstore_version
-from tests.test_import_graph import MODULES, ROOT
-
-from .conftest import BEACON, CONFORMANCE, GITHUB_ISSUER
+from tests.support.package_modules import MODULES
+from tests.support.paths import REPO
+from tests.support.sigstore_fixtures import BEACON, CONFORMANCE, GITHUB_ISSUER
 
 SIGSTORE_DIR = Path(sigstore.__file__).parent
 PRIVATE_MODULE = "secureml.supplychain.sigstore_private"
@@ -170,7 +170,7 @@ def test_the_docs_name_each_private_api_the_module_uses() -> None:
     """docs/sigstore-conformance.md ("Private APIs of sigstore-python") names every private name
     the scan finds in the module."""
     source = MODULES[PRIVATE_MODULE].read_text(encoding="utf-8")
-    docs = (ROOT / "docs" / "sigstore-conformance.md").read_text(encoding="utf-8")
+    docs = (REPO / "docs" / "sigstore-conformance.md").read_text(encoding="utf-8")
     section = docs.split("## Private APIs of sigstore-python", 1)[1].split("\n## ", 1)[0]
     uses = private_uses(source)
     named = {
@@ -260,7 +260,7 @@ def test_the_installed_release_is_tested() -> None:
     check_sigstore_version(sigstore.__version__)
     requirement = next(
         line
-        for line in (ROOT / "pyproject.toml").read_text().splitlines()
+        for line in (REPO / "pyproject.toml").read_text().splitlines()
         if line.strip().startswith('"sigstore>=')
     )
     assert f'"sigstore>={low[0]}.{low[1]},<{high[0]}.{high[1]}"' in requirement

@@ -17,8 +17,7 @@ import pytest
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.trust import closed_tsa_windows, load_trusted_root
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier
-
-from .conftest import BEACON, GITHUB_ISSUER
+from tests.support.sigstore_fixtures import BEACON, GITHUB_ISSUER
 
 CASE = Path(__file__).parent / "conformance_upstream" / "trust-root-tsa-validity-end-inclusive"
 ARTIFACT = (Path(__file__).parent / "conformance_upstream" / "a.txt").read_bytes()

@@ -25,8 +25,8 @@ from secureml.supplychain.tuf_refresh import (
     cache_dir,
     refresh_trusted_root,
 )
+from tests.support.private_sigstore import PrivateSigstore
 
-from .testpki import PrivateSigstore
 from .tufrepo import TufRepo, serve
 
 GH = "https://token.actions.githubusercontent.com"

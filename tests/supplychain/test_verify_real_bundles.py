@@ -11,8 +11,7 @@ from secureml.core.errors import SecuremlError
 from secureml.core.image_ref import ImageRef
 from secureml.supplychain.identity import TrustedIdentity
 from secureml.supplychain.verifier import SignatureError, SignatureVerifier
-
-from .conftest import ASSETS, BEACON, CONFORMANCE, GITHUB_ISSUER, GITHUB_OAUTH
+from tests.support.sigstore_fixtures import ASSETS, BEACON, CONFORMANCE, GITHUB_ISSUER, GITHUB_OAUTH
 
 HAPPY = CONFORMANCE / "happy-path-v0.3-new-mediaType" / "bundle.sigstore.json"
 DSSE_SLSA = CONFORMANCE / "happy-path-intoto-in-dsse-v3" / "bundle.sigstore.json"

@@ -11,9 +11,10 @@ from secureml.bundle import BundleOptions, render_objects
 from secureml.bundle.trainer import node_spiffe_id_template
 from secureml.core import contract
 from secureml.trainer.rules import VOLUME_SOURCES
-from tests.bundle.test_validation import _strict
-from tests.compiler.compilerhelp import make_profile
-from tests.trainer.trainerhelp import compiled_trainer, fixture_file, trainer_profile
+from tests.support.crd_schemas import strict_schema
+from tests.support.paths import fixture_file
+from tests.support.profiles import make_profile
+from tests.support.trainer import compiled_trainer, trainer_profile
 
 
 def _by_kind(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -63,7 +64,7 @@ def test_policies_role_and_node_identity_with_spec_trainer() -> None:
     steps = ids["secureml-team-a-steps"]["podSelector"]["matchExpressions"]
     assert {"key": contract.LABEL_TRAINER_NODE, "operator": "DoesNotExist"} in steps
     crd = yaml.safe_load(fixture_file("crds", "spire.spiffe.io_clusterspiffeids.yaml").read_text())
-    schema = _strict(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    schema = strict_schema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     schema["properties"].update(apiVersion={}, kind={}, metadata={})
     for entry in kinds["ClusterSPIFFEID"]:
         jsonschema.validate(entry, schema)
@@ -71,7 +72,7 @@ def test_policies_role_and_node_identity_with_spec_trainer() -> None:
 
 def test_compiled_trainjob_fits_the_real_crd_schema() -> None:
     job = compiled_trainer().steps[0].trainjob
-    schema = _strict(_trainjob_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    schema = strict_schema(_trainjob_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     schema["properties"].update(apiVersion={}, kind={}, metadata={})
     jsonschema.validate(job, schema)
 

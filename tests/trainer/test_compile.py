@@ -13,8 +13,9 @@ from secureml.core.errors import SecuremlError
 from secureml.profile.runtime_image import launcher_prefix
 from secureml.trainer.manifest import pod_patch_of
 from secureml.trainer.submit import MODULE
-from tests.compiler.compilerhelp import executor, make_profile
-from tests.trainer.trainerhelp import compiled_trainer, trainer_pipeline, trainer_profile
+from tests.support.compiled import executor
+from tests.support.profiles import make_profile
+from tests.support.trainer import compiled_trainer, trainer_pipeline, trainer_profile
 
 
 def _rules(err: CompileError) -> set[str]:
@@ -123,7 +124,7 @@ def test_outputs_are_refused() -> None:
 
     from secureml import secure_component
     from secureml.compile.compiler import compile_pipeline
-    from tests.compiler.compilerhelp import IMAGE
+    from tests.support.compiled import IMAGE
 
     @secure_component(image=IMAGE, nodes=2, trainer_runtime="torch-distributed")
     def train() -> str:

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.controlplane import ControlPlane, HarnessError
-from harness.trainer_controllers import RUNTIME_RESTART_POLICY, TrainerControllers
+
+from tests.harness.controlplane import ControlPlane, HarnessError
+from tests.harness.trainer_controllers import RUNTIME_RESTART_POLICY, TrainerControllers
 
 pytestmark = [pytest.mark.cluster]
 

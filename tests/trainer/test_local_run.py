@@ -10,8 +10,8 @@ from kfp import dsl
 from secureml import secure_component
 from secureml.core.errors import SecuremlError
 from secureml.localrun.runner import RunLayout, run_pipeline
-from tests.compiler.compilerhelp import IMAGE
-from tests.trainer.trainerhelp import trainer_pipeline, trainer_profile
+from tests.support.compiled import IMAGE
+from tests.support.trainer import trainer_pipeline, trainer_profile
 
 
 @secure_component(image=IMAGE, nodes=2, trainer_runtime="torch-distributed")

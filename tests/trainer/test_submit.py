@@ -13,7 +13,7 @@ from secureml.trainer.submit import (
     submit_command,
     trainjob_of,
 )
-from tests.trainer.trainerhelp import compiled_trainer
+from tests.support.trainer import compiled_trainer
 
 
 @pytest.mark.parametrize("step", ["train", "9-fine.tune", "x" * 80, "inner.score"])

@@ -111,7 +111,7 @@ struct fake_state {
 };
 
 /* Statistics as returned by fakegpu_read_stats (exported by libcuda.so.1). Layout is part of the
- * Python helper tests/fakegpu.py. */
+ * Python helper tests/support/fakegpu.py. */
 struct fakegpu_stats {
     uint64_t total, used, peak, allocs, frees, failed, live_blocks;
     uint64_t launches, busy_ns, now_ns, util_percent;

@@ -1,4 +1,4 @@
-"""The images of images/, built for real once per session (tests/images/test_*.py).
+"""The images of images/, built for real (the `built_images` fixture of tests/conftest.py).
 
 buildah (`--isolation chroot`, no daemon) builds the platform runtime image and the `runtime`
 step base image FROM a Debian made by debootstrap (cached under ~/.cache/secureml/images), then
@@ -12,18 +12,14 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from secureml.core.image_ref import ImageRef
 from secureml.images import builders, debian, platform
 from secureml.images.context import cache_dir
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 TOOLS = ("buildah", "debootstrap", "bwrap")
 
@@ -36,7 +32,7 @@ class BuiltImages:
     seconds: float
 
 
-def _require_tools() -> None:
+def require_tools() -> None:
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     reason = None
     if missing:
@@ -49,16 +45,7 @@ def _require_tools() -> None:
         pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def built_images(docker_registry: str) -> BuiltImages:
-    _require_tools()
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    with (cache_dir() / "build.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time per machine (xdist, other runs)
-        return _build(docker_registry)
-
-
-def _build(docker_registry: str) -> BuiltImages:
+def build_images(docker_registry: str) -> BuiltImages:
     started = time.monotonic()
     builder = builders.find_builder("buildah")
     base = debian.base_image()
@@ -83,6 +70,10 @@ def _build(docker_registry: str) -> BuiltImages:
     return BuiltImages(docker_registry, runtime, step, seconds)
 
 
-@pytest.fixture(scope="session")
-def rootfs_cache() -> Path:
-    return cache_dir() / "rootfs-images"
+def built_images_once(docker_registry: str) -> BuiltImages:
+    """The images, built (or taken from the caches) by one process of this machine at a time."""
+    require_tools()
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with (cache_dir() / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time per machine (xdist, other runs)
+        return build_images(docker_registry)

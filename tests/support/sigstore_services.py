@@ -1,4 +1,4 @@
-"""The tests' private Sigstore (testpki) behind HTTP, as a CI job meets it when it signs keylessly.
+"""The tests' private Sigstore (private_sigstore.py) behind HTTP, as a CI job meets it when it signs keylessly.
 
 One local server answers three services:
 
@@ -27,7 +27,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.supplychain.testpki import PrivateSigstore
+from tests.support.private_sigstore import PrivateSigstore
 
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from harness.controlplane import ControlPlane
 
 from secureml.cluster.connection import Cluster, ServerRefusedError, connect
+from tests.harness.controlplane import ControlPlane
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted((REPO / "profiles").glob("*.yaml"))
 
 

@@ -35,8 +35,8 @@ from secureml.enforcement.simulator import (  # noqa: F401  (the tests' API)
     build_native,
     compiler,
 )
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 CACHE_DIR = Path(os.environ.get("SECUREML_TEST_BUILD_DIR", REPO / "build" / "test-native"))
 os.environ.setdefault(simulator.BUILD_DIR_ENV, str(CACHE_DIR))
 

@@ -11,7 +11,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from harness.controlplane import CRDS, ControlPlane, HarnessError, binaries
+
+from tests.harness.controlplane import CRDS, ControlPlane, HarnessError, binaries
 
 
 def control_plane(version: str = "1.36") -> Iterator[ControlPlane]:

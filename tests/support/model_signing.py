@@ -1,5 +1,5 @@
 """Sign a small model folder the way model-signing 1.x does: with a key (model-signing's own
-signer), or keyless with the tests' private Sigstore (`tests/supplychain/testpki.py`).
+signer), or keyless with the tests' private Sigstore (`tests/support/private_sigstore.py`).
 
 For the Sigstore signature, model-signing's key signer first writes the statement (its own
 manifest and in-toto payload, byte for byte what its Sigstore signer would sign), and the private
@@ -16,7 +16,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.supplychain.testpki import PrivateSigstore
+from tests.support.private_sigstore import PrivateSigstore
 
 SIGNATURE = "model.sig"
 ISSUER = "https://token.actions.githubusercontent.com"

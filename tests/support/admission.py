@@ -2,7 +2,7 @@
 for real, the created object compared with the preview, verdicts compared with the offline engine.
 
 A tenant is installed once per server: its bundle applied by `secureml.cluster.apply_bundle`
-(`tests/cluster/bundles.admin` for the connection) with a plain ResourceQuota
+(`tests/support/cluster_bundles.admin` for the connection) with a plain ResourceQuota
 (`kubeflow_profile=False`: no Kubeflow profile controller runs to turn the Profile into one), the
 service accounts a Kubeflow profile namespace has, the quota's usage computed by the harness's
 kube-controller-manager (`wait_for_quotas`), and the pod admission policies loaded
@@ -18,11 +18,9 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
-from harness.controlplane import ControlPlane
 from kubernetes.utils import parse_quantity
 
 from secureml.admission.server import findings_of
@@ -33,7 +31,9 @@ from secureml.core import contract
 from secureml.core.violation import Violation
 from secureml.pods.mutation.apply import apply_mutations
 from secureml.profile.model import TenantProfile
-from tests.cluster.bundles import admin
+from tests.harness.controlplane import ControlPlane
+from tests.support.cluster_bundles import admin
+from tests.support.paths import REPO
 
 _INSTALLED: dict[tuple[str, str], Cluster] = {}
 
@@ -62,7 +62,7 @@ def install_tenant(k8s_cluster: ControlPlane, profile: TenantProfile) -> Cluster
 
 # What Kubeflow's profile controller creates in every profile namespace (pods may name them).
 KUBEFLOW_ACCOUNTS = ("default-editor", "default-viewer")
-PROBE_POD = Path(__file__).resolve().parents[1] / "rules" / "allowed" / "kfp-driver.yaml"
+PROBE_POD = REPO / "tests" / "rules" / "allowed" / "kfp-driver.yaml"
 
 
 def wait_in_force(cluster: Cluster, profile: TenantProfile, timeout_s: float = 90.0) -> None:

@@ -10,8 +10,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from harness.controlplane import ControlPlane
-from harness.node import TOLERATIONS, Node
+from tests.harness.controlplane import ControlPlane
+from tests.harness.node import TOLERATIONS, Node
 
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 HARDENED: dict[str, Any] = {  # what PodSecurity `restricted` asks for, and a read-only root

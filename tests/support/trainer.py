@@ -1,16 +1,16 @@
-"""Helpers for the trainer tests: a tenant that allows TrainJobs, a trainer pipeline, the CRDs."""
+"""TrainJobs for tests: a tenant that allows them, a trainer pipeline, Trainer's torch runtime
+(no `from __future__ import annotations`: kfp reads the step's parameter types)."""
 
-from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from secureml.compile.compiler import CompiledPipeline, compile_pipeline
 from secureml.profile.model import TenantProfile
-from tests.compiler.compilerhelp import IMAGE, make_profile
+from tests.support.compiled import IMAGE
+from tests.support.paths import fixture_file
+from tests.support.profiles import make_profile
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 TRAINER = {"maxNodes": 4, "maxGpusPerNode": 2, "allowedRuntimes": ["torch-distributed"]}
 
 
@@ -48,14 +48,6 @@ def trainer_pipeline(**component: Any) -> Any:
 
 def compiled_trainer(profile: TenantProfile | None = None, **component: Any) -> CompiledPipeline:
     return compile_pipeline(trainer_pipeline(**component), profile or trainer_profile())
-
-
-def fixture_file(*parts: str) -> Path:
-    """A file of ../shared/fixtures, or a skip saying it is absent from this checkout."""
-    path = FIXTURES.joinpath(*parts)
-    if not path.is_file():
-        pytest.skip(f"{path} is absent (a checkout without ../shared/fixtures)")
-    return path
 
 
 def torch_runtime() -> dict[str, Any]:

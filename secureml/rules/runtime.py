@@ -78,7 +78,8 @@ def _checks(profile: TenantProfile) -> list[tuple[str, str]]:
         f"has({volumes}) && {volumes}.exists(v, v.name == {VOLUME}) && "
         f"{volumes}.all(v, v.name != {VOLUME} || (has(v.emptyDir) && "
         f"has(v.emptyDir.medium) && v.emptyDir.medium == {medium} && "
-        f"has(v.emptyDir.sizeLimit) && string(v.emptyDir.sizeLimit) == {size}))"
+        # sizeLimit is a Quantity, which the API server's type checker does not know: read it dyn
+        f"has(dyn(v.emptyDir).sizeLimit) && string(dyn(v.emptyDir).sizeLimit) == {size}))"
     )
     mounted = (
         f"{SPEC}.containers.all(c, {system_image()} || (has(c.volumeMounts) && "

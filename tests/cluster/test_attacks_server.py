@@ -46,6 +46,7 @@ from tests.support.admission import (
 )
 from tests.support.paths import ATTACKS_DIR
 from tests.support.profiles import example_profile
+from tests.support.submitted_pods import with_launcher_of
 
 EXPECT = "test.secureml.dev/expect"
 ONLY_UNDER = "test.secureml.dev/profiles"
@@ -72,7 +73,9 @@ def profile_of(pod: dict[str, Any]) -> str:
 def judge(
     cluster: Cluster, pod: dict[str, Any], profile: TenantProfile
 ) -> tuple[ServerAnswer, list[str]]:
-    """(the server's answer, the offline engine's rule ids) for the attack as it reaches a cluster."""
+    """(the server's answer, the offline engine's rule ids) for the attack as it reaches a cluster:
+    with `main`'s launcher as the compiler writes it for `profile`, so the attack is its one change."""
+    pod = with_launcher_of(pod, profile)
     namespace = profile.spec.namespace
     rules = _rules(profile.metadata.name)
     before_name = pod["metadata"]["annotations"].get(UPDATE_OF)
@@ -86,7 +89,7 @@ def judge(
         offline = evaluate(mutated, rules, created_by=created_by)
         return answer, [v.rule for v in offline]
     if before_name is not None:
-        base = _pod(ALLOWED_DIR / before_name)
+        base = with_launcher_of(_pod(ALLOWED_DIR / before_name), profile)
     else:
         base = copy.deepcopy(pod)
         del base["spec"]["ephemeralContainers"]

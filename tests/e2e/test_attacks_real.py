@@ -145,12 +145,50 @@ def _another_launcher(pod: dict[str, Any]) -> None:
     _main(pod)["args"] = ["python3", "-c", "print('no launcher')"]
 
 
-BREAKS = {  # the change, and what the refusal names (a rule id, or PodSecurity's check)
-    "privileged": (_privileged, "privileged"),
-    "ld-preload": (_ld_preload, "secureml.forbiddenEnv"),
-    "own-runtime": (_own_runtime, "secureml.mountPaths"),
-    "host-path": (_host_path, "hostPath"),
-    "no-launcher": (_another_launcher, "secureml.launcherArgv"),
+def _container(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    every = [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
+    return next(c for c in every if c["name"] == name)
+
+
+def _exec_probe(pod: dict[str, Any]) -> None:
+    """Class 1: tenant code the kubelet runs in `main` beside the launcher, not under it."""
+    _main(pod)["livenessProbe"] = {"exec": {"command": ["sh", "-c", "nvidia-smi"]}}
+
+
+def _hook_on_wait(pod: dict[str, Any]) -> None:
+    """Class 2: a hook on Argo's `wait`, run before `main` starts (it could rewrite argoexec)."""
+    _container(pod, "wait")["lifecycle"] = {
+        "postStart": {"exec": {"command": ["sh", "-c", "cp /tmp/x /var/run/argo/argoexec"]}}
+    }
+
+
+def _restart_on_failure(pod: dict[str, Any]) -> None:
+    """Class 3: a re-run of `main` after a first run replaced /kfp-launcher/launch."""
+    pod["spec"]["restartPolicy"] = "OnFailure"
+
+
+def _launcher_as_sidecar(pod: dict[str, Any]) -> None:
+    """Classes 2-3: KFP's launcher copy made a native sidecar, restarted at will."""
+    _container(pod, "kfp-launcher")["restartPolicy"] = "Always"
+
+
+def _debug_pause(pod: dict[str, Any]) -> None:
+    """Argo's emissary holding `main` (GPU allocated) before the launcher runs."""
+    _main(pod)["env"].append({"name": "ARGO_DEBUG_PAUSE_BEFORE", "value": "true"})
+
+
+BREAKS = {  # the change, and what the refusal may name (rule ids, or PodSecurity's check)
+    "privileged": (_privileged, ("privileged",)),
+    "ld-preload": (_ld_preload, ("secureml.forbiddenEnv",)),
+    "own-runtime": (_own_runtime, ("secureml.mountPaths",)),
+    "host-path": (_host_path, ("hostPath",)),
+    "no-launcher": (_another_launcher, ("secureml.launcherArgv",)),
+    "exec-probe": (_exec_probe, ("secureml.noExecHandlers",)),
+    # the hook reaches Argo's ARGO_TEMPLATE too: the server names whichever rule fails first
+    "hook-on-wait": (_hook_on_wait, ("secureml.noExecHandlers", "secureml.systemContainers")),
+    "restart-on-failure": (_restart_on_failure, ("secureml.noRestart",)),
+    "launcher-sidecar": (_launcher_as_sidecar, ("secureml.noRestart", "secureml.systemContainers")),
+    "debug-pause": (_debug_pause, ("secureml.noDebugPause",)),
 }
 
 
@@ -162,7 +200,7 @@ def test_a_pod_breaking_a_control_is_refused(
     pod = _named(prep_pod, f"attack-{attack}")
     change(pod)
     message = _refusal(e2e, pod)
-    assert named.lower() in message.lower(), message
+    assert any(name.lower() in message.lower() for name in named), message
     status, _ = e2e.cluster.request(
         "GET", f"/api/v1/namespaces/{e2e.namespace}/pods/attack-{attack}"
     )

@@ -29,7 +29,7 @@ from secureml.profile.model import TenantProfile, load_profile
 from secureml.rules import rules_for_profile
 from secureml.rules.engine import evaluate
 from tests.e2e.steps import compile_reference
-from tests.support.paths import fixture_dir
+from tests.support.paths import FIXTURES, fixture_dir
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "architecture.md"
@@ -68,7 +68,12 @@ def _golden(version: str) -> dict[str, Any]:
 
 
 def _versions() -> list[str]:
-    found = [p.name.split("-")[2] for p in fixture_dir("kfp-golden").glob("*-hello_world.yaml")]
+    """The goldens' versions, read at collection (where a skip would skip the module unexplained);
+    without ../shared one case, which `_golden` skips naming the absent folder."""
+    folder = FIXTURES / "kfp-golden"
+    if not folder.is_dir():
+        return ["absent"]
+    found = [p.name.split("-")[2] for p in folder.glob("*-hello_world.yaml")]
     return sorted(found, key=lambda v: tuple(int(x) for x in v.split(".")))
 
 
@@ -205,6 +210,7 @@ def _step_verdict(golden: dict[str, Any], version: str, prep: Any, profile: Any)
 
 
 def test_the_table_has_a_row_per_golden_release() -> None:
+    fixture_dir("kfp-golden")  # skips, naming the folder, in a checkout without ../shared
     assert list(_table()) == _versions()
 
 
@@ -221,8 +227,8 @@ def _check_verdict(cell: str, found: set[str], where: str) -> None:
 def test_each_row_is_what_the_golden_holds(
     version: str, prep: tuple[dict[str, Any], dict[str, Any]], tenant: TenantProfile
 ) -> None:
-    row = _table()[version]
     golden = _golden(version)
+    row = _table()[version]
     templates = _templates(golden)
     driver = templates["system-container-driver"]["container"]
     launcher = _launcher(golden)

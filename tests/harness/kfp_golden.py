@@ -18,9 +18,9 @@ from .kfp_workflow import (
     ISTIO_INJECT,
     PLACEHOLDERS,
     RUN_ID_LABEL,
-    RUN_NAME_ANNOTATION,
     ApiServerSettings,
     go_json,
+    run_metadata,
 )
 
 GOLDEN_VERSION = "2.17.0"
@@ -63,12 +63,7 @@ def adapt_golden(
     """The golden Workflow with exactly `HARNESS_CHANGES` made (a new dict)."""
     workflow = copy.deepcopy(dict(golden))
     workflow.pop("status", None)
-    workflow["metadata"] = {
-        "name": name,
-        "namespace": namespace,
-        "labels": {RUN_ID_LABEL: run_id},
-        "annotations": {RUN_NAME_ANNOTATION: name},
-    }
+    workflow["metadata"] = run_metadata(name, namespace, run_id, name)
     spec = workflow["spec"]
     spec["serviceAccountName"] = contract.RUNNER_NAME
     spec["podMetadata"]["labels"][RUN_ID_LABEL] = run_id

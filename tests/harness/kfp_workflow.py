@@ -834,6 +834,16 @@ def preview_run_id(namespace: str, pipeline_name: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"secureml-preview:{namespace}:{pipeline_name}"))
 
 
+def run_metadata(name: str, namespace: str, run_id: str, display_name: str) -> dict[str, Any]:
+    """The Workflow metadata KFP's API server writes for a run: its run id and run name."""
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": {RUN_ID_LABEL: run_id},
+        "annotations": {RUN_NAME_ANNOTATION: display_name},
+    }
+
+
 def kfp_workflow(
     pipeline_docs: list[dict[str, Any]],
     *,
@@ -864,12 +874,7 @@ def kfp_workflow(
         pipeline_docs, images=images, settings=settings, display_name=display_name
     )
     del workflow["status"]
-    workflow["metadata"] = {
-        "name": name,
-        "namespace": namespace,
-        "labels": {RUN_ID_LABEL: run_id},
-        "annotations": {RUN_NAME_ANNOTATION: display_name},
-    }
+    workflow["metadata"] = run_metadata(name, namespace, run_id, display_name)
     spec = workflow["spec"]
     spec["serviceAccountName"] = service_account
     for template in spec["templates"]:
